@@ -1,0 +1,87 @@
+"""slime's hook API: markers, hook specifications, data contracts, records and protocols.
+
+Importing this package never imports torch.
+"""
+
+from __future__ import annotations
+
+from slime_hookspecs.batch import TrainBatch
+from slime_hookspecs.markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
+from slime_hookspecs.protocols import (
+    Accelerator,
+    DataSource,
+    ExecResult,
+    GenerateOutput,
+    Logger,
+    RolloutEngine,
+    RolloutResult,
+    Sandbox,
+    Trainer,
+    WeightTransport,
+)
+from slime_hookspecs.records import (
+    AcceleratorRecord,
+    AdvantageEstimatorRecord,
+    ConfigSection,
+    DataSourceRecord,
+    FilterRecord,
+    FilterResult,
+    ISCorrectionRecord,
+    KLEstimatorRecord,
+    LoggerRecord,
+    LossReducerRecord,
+    PolicyLossRecord,
+    Record,
+    RewardFunctionRecord,
+    RolloutEngineRecord,
+    SandboxRecord,
+    ToolParserRecord,
+    ToolRecord,
+    TrainerBackendRecord,
+    WeightTransportRecord,
+)
+from slime_hookspecs.sample import Sample, SampleInvariantError, Status
+from slime_hookspecs.sampling import SamplingParams
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PROJECT_NAME",
+    "Accelerator",
+    "AcceleratorRecord",
+    "AdvantageEstimatorRecord",
+    "ConfigSection",
+    "DataSource",
+    "DataSourceRecord",
+    "ExecResult",
+    "FilterRecord",
+    "FilterResult",
+    "GenerateOutput",
+    "ISCorrectionRecord",
+    "KLEstimatorRecord",
+    "Logger",
+    "LoggerRecord",
+    "LossReducerRecord",
+    "PolicyLossRecord",
+    "Record",
+    "RewardFunctionRecord",
+    "RolloutEngine",
+    "RolloutEngineRecord",
+    "RolloutResult",
+    "Sample",
+    "SampleInvariantError",
+    "SamplingParams",
+    "Sandbox",
+    "SandboxRecord",
+    "Status",
+    "ToolParserRecord",
+    "ToolRecord",
+    "Trainer",
+    "TrainBatch",
+    "TrainerBackendRecord",
+    "WeightTransport",
+    "WeightTransportRecord",
+    "hookimpl",
+    "hookspec",
+]

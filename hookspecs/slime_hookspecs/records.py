@@ -1,0 +1,253 @@
+"""Typed records returned by the registration hooks (``slime_register_*``).
+
+A record names one thing a plugin offers (an engine, a loss, a tool ...) and how to build or
+call it. The core collects records into registries keyed by ``name``: a duplicate name fails
+naming both owners, an unknown name fails listing the valid choices. ``owner`` is filled in by
+the core with the registering plugin's name.
+
+``probe`` is an availability check that must be cheap and must not raise: it returns ``None``
+when the record can be used here, or a one-line reason (``"torch_npu is not installed"``).
+Records whose probe returns a reason are listed as ``unavailable: <reason>`` and a run that
+asks for one fails with that reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+
+@dataclass
+class Record:
+    """Common fields of every record."""
+
+    kind: ClassVar[str] = "record"
+
+    name: str
+    factory: Callable[..., Any]
+    summary: str = ""
+    probe: Callable[[], str | None] | None = None
+    owner: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"{type(self).__name__} needs a non-empty string name")
+        if not callable(self.factory):
+            raise TypeError(f"{type(self).__name__} {self.name!r}: factory is not callable")
+
+    def unavailable_reason(self) -> str | None:
+        """The probe's reason, or ``None``; a probe that raises is reported, not propagated."""
+        if self.probe is None:
+            return None
+        try:
+            return self.probe()
+        except Exception as exc:  # noqa: BLE001 - a probe must never crash a listing
+            return f"probe raised {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class RolloutEngineRecord(Record):
+    """``factory(config, engine_index, accelerator) -> RolloutEngine``."""
+
+    kind: ClassVar[str] = "rollout_engine"
+
+
+@dataclass
+class TrainerBackendRecord(Record):
+    """``factory(config, rank, world_size, accelerator) -> Trainer``."""
+
+    kind: ClassVar[str] = "trainer_backend"
+
+
+@dataclass
+class AdvantageEstimatorRecord(Record):
+    """``factory(config, batch) -> (advantages, returns)``: per-sample 1-D lists.
+
+    ``needs_ref`` / ``needs_critic`` tell the trainer which log-probs and values to compute
+    before calling the estimator.
+    """
+
+    kind: ClassVar[str] = "advantage_estimator"
+    needs_ref: bool = False
+    needs_critic: bool = False
+
+
+@dataclass
+class PolicyLossRecord(Record):
+    """``factory(config, batch, log_probs, reducer) -> (loss, metrics)`` on one micro-batch."""
+
+    kind: ClassVar[str] = "policy_loss"
+
+
+@dataclass
+class KLEstimatorRecord(Record):
+    """``factory(log_probs, ref_log_probs) -> per-token KL`` (one tensor, same shape)."""
+
+    kind: ClassVar[str] = "kl_estimator"
+
+
+@dataclass
+class ISCorrectionRecord(Record):
+    """``factory(config, pg_loss, train_log_probs, rollout_log_probs, loss_masks)
+    -> (pg_loss, loss_masks, metrics)``; per-sample lists in and out."""
+
+    kind: ClassVar[str] = "is_correction"
+
+
+@dataclass
+class LossReducerRecord(Record):
+    """``factory(config, response_lengths, loss_masks) -> reducer``;
+    ``reducer(list_of_per_token_losses) -> scalar``."""
+
+    kind: ClassVar[str] = "loss_reducer"
+
+
+@dataclass
+class RewardFunctionRecord(Record):
+    """``factory(config) -> callable``: ``fn(sample) -> float | dict`` (may be async).
+
+    With ``group = True`` the callable takes the whole group: ``fn(samples) -> list``.
+    """
+
+    kind: ClassVar[str] = "reward_function"
+    group: bool = False
+
+
+@dataclass
+class DataSourceRecord(Record):
+    """``factory(config, split) -> DataSource`` (split is ``"train"`` or ``"eval"``)."""
+
+    kind: ClassVar[str] = "data_source"
+
+
+@dataclass
+class FilterRecord(Record):
+    """A filter; ``stage`` says which hook point it serves.
+
+    * ``"dynamic_sampling"``: ``fn(config, group) -> FilterResult``
+    * ``"buffer"``: ``fn(config, rollout_id, buffer, num_groups) -> list of groups``
+    * ``"sample"``: ``fn(config, groups) -> None`` (sets ``remove_sample``)
+    """
+
+    kind: ClassVar[str] = "filter"
+    stage: str = "dynamic_sampling"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.stage not in ("dynamic_sampling", "buffer", "sample"):
+            raise ValueError(
+                f"filter {self.name!r}: stage {self.stage!r} is not one of "
+                "dynamic_sampling, buffer, sample"
+            )
+
+
+@dataclass
+class WeightTransportRecord(Record):
+    """``factory(config, accelerator) -> WeightTransport``."""
+
+    kind: ClassVar[str] = "weight_transport"
+
+
+@dataclass
+class AcceleratorRecord(Record):
+    """One kind of device; ``factory() -> Accelerator`` (see :class:`~.protocols.Accelerator`).
+
+    The static fields are what placement needs without building the accelerator: the torch
+    device type, the torch.distributed backend, the Ray resource name and the environment
+    variable that restricts visible devices. ``accelerator = "auto"`` picks the available
+    record with the highest ``priority``.
+    """
+
+    kind: ClassVar[str] = "accelerator"
+    device_type: str = "cpu"
+    dist_backend: str = "gloo"
+    ray_resource: str = "CPU"
+    visible_devices_env: str | None = None
+    priority: int = 0
+
+
+@dataclass
+class SandboxRecord(Record):
+    """``factory(config, **options) -> Sandbox`` (an async context manager)."""
+
+    kind: ClassVar[str] = "sandbox"
+
+
+@dataclass
+class ToolRecord(Record):
+    """A tool the model may call; ``factory(config) -> callable(**arguments) -> str``
+    (may be async). ``parameters`` is the JSON schema of the arguments, as in OpenAI tools."""
+
+    kind: ClassVar[str] = "tool"
+    description: str = ""
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI / Hermes tool description of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description or self.summary,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass
+class LoggerRecord(Record):
+    """``factory(config, run_dir) -> Logger``."""
+
+    kind: ClassVar[str] = "logger"
+
+
+@dataclass
+class ToolParserRecord(Record):
+    """``factory(config, tokenizer) -> parser``; ``parser(text) -> (content, calls, errors)``."""
+
+    kind: ClassVar[str] = "tool_parser"
+
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    RolloutEngineRecord,
+    TrainerBackendRecord,
+    AdvantageEstimatorRecord,
+    PolicyLossRecord,
+    KLEstimatorRecord,
+    ISCorrectionRecord,
+    LossReducerRecord,
+    RewardFunctionRecord,
+    DataSourceRecord,
+    FilterRecord,
+    WeightTransportRecord,
+    AcceleratorRecord,
+    SandboxRecord,
+    ToolRecord,
+    ToolParserRecord,
+    LoggerRecord,
+)
+
+
+@dataclass
+class FilterResult:
+    """Answer of a dynamic-sampling filter: keep the group or drop it, with a reason."""
+
+    keep: bool
+    reason: str = ""
+
+
+@dataclass
+class ConfigSection:
+    """A typed configuration section contributed by ``slime_add_config``.
+
+    ``schema`` is a dataclass type; its fields (with type hints and defaults) are the keys of
+    the TOML table ``[name]``.
+    """
+
+    name: str
+    schema: type
+    summary: str = ""
+    owner: str | None = None

@@ -1,0 +1,157 @@
+"""The ``Sample``: one prompt and one response, as every component sees it.
+
+Invariants (checked by :meth:`Sample.validate`):
+
+* ``tokens`` holds the prompt ids followed by the response ids, so
+  ``len(tokens) == prompt_length + response_length``;
+* ``len(loss_mask) == response_length`` (1 = trained, 0 = masked, e.g. tool observations);
+* ``len(rollout_log_probs) == response_length`` when log-probs are present (masked tokens carry
+  0.0, they are never trained);
+* ``response`` is for humans and rewards only: training always uses ``tokens``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """Where a sample is in its life."""
+
+    PENDING = "pending"
+    COMPLETED = "completed"  # stopped on EOS / stop string / stop token
+    TRUNCATED = "truncated"  # hit max_new_tokens
+    ABORTED = "aborted"  # cancelled (surplus of dynamic sampling, shutdown); may be resumed
+    FAILED = "failed"  # generation or reward raised; ``error`` says why
+
+
+class SampleInvariantError(ValueError):
+    """A sample whose lengths disagree (see the module docstring)."""
+
+
+@dataclass
+class Sample:
+    """One rollout sample; slime's fields, torch-free so it pickles and serialises cheaply."""
+
+    group_index: int = 0
+    index: int = 0
+    rollout_id: int = -1
+    prompt: str | list[dict[str, Any]] = ""
+    tokens: list[int] = field(default_factory=list)
+    response: str = ""
+    response_length: int = 0
+    label: Any = None
+    reward: float | dict[str, float] | None = None
+    loss_mask: list[int] = field(default_factory=list)
+    rollout_log_probs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+    status: Status = Status.PENDING
+    remove_sample: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+    train_metadata: dict[str, Any] = field(default_factory=dict)
+    session_id: str | None = None
+    error: str | None = None
+
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def prompt_length(self) -> int:
+        """Number of prompt tokens at the head of ``tokens``."""
+        return len(self.tokens) - self.response_length
+
+    @property
+    def prompt_tokens(self) -> list[int]:
+        return self.tokens[: self.prompt_length]
+
+    @property
+    def response_tokens(self) -> list[int]:
+        return self.tokens[self.prompt_length :]
+
+    @property
+    def done(self) -> bool:
+        return self.status in (Status.COMPLETED, Status.TRUNCATED, Status.FAILED)
+
+    # -- mutation that keeps the invariants ----------------------------------------------
+    def append_response_tokens(
+        self,
+        token_ids: list[int],
+        log_probs: list[float] | None = None,
+        *,
+        trainable: bool = True,
+        text: str = "",
+        weight_version: int | None = None,
+    ) -> None:
+        """Append tokens to the response, keeping every length invariant.
+
+        Model tokens are appended with ``trainable=True`` and their rollout log-probs; tool or
+        observation tokens with ``trainable=False`` get loss mask 0 and log-prob 0.0. The caller
+        passes ids, never text to re-tokenize: multi-turn prompts are built by appending ids.
+        """
+        token_ids = [int(t) for t in token_ids]
+        if log_probs is None:
+            if trainable and token_ids:
+                raise SampleInvariantError("trainable tokens need their rollout log-probs")
+            log_probs = [0.0] * len(token_ids)
+        if len(log_probs) != len(token_ids):
+            raise SampleInvariantError(
+                f"{len(token_ids)} tokens but {len(log_probs)} log-probs appended to sample "
+                f"{self.index}"
+            )
+        if self.rollout_log_probs is None or (
+            len(self.rollout_log_probs) != self.response_length
+        ):
+            raise SampleInvariantError(
+                f"sample {self.index} has {self.response_length} response tokens but "
+                f"{len(self.rollout_log_probs or [])} rollout log-probs"
+            )
+        self.tokens.extend(token_ids)
+        self.response_length += len(token_ids)
+        self.loss_mask.extend([1 if trainable else 0] * len(token_ids))
+        self.rollout_log_probs.extend(float(x) for x in log_probs)
+        self.response += text
+        if weight_version is not None and trainable and token_ids:
+            if not self.weight_versions or self.weight_versions[-1] != weight_version:
+                self.weight_versions.append(int(weight_version))
+
+    def validate(self) -> None:
+        """Raise :class:`SampleInvariantError` naming the first broken invariant."""
+        where = f"sample group={self.group_index} index={self.index}"
+        if self.response_length < 0 or self.response_length > len(self.tokens):
+            raise SampleInvariantError(
+                f"{where}: response_length {self.response_length} outside 0..{len(self.tokens)}"
+            )
+        if len(self.loss_mask) != self.response_length:
+            raise SampleInvariantError(
+                f"{where}: loss_mask has {len(self.loss_mask)} entries, "
+                f"response_length is {self.response_length}"
+            )
+        if self.rollout_log_probs and len(self.rollout_log_probs) != self.response_length:
+            raise SampleInvariantError(
+                f"{where}: rollout_log_probs has {len(self.rollout_log_probs)} entries, "
+                f"response_length is {self.response_length}"
+            )
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise SampleInvariantError(f"{where}: loss_mask values must be 0 or 1")
+
+    # -- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (status as its string value)."""
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sample:
+        """Inverse of :meth:`to_dict`; unknown keys fail naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown Sample field(s) {unknown}; valid: {sorted(known)}")
+        kwargs = dict(data)
+        if "status" in kwargs:
+            kwargs["status"] = Status(kwargs["status"])
+        for key in ("tokens", "loss_mask", "rollout_log_probs", "weight_versions"):
+            if key in kwargs and kwargs[key] is not None:
+                kwargs[key] = list(kwargs[key])
+        return cls(**kwargs)

@@ -1,0 +1,393 @@
+"""Per-call customization hooks: one per function-path flag of THUDM/slime.
+
+``firstresult`` hooks stop at the first implementation that returns something other than
+``None``; the core's built-in implementation is registered ``trylast`` so any plugin wins.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from slime_hookspecs.markers import hookspec
+
+if TYPE_CHECKING:
+    from slime_hookspecs.batch import TrainBatch
+    from slime_hookspecs.protocols import DataSource, RolloutEngine, RolloutResult
+    from slime_hookspecs.records import FilterResult
+    from slime_hookspecs.sample import Sample
+    from slime_hookspecs.sampling import SamplingParams
+
+# ---------------------------------------------------------------------------------------------
+# rollout
+
+
+@hookspec(firstresult=True)
+def slime_rollout(
+    config: Any, rollout_id: int, data_source: DataSource, evaluation: bool
+) -> RolloutResult | None:
+    """Produce the samples of one rollout step (slime's ``--rollout-function-path``).
+
+    **When**: once per rollout step, and once per evaluation with ``evaluation=True``.
+    **Process**: the rollout manager.
+    **Args**: ``rollout_id`` -- the step index; ``data_source`` -- the data buffer (train or
+    eval source); ``evaluation`` -- True for held-out evaluation (no filters, no buffer).
+    **Returns**: a :class:`~slime_hookspecs.protocols.RolloutResult` whose groups are complete
+    and rewarded, or ``None`` to defer. firstresult: stops at the first non-``None`` result; the
+    built-in rollout (generate, reward, dynamic sampling, filters) is ``trylast``.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_generate(
+    config: Any, sample: Sample, sampling_params: SamplingParams, engine: RolloutEngine
+) -> Sample | list[Sample] | None:
+    """Generate the response of one sample (``--custom-generate-function-path``).
+
+    **When**: for each pending sample of a rollout.
+    **Process**: the rollout manager (it calls ``engine`` remotely under the ray executor).
+    **Args**: ``sample`` -- PENDING, with prompt ``tokens``; ``engine`` -- a rollout engine to
+    call ``generate`` on (token ids in, token ids + log-probs out).
+    **Returns**: the finished sample (``status`` COMPLETED / TRUNCATED / ABORTED / FAILED,
+    response appended through ``Sample.append_response_tokens``), a list of samples sharing its
+    ``rollout_id`` (multi-agent / tree rollouts), or ``None`` to defer. May be a coroutine
+    function. firstresult; the single-turn built-in is ``trylast``.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_after_generate(config: Any, sample: Sample, rollout_id: int, evaluation: bool) -> None:
+    """Observe or edit a sample right after it is generated and rewarded.
+
+    **When**: once per finished sample, after its reward is set, before group filters.
+    **Process**: the rollout manager.
+    **Args**: ``sample`` -- may be modified in place (metadata, reward, ``remove_sample``).
+    **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_reward(config: Any, sample: Sample) -> float | dict[str, float] | None:
+    """Score one sample (``--custom-rm-path``), overriding ``rollout.reward``.
+
+    **When**: once per finished sample that is not FAILED.
+    **Process**: the rollout manager.
+    **Returns**: a float, a dict of floats (``rollout.reward_key`` picks the scalar), or ``None``
+    to let the configured reward function score it. May be a coroutine function. An exception
+    marks the sample FAILED with the reason; the step continues unless every sample failed.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_reward_group(config: Any, samples: list[Sample]) -> list[float] | None:
+    """Score a whole group at once (group reward models, pairwise judges).
+
+    **When**: once per finished group, before per-sample rewards; if it returns a list, the
+    per-sample ``slime_reward`` is skipped for that group.
+    **Process**: the rollout manager.
+    **Returns**: one reward per sample in order, or ``None``. May be a coroutine function.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_dynamic_sampling_filter(config: Any, group: list[Sample]) -> FilterResult | None:
+    """Decide whether a rewarded group is kept (``--dynamic-sampling-filter-path``).
+
+    **When**: for each rewarded group during a training rollout (not evaluation).
+    **Process**: the rollout manager.
+    **Returns**: :class:`~slime_hookspecs.records.FilterResult`; the group is dropped when any
+    implementation says ``keep=False`` (reasons are counted in the metrics as
+    ``rollout/dropped/<reason>``). ``None`` abstains. When groups are dropped the rollout draws
+    more prompts until the batch is full (over-sampling) and aborts the surplus.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_buffer_filter(
+    config: Any, rollout_id: int, buffer: list[list[Sample]], num_groups: int
+) -> list[list[Sample]] | None:
+    """Choose which buffered groups to hand out next (``--buffer-filter-path``).
+
+    **When**: when the data source has groups in its return buffer (aborted or partial).
+    **Process**: the rollout manager.
+    **Args**: ``buffer`` -- the buffered groups; remove the ones you return from it.
+    **Returns**: up to ``num_groups`` groups, or ``None`` for first-in first-out.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_rollout_sample_filter(config: Any, groups: list[list[Sample]]) -> None:
+    """Mark samples to leave out of the loss (``--rollout-sample-filter-path``).
+
+    **When**: after a rollout step's groups are complete, before conversion to train data.
+    **Process**: the rollout manager.
+    **Args**: ``groups`` -- set ``sample.remove_sample = True`` to zero its loss mask; the sample
+    still counts in reward normalisation of its group.
+    **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_rollout_all_samples(
+    config: Any, groups: list[list[Sample]], data_source: DataSource
+) -> None:
+    """See every sample of a rollout step, kept or dropped (``--rollout-all-samples-process-path``).
+
+    **When**: at the end of each training rollout step.
+    **Process**: the rollout manager.
+    **Args**: ``groups`` -- all groups generated this step, including dropped ones (their
+    samples carry ``metadata["dropped_reason"]``).
+    **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# conversion to training data
+
+
+@hookspec(firstresult=True)
+def slime_reward_post_process(
+    config: Any, samples: list[Sample]
+) -> tuple[list[float], list[float]] | None:
+    """Turn sample rewards into the rewards used for advantages (``--custom-reward-post-process-path``).
+
+    **When**: once per training step, on the kept samples in group order.
+    **Process**: the driver.
+    **Returns**: ``(raw_rewards, shaped_rewards)``, one float each per sample, or ``None`` for
+    the default (raw = shaped = the scalar reward; group normalisation is the estimator's job).
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_convert_samples_to_train_data(config: Any, samples: list[Sample]) -> TrainBatch | None:
+    """Build the :class:`~slime_hookspecs.batch.TrainBatch` of a step.
+
+    **When**: once per training step (``--custom-convert-samples-to-train-data-path``).
+    **Process**: the driver.
+    **Returns**: a batch, or ``None`` for the default conversion (tokens, loss masks with
+    removed samples zeroed, rewards via ``slime_reward_post_process``, rollout log-probs).
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_rollout_data_postprocess(config: Any, rollout_id: int, batch: TrainBatch) -> None:
+    """Edit the train batch in place before it reaches the trainer (``--rollout-data-postprocess-path``).
+
+    **When**: once per training step, after conversion.
+    **Process**: the driver.
+    **Returns**: nothing; change ``batch`` fields (e.g. loss masks) in place, keeping lengths.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_make_data_source(config: Any, split: str) -> DataSource | None:
+    """Build the data source (``--data-source-path``), overriding ``data.source``.
+
+    **When**: once per run for ``split="train"`` and, if evaluation is configured, ``"eval"``.
+    **Process**: the rollout manager.
+    **Returns**: a :class:`~slime_hookspecs.protocols.DataSource`, or ``None`` to use the
+    registered source named by the config.
+
+    .. versionadded:: 0.1
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+
+
+@hookspec(firstresult=True)
+def slime_compute_advantages(config: Any, batch: TrainBatch) -> list[Any] | None:
+    """Compute per-token advantages (``--custom-advantage-function-path``).
+
+    **When**: once per training step, after log-probs (policy, old, ref) and values are set on
+    ``batch``.
+    **Process**: each trainer rank, on its share of the batch (groups are never split).
+    **Returns**: a list with one 1-D tensor per sample over its response, or ``None`` to use
+    ``algorithm.advantage_estimator``. May also set ``batch.returns``.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_loss(
+    config: Any, batch: TrainBatch, log_probs: list[Any], reducer: Callable[[list[Any]], Any]
+) -> tuple[Any, dict[str, float]] | None:
+    """Compute the loss of one micro-batch (``--custom-loss-function-path``).
+
+    **When**: for every micro-batch of every optimizer step.
+    **Process**: each trainer rank.
+    **Args**: ``batch`` -- the micro-batch (advantages, old/ref/rollout log-probs set);
+    ``log_probs`` -- current per-sample response log-probs, with gradient;
+    ``reducer`` -- aggregates a list of per-token losses to a scalar (``algorithm.loss_reducer``).
+    **Returns**: ``(loss, metrics)`` with a scalar tensor that ``backward()`` is called on, or
+    ``None`` to use ``algorithm.policy_loss``.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_make_model(config: Any, role: str) -> Any | None:
+    """Build a model (``--custom-model-provider-path``).
+
+    **When**: when a trainer builds its models. **Process**: each trainer rank.
+    **Args**: ``role`` -- ``"actor"``, ``"ref"`` or ``"critic"``.
+    **Returns**: a ``torch.nn.Module`` whose forward takes ``input_ids`` (and optional
+    ``position_ids``) and returns an object with ``.logits`` (critic: values), or ``None`` for
+    the backend's default loader.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_is_correction(
+    config: Any,
+    pg_loss: list[Any],
+    train_log_probs: list[Any],
+    rollout_log_probs: list[Any],
+    loss_masks: list[Any],
+) -> tuple[list[Any], list[Any], dict[str, float]] | None:
+    """Correct the policy loss for the rollout/train mismatch (``--custom-tis-function-path``).
+
+    **When**: per micro-batch, after the per-token policy loss, before reduction, when
+    ``algorithm.is_correction`` is set or an implementation exists.
+    **Process**: each trainer rank.
+    **Returns**: ``(pg_loss, loss_masks, metrics)`` per-sample lists, or ``None`` for the
+    configured registry entry.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_pg_loss_reducer(
+    config: Any, response_lengths: list[int], loss_masks: list[Any]
+) -> Callable[[list[Any]], Any] | None:
+    """Provide the loss aggregation of a micro-batch (``--custom-pg-loss-reducer-function-path``).
+
+    **When**: per micro-batch. **Process**: each trainer rank.
+    **Returns**: a callable mapping a list of per-token loss tensors to a scalar, or ``None``
+    for ``algorithm.loss_reducer``.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_trainer_init(config: Any, model: Any) -> None:
+    """Observe or adjust the actor model after it is built (Megatron init hook).
+
+    **When**: once per trainer rank after the actor model and optimizer exist.
+    **Process**: each trainer rank. **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
+    """Called before log-probs are computed with ``model`` for ``role`` (actor, ref, old).
+
+    **When**: once per role per training step. **Process**: each trainer rank.
+    **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_before_train_step(
+    config: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, scheduler: Any
+) -> None:
+    """Called before each optimizer step's forward/backward.
+
+    **When**: ``step_id`` counts optimizer steps within rollout ``rollout_id``.
+    **Process**: each trainer rank. **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# weights
+
+
+@hookspec
+def slime_after_weights_written(config: Any, version_dir: str, engines: list[Any]) -> None:
+    """Called after the disk transport wrote a weight version (``--custom-update-weight-post-write-path``).
+
+    **When**: after the versioned directory is complete, before engines are told to read it.
+    **Process**: the trainer rank that wrote it (rank 0).
+    **Returns**: nothing (e.g. copy the directory to shared storage).
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_before_weights_read(version_dir: str, target_version: int) -> None:
+    """Called on the engine side before it reads a weight version from disk.
+
+    **When**: once per engine per disk weight sync.
+    **Process**: the engine's process. **Returns**: nothing (e.g. fetch the directory).
+
+    .. versionadded:: 0.1
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# logging
+
+
+@hookspec
+def slime_log_rollout(
+    config: Any, rollout_id: int, samples: list[Sample], metrics: dict[str, float]
+) -> bool | None:
+    """Log a training rollout step (custom rollout log function).
+
+    **When**: after each training rollout, before the metrics are written.
+    **Process**: the driver.
+    **Args**: ``metrics`` -- may be extended in place (the additions are logged).
+    **Returns**: ``True`` to say it handled the sample logging (the built-in sample preview is
+    skipped); ``None``/``False`` otherwise. Metrics are always written.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_log_eval(
+    config: Any, rollout_id: int, samples: list[Sample], metrics: dict[str, float]
+) -> bool | None:
+    """Log an evaluation (custom eval log function); same contract as ``slime_log_rollout``.
+
+    **When**: after each evaluation. **Process**: the driver.
+
+    .. versionadded:: 0.1
+    """
