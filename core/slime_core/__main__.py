@@ -1,0 +1,5 @@
+"""``python -m slime_core`` is the ``core`` command."""
+
+from slime_core.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The core's built-in plugins: ordinary plugins registered through the same hooks."""

@@ -1,0 +1,209 @@
+"""Built-in plugin ``core_config``: the core's configuration sections.
+
+Every key is documented next to its field; ranges are checked in ``__post_init__`` so a bad
+value fails naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_hookspecs import ConfigSection, hookimpl
+
+
+def _need(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{key}: {msg}")
+
+
+@dataclass
+class RunSection:
+    name: str = "slime"  # run name; the run directory is output_dir/name-<timestamp>
+    output_dir: str = "runs"
+    run_dir: str = ""  # exact run directory (overrides output_dir/name)
+    seed: int = 1
+    num_rollouts: int = 10  # training steps (one rollout + one train phase each)
+    executor: str = "local"  # local | ray
+    ray_address: str = ""  # empty: start a local Ray instance on 127.0.0.1
+    accelerator: str = "auto"  # accelerator record name, or auto (highest available priority)
+    save_interval: int = 0  # checkpoint every N steps (0: only at the end)
+    keep_checkpoints: int = 2
+    required_plugins: list[str] = field(default_factory=list)
+    plugin_modules: list[str] = field(default_factory=list)  # extra plugin modules by import path
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    progress: bool = True  # progress bar while rollouts and training run
+    num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
+
+    def __post_init__(self) -> None:
+        _need(self.num_rollouts >= 0, "run.num_rollouts", "must be >= 0")
+        _need(self.save_interval >= 0, "run.save_interval", "must be >= 0")
+        _need(self.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+        _need(self.executor in ("local", "ray"), "run.executor", "must be 'local' or 'ray'")
+
+
+@dataclass
+class ModelSection:
+    path: str = ""  # local directory with config.json + weights (+ tokenizer)
+    tokenizer: str = ""  # defaults to path
+    init_config: dict[str, Any] = field(default_factory=dict)  # build from a config (tests)
+    dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        _need(
+            self.dtype in ("auto", "float32", "bfloat16", "float16"),
+            "model.dtype", "must be auto, float32, bfloat16 or float16",
+        )
+
+
+@dataclass
+class DataSection:
+    source: str = "jsonl"  # data source record: jsonl | parquet | reasoning_gym | ...
+    path: str = ""  # training prompts (jsonl / parquet)
+    eval_path: str = ""  # held-out prompts for evaluation
+    input_key: str = "prompt"
+    label_key: str = "label"
+    metadata_key: str = "metadata"
+    tools_key: str = ""  # per-prompt tool list (multi-turn)
+    apply_chat_template: bool = False
+    system_prompt: str = ""
+    prompt_template: str = "{prompt}"  # applied to the raw prompt text before tokenization
+    shuffle: bool = True
+    task: str = ""  # reasoning_gym: dataset name (basic_arithmetic, chain_sum, ...)
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
+    size: int = 10000  # reasoning_gym: number of procedural train tasks
+    eval_size: int = 100
+    eval_seed: int = 12345
+
+
+@dataclass
+class RolloutSection:
+    engine: str = "local"  # rollout engine record
+    num_engines: int = 1
+    batch_size: int = 8  # prompts (groups) per training step
+    n_samples_per_prompt: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 64
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    reward: str = "exact"  # reward function record
+    reward_key: str = ""  # when the reward is a dict, the key used as the scalar
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    dynamic_sampling_filter: str = ""  # filter record (stage dynamic_sampling), e.g. nonzero_std
+    over_sampling_batch_size: int = 0  # groups requested per round (0: batch_size)
+    max_sampling_rounds: int = 8
+    buffer_filter: str = ""
+    sample_filter: str = ""
+    partial_rollout: bool = False
+    mask_offpolicy_in_partial_rollout: bool = False
+    generate_batch_size: int = 0  # requests per engine call (0: everything at once)
+    max_concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        _need(self.batch_size >= 1, "rollout.batch_size", "must be >= 1")
+        _need(self.n_samples_per_prompt >= 1, "rollout.n_samples_per_prompt", "must be >= 1")
+        _need(self.num_engines >= 1, "rollout.num_engines", "must be >= 1")
+        _need(self.temperature >= 0, "rollout.temperature", "must be >= 0")
+        _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+        _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+
+
+@dataclass
+class EvalSection:
+    interval: int = 0  # evaluate every N steps (0: never); also before step 0 and at the end
+    n_samples_per_prompt: int = 1
+    temperature: float = 0.0  # greedy by default
+    top_p: float = 1.0
+    max_new_tokens: int = 0  # 0: rollout.max_new_tokens
+    reward: str = ""  # empty: rollout.reward
+    max_prompts: int = 0  # 0: all
+
+
+@dataclass
+class TrainSection:
+    backend: str = "torch"  # trainer backend record
+    loss: str = "policy"  # policy (RL) | sft
+    lr: float = 1e-6
+    min_lr: float = 0.0
+    lr_decay: str = "constant"  # constant | linear | cosine
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0
+    micro_batch_tokens: int = 8192  # token budget of one micro-batch (packed)
+    num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
+    num_ranks: int = 1  # data-parallel trainer ranks
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        _need(self.lr >= 0, "train.lr", "must be >= 0")
+        _need(self.lr_decay in ("constant", "linear", "cosine"), "train.lr_decay",
+              "must be constant, linear or cosine")
+        _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")
+        _need(self.micro_batch_tokens >= 1, "train.micro_batch_tokens", "must be >= 1")
+        _need(self.num_steps_per_rollout >= 1, "train.num_steps_per_rollout", "must be >= 1")
+        _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")
+
+
+@dataclass
+class AlgorithmSection:
+    advantage_estimator: str = "grpo"  # advantage estimator record
+    policy_loss: str = "ppo_clip"  # policy loss record
+    loss_reducer: str = "seq_mean_token_mean"  # loss aggregation record
+    eps_clip: float = 0.2
+    eps_clip_high: float = 0.0  # 0: same as eps_clip (clip-higher when larger)
+    eps_clip_c: float = 0.0  # dual-clip constant (> 1); 0: off
+    kl_estimator: str = "k3"
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_in_reward_coef: float = 0.0  # KL penalty placed in the reward (PPO, REINFORCE++)
+    entropy_coef: float = 0.0
+    normalize_std: bool = True  # GRPO: divide by the group std
+    whiten_advantages: bool = False
+    is_correction: str = ""  # mismatch correction record: tis, icepop, ... (empty: off)
+    is_kwargs: dict[str, float] = field(default_factory=dict)
+    gamma: float = 1.0
+    lam: float = 1.0
+    opsm_delta: float = 0.0  # OPSM threshold (0: off)
+    max_response_length: int = 0  # Dr. GRPO constant denominator (0: rollout.max_new_tokens)
+
+    def __post_init__(self) -> None:
+        _need(self.eps_clip >= 0, "algorithm.eps_clip", "must be >= 0")
+        _need(self.eps_clip_c == 0 or self.eps_clip_c > 1, "algorithm.eps_clip_c",
+              "dual clip needs a constant > 1 (0 turns it off)")
+
+
+@dataclass
+class WeightsSection:
+    transport: str = "inprocess"  # weight transport record
+    update_interval: int = 1  # sync weights to the engines every N steps
+    bucket_mb: int = 512
+    dir: str = ""  # disk transport directory (default run_dir/weights)
+
+
+@dataclass
+class DebugSection:
+    save_rollouts: str = ""  # directory to dump every step's samples to
+    replay_rollouts: str = ""  # train from dumps instead of generating
+
+
+SECTIONS = (
+    ("run", RunSection, "run identity, steps, executor, checkpoints, loggers"),
+    ("model", ModelSection, "which model to train"),
+    ("data", DataSection, "prompt source and keys"),
+    ("rollout", RolloutSection, "engine, sampling, reward, filters"),
+    ("eval", EvalSection, "held-out evaluation"),
+    ("train", TrainSection, "trainer backend and optimisation"),
+    ("algorithm", AlgorithmSection, "advantages, losses, KL, corrections"),
+    ("weights", WeightsSection, "weight sync from trainer to engines"),
+    ("debug", DebugSection, "rollout dumps and replay"),
+)
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> list[ConfigSection]:
+    return [ConfigSection(name=n, schema=s, summary=doc) for n, s, doc in SECTIONS]

@@ -1,0 +1,1 @@
+"""Built-in plugin (filled in by the GRPO end-to-end work)."""

@@ -1,0 +1,1 @@
+"""The ``core`` command line (click). Listing commands never import torch."""

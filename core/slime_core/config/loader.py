@@ -1,0 +1,78 @@
+"""Read a TOML run file, apply ``-o section.key=value`` overrides, build typed sections."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from slime_core.config.model import Config, ConfigError
+from slime_core.config.schema import ConfigSchema
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``"rollout.n_samples_per_prompt=8"`` -> ``("rollout", "n_samples_per_prompt", 8)``.
+
+    The value is parsed as a TOML value (numbers, booleans, arrays, quoted strings); anything
+    that is not valid TOML is taken as a bare string.
+    """
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    dotted, _, raw = text.partition("=")
+    section, _, key = dotted.strip().partition(".")
+    if not section or not key:
+        raise ConfigError(f"override {text!r} must name section.key (e.g. rollout.temperature=0.7)")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key, value
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}") from exc
+
+
+def load_config(
+    schema: ConfigSchema,
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    data: dict[str, Any] | None = None,
+) -> Config:
+    """Merge file (or ``data``) and overrides, then type-check every section of ``schema``."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = read_toml(path)
+    if data:
+        for sec, values in data.items():
+            raw.setdefault(sec, {}).update(values)
+    for item in overrides:
+        sec, key, value = parse_override(item)
+        table = raw.setdefault(sec, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"override {item!r}: [{sec}] is not a table")
+        table[key] = value
+    where = f" in {path}" if path else ""
+    for name, values in raw.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"top-level key {name!r}{where} must be a [section] table")
+        schema.get(name)  # unknown section -> nearest valid name
+    sections = {}
+    for name in schema.sections():
+        try:
+            sections[name] = schema.build(name, raw.get(name, {}))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{where}") from exc
+    return Config(sections, source=str(path) if path else None)

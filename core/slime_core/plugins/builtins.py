@@ -1,0 +1,25 @@
+"""The core's default plugins, registered before any entry point (as pytest's ``default_plugins``).
+
+Each entry is ``(name, module, essential)``. Essential built-ins hold what the core cannot run
+without (its own config sections and default loop); disabling one is a usage error.
+"""
+
+from __future__ import annotations
+
+BUILTIN_PLUGINS: tuple[tuple[str, str, bool], ...] = (
+    ("core_config", "slime_core.builtin.config_sections", True),
+    ("core_loop", "slime_core.builtin.loop_defaults", True),
+    ("core_accelerators", "slime_core.builtin.accelerators", True),
+    ("core_loggers", "slime_core.builtin.loggers", False),
+    ("local_engine", "slime_core.builtin.local_engine_plugin", False),
+    ("torch_trainer", "slime_core.builtin.torch_trainer_plugin", False),
+    ("core_data", "slime_core.builtin.data_plugin", False),
+    ("core_rewards", "slime_core.builtin.rewards_plugin", False),
+    ("core_filters", "slime_core.builtin.filters_plugin", False),
+    ("core_sft", "slime_core.builtin.sft_plugin", False),
+    ("core_weights", "slime_core.builtin.weights_plugin", False),
+    ("core_sandbox", "slime_core.builtin.sandbox_plugin", False),
+    ("core_tools", "slime_core.builtin.tools_plugin", False),
+)
+
+ESSENTIAL = frozenset(name for name, _, essential in BUILTIN_PLUGINS if essential)

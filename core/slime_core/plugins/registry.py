@@ -1,0 +1,151 @@
+"""Registries: name -> record, built from the ``slime_register_*`` hooks.
+
+Each registration implementation is called individually so every record knows its owner
+plugin; a name registered twice fails naming both owners, an unknown name fails listing the
+valid choices, an unavailable record fails with its probe's reason.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Any, Iterator
+
+from slime_hookspecs.records import RECORD_TYPES, Record
+
+if TYPE_CHECKING:
+    from slime_core.plugins.manager import SlimePluginManager
+
+
+# kind -> (hook name, human label, record type)
+KINDS: dict[str, tuple[str, str, type[Record]]] = {}
+for _rt in RECORD_TYPES:
+    _label = _rt.kind.replace("_", " ")
+    _hook = {
+        "rollout_engine": "slime_register_rollout_engines",
+        "trainer_backend": "slime_register_trainer_backends",
+        "advantage_estimator": "slime_register_advantage_estimators",
+        "policy_loss": "slime_register_policy_losses",
+        "kl_estimator": "slime_register_kl_estimators",
+        "is_correction": "slime_register_is_corrections",
+        "loss_reducer": "slime_register_loss_reducers",
+        "reward_function": "slime_register_reward_functions",
+        "data_source": "slime_register_data_sources",
+        "filter": "slime_register_filters",
+        "weight_transport": "slime_register_weight_transports",
+        "accelerator": "slime_register_accelerators",
+        "sandbox": "slime_register_sandboxes",
+        "tool": "slime_register_tools",
+        "tool_parser": "slime_register_tool_parsers",
+        "logger": "slime_register_loggers",
+    }[_rt.kind]
+    KINDS[_rt.kind] = (_hook, _label, _rt)
+
+
+class DuplicateRecordError(ValueError):
+    pass
+
+
+class UnknownRecordError(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+class UnavailableRecordError(RuntimeError):
+    pass
+
+
+class Registry:
+    """Records of one kind, by name."""
+
+    def __init__(self, kind: str, records: dict[str, Record]) -> None:
+        self.kind = kind
+        self.label = KINDS[kind][1]
+        self.records = records
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.records
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records.values())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def names(self) -> list[str]:
+        return sorted(self.records)
+
+    def get(self, name: str, *, require_available: bool = True) -> Any:
+        """The record called ``name``; unknown or unavailable names fail with a clear message."""
+        rec = self.records.get(name)
+        if rec is None:
+            choices = self.names()
+            close = difflib.get_close_matches(str(name), choices, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UnknownRecordError(
+                f"unknown {self.label} {name!r}{hint}; choose one of: "
+                f"{', '.join(choices) if choices else '(none registered: install a plugin that provides one)'}"
+            )
+        if require_available:
+            why = rec.unavailable_reason()
+            if why:
+                raise UnavailableRecordError(
+                    f"{self.label} {name!r} (plugin {rec.owner}) is unavailable: {why}"
+                )
+        return rec
+
+
+class Registries:
+    """All registries of a plugin manager, built lazily per kind."""
+
+    def __init__(self, manager: SlimePluginManager) -> None:
+        self._manager = manager
+        self._built: dict[str, Registry] = {}
+
+    def __getattr__(self, kind: str) -> Registry:
+        if kind.startswith("_") or kind not in KINDS:
+            raise AttributeError(kind)
+        return self.get(kind)
+
+    def get(self, kind: str) -> Registry:
+        if kind not in self._built:
+            self._built[kind] = self._build(kind)
+        return self._built[kind]
+
+    def all(self) -> dict[str, Registry]:
+        return {k: self.get(k) for k in KINDS}
+
+    def by_owner(self, plugin_name: str) -> dict[str, list[Record]]:
+        out: dict[str, list[Record]] = {}
+        for kind, reg in self.all().items():
+            recs = [r for r in reg if r.owner == plugin_name]
+            if recs:
+                out[kind] = recs
+        return out
+
+    def _build(self, kind: str) -> Registry:
+        hook_name, label, rtype = KINDS[kind]
+        pm = self._manager.pm
+        caller = getattr(pm.hook, hook_name)
+        records: dict[str, Record] = {}
+        # get_hookimpls() is in registration order: built-ins first, so their names win ties
+        # only by being reported as the first owner in a duplicate error.
+        for impl in caller.get_hookimpls():
+            owner = pm.get_name(impl.plugin) or repr(impl.plugin)
+            produced = impl.function()
+            if produced is None:
+                continue
+            items = [produced] if isinstance(produced, Record) else list(produced)
+            for rec in items:
+                if not isinstance(rec, rtype):
+                    raise TypeError(
+                        f"plugin {owner!r}: {hook_name} returned {type(rec).__name__}, "
+                        f"expected {rtype.__name__}"
+                    )
+                rec.owner = owner
+                if rec.name in records:
+                    raise DuplicateRecordError(
+                        f"{label} {rec.name!r} is registered by both plugin "
+                        f"{records[rec.name].owner!r} and plugin {owner!r}"
+                    )
+                records[rec.name] = rec
+        return Registry(kind, records)

@@ -1,0 +1,63 @@
+"""Resolve a run: plugin set (with the config's required plugins) plus the typed config."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from slime_core.config import Config, ConfigSchema, load_config
+from slime_core.config.loader import parse_override, read_toml
+from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_hookspecs.records import ConfigSection
+
+
+def build_schema(manager: SlimePluginManager) -> ConfigSchema:
+    """Collect ``slime_add_config`` sections, each tagged with its owner plugin."""
+    schema = ConfigSchema()
+    for impl in manager.pm.hook.slime_add_config.get_hookimpls():
+        owner = manager.plugin_name(impl.plugin)
+        produced = impl.function(schema=schema)
+        if produced is None:
+            continue
+        for sec in [produced] if isinstance(produced, ConfigSection) else produced:
+            sec.owner = owner
+            schema.add(sec)
+    return schema
+
+
+def _plugin_keys(path: str | Path | None, overrides: tuple[str, ...] | list[str],
+                 data: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """``run.required_plugins`` and ``run.plugin_modules`` before the schema exists."""
+    run: dict[str, Any] = {}
+    if path is not None:
+        run.update(read_toml(path).get("run", {}))
+    if data:
+        run.update(data.get("run", {}))
+    for item in overrides:
+        sec, key, value = parse_override(item)
+        if sec == "run":
+            run[key] = value
+    req = run.get("required_plugins", []) or []
+    mods = run.get("plugin_modules", []) or []
+    return [str(x) for x in req], [str(x) for x in mods]
+
+
+def resolve(
+    selection: PluginSelection,
+    config_path: str | Path | None = None,
+    overrides: tuple[str, ...] | list[str] = (),
+    data: dict[str, Any] | None = None,
+) -> tuple[SlimePluginManager, Config]:
+    """Load plugins (adding the config's required plugins and modules), then the config."""
+    required, modules = _plugin_keys(config_path, overrides, data)
+    selection = replace(
+        selection,
+        required=sorted(set(selection.required) | set(required)),
+        modules=list(dict.fromkeys([*selection.modules, *modules])),
+    )
+    manager = SlimePluginManager(selection).load()
+    manager.check_pending()
+    config = load_config(build_schema(manager), config_path, overrides, data)
+    manager.hook.slime_configure.call_historic(kwargs={"config": config})
+    return manager, config
