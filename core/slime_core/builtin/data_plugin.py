@@ -1,1 +1,40 @@
-"""Built-in plugin (filled in by the GRPO end-to-end work)."""
+"""Built-in plugin ``core_data``: the ``jsonl``, ``parquet`` and ``reasoning_gym`` data sources.
+
+Nothing heavy is imported here (``core plugins`` stays fast); probes only look for modules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from slime_core.data import make_jsonl_source, make_parquet_source, make_reasoning_gym_source
+from slime_hookspecs import DataSourceRecord, hookimpl
+
+
+def _needs(module: str, dist: str):
+    def probe() -> str | None:
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (pip install {dist})"
+        return None
+
+    return probe
+
+
+@hookimpl
+def slime_register_data_sources() -> list[DataSourceRecord]:
+    return [
+        DataSourceRecord(
+            name="jsonl", factory=make_jsonl_source,
+            summary="prompts from data.path / data.eval_path (.jsonl, .json or .parquet)",
+        ),
+        DataSourceRecord(
+            name="parquet", factory=make_parquet_source,
+            summary="prompts from a parquet file (pyarrow); same source as jsonl",
+            probe=_needs("pyarrow", "pyarrow"),
+        ),
+        DataSourceRecord(
+            name="reasoning_gym", factory=make_reasoning_gym_source,
+            summary="procedural reasoning-gym tasks (data.task, data.size, data.eval_seed)",
+            probe=_needs("reasoning_gym", "reasoning-gym"),
+        ),
+    ]

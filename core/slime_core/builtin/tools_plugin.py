@@ -1,1 +1,1 @@
-"""Built-in plugin (filled in by the GRPO end-to-end work)."""
+"""Built-in plugin placeholder: filled in by the agentic-rollout work (issue 8)."""

@@ -1,1 +1,21 @@
-"""Built-in plugin (filled in by the GRPO end-to-end work)."""
+"""Built-in plugin ``torch_trainer``: the ``torch`` trainer backend record (torch imported lazily)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import TrainerBackendRecord, hookimpl
+
+
+def _make(config: Any, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
+    from slime_core.trainer.torch_trainer import TorchTrainer
+
+    return TorchTrainer(config, rank, world_size, accelerator)
+
+
+@hookimpl
+def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
+    return [TrainerBackendRecord(
+        name="torch", factory=_make,
+        summary="transformers AutoModelForCausalLM + AdamW; fp32 on CPU, bf16 on GPU",
+    )]

@@ -1,0 +1,1 @@
+"""Backend-independent algorithm plumbing: advantages and loss composition through hooks."""

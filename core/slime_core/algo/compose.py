@@ -1,0 +1,139 @@
+"""Turn hook answers and registry records into advantages and a micro-batch loss.
+
+Every trainer backend calls :func:`compute_advantages` once per step and :func:`compute_loss`
+per micro-batch, so the per-call hooks fire identically whatever the backend.
+
+Loss composition (when no ``slime_loss`` implementation answers):
+
+* ``train.loss = "sft"``: ``reducer(-log_probs)`` over loss-masked tokens;
+* ``train.loss = "policy"``: per-token policy loss from ``algorithm.policy_loss``, corrected
+  for the rollout/train mismatch (``slime_is_correction`` or ``algorithm.is_correction``),
+  reduced by the reducer; plus ``kl_loss_coef * reducer(kl)`` when ``use_kl_loss`` and minus
+  ``entropy_coef * reducer(entropy)``.
+
+Mismatch metrics (``train/mismatch_abs_logprob_diff``) are always logged when rollout
+log-probs exist, so the rollout/train gap is visible even with no correction configured.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from slime_core.context import get_manager
+from slime_hookspecs import TrainBatch
+
+Reducer = Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+def needs_ref(config: Any) -> bool:
+    """Whether the frozen reference model's log-probs are needed this run."""
+    if config.train.loss == "sft":
+        return False
+    alg = config.algorithm
+    if alg.use_kl_loss or alg.kl_in_reward_coef > 0:
+        return True
+    reg = get_manager().registries.advantage_estimator
+    rec = reg.records.get(alg.advantage_estimator)
+    return bool(rec is not None and rec.needs_ref)
+
+
+def compute_advantages(config: Any, batch: TrainBatch) -> None:
+    """Set ``batch.advantages`` (and ``batch.returns``) from the hook or the estimator."""
+    if config.train.loss == "sft":
+        return
+    pm = get_manager()
+    adv = pm.hook.slime_compute_advantages(config=config, batch=batch)
+    if adv is None:
+        rec = pm.registries.advantage_estimator.get(config.algorithm.advantage_estimator)
+        adv, returns = rec.factory(config, batch)
+        batch.returns = returns
+    if len(adv) != len(batch):
+        raise ValueError(
+            f"advantages for {len(adv)} samples, batch has {len(batch)} (slime_compute_advantages "
+            "or the estimator returned the wrong number)"
+        )
+    batch.advantages = list(adv)
+    if batch.returns is None:
+        batch.returns = list(adv)
+
+
+def make_reducer(config: Any, batch: TrainBatch) -> tuple[Reducer, str]:
+    """The micro-batch reducer and how micro-batches are weighted (``samples``/``tokens``)."""
+    pm = get_manager()
+    red = pm.hook.slime_pg_loss_reducer(
+        config=config, response_lengths=batch.response_lengths, loss_masks=batch.loss_masks
+    )
+    if red is not None:
+        return red, "samples"
+    rec = pm.registries.loss_reducer.get(config.algorithm.loss_reducer)
+    return (rec.factory(config, batch.response_lengths, batch.loss_masks),
+            rec.extra.get("weighting", "samples"))
+
+
+def compute_loss(
+    config: Any, batch: TrainBatch, log_probs: list[torch.Tensor],
+    entropy: list[torch.Tensor] | None,
+) -> tuple[torch.Tensor, dict[str, float], str]:
+    """Loss of one micro-batch, its metrics and its weighting mode."""
+    pm = get_manager()
+    reducer, weighting = make_reducer(config, batch)
+    custom = pm.hook.slime_loss(config=config, batch=batch, log_probs=log_probs, reducer=reducer)
+    if custom is not None:
+        loss, metrics = custom
+        return loss, dict(metrics), weighting
+    metrics: dict[str, float] = {}
+    masks = [m.to(log_probs[0].dtype) for m in batch.loss_masks]
+    if config.train.loss == "sft":
+        loss = reducer([-lp for lp in log_probs])
+        metrics["train/sft_nll"] = float(loss.detach())
+    else:
+        rec = pm.registries.policy_loss.get(config.algorithm.policy_loss)
+        pg, m = rec.factory(config, batch, log_probs)
+        metrics.update(m)
+        if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
+            pg, masks, m = _is_correction(config, pg, batch, masks)
+            metrics.update(m)
+        pg_loss = reducer([p * mk for p, mk in zip(pg, masks)])
+        metrics["train/pg_loss"] = float(pg_loss.detach())
+        loss = pg_loss
+        if config.algorithm.use_kl_loss and batch.ref_log_probs is not None:
+            kl_rec = pm.registries.kl_estimator.get(config.algorithm.kl_estimator)
+            kl = [kl_rec.factory(lp, ref) for lp, ref in zip(log_probs, batch.ref_log_probs)]
+            kl_loss = reducer([k * mk for k, mk in zip(kl, masks)])
+            metrics["train/kl_loss"] = float(kl_loss.detach())
+            loss = loss + config.algorithm.kl_loss_coef * kl_loss
+    if entropy is not None:
+        ent = reducer([e * mk for e, mk in zip(entropy, masks)])
+        metrics["train/entropy"] = float(ent.detach())
+        if config.algorithm.entropy_coef and config.train.loss != "sft":
+            loss = loss - config.algorithm.entropy_coef * ent
+    metrics["train/loss"] = float(loss.detach())
+    return loss, metrics, weighting
+
+
+def _is_correction(
+    config: Any, pg: list[torch.Tensor], batch: TrainBatch, masks: list[torch.Tensor]
+) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, float]]:
+    pm = get_manager()
+    rollout = batch.rollout_log_probs
+    old = batch.old_log_probs
+    metrics = {"train/mismatch_abs_logprob_diff": _masked_abs_diff(old, rollout, masks)}
+    out = pm.hook.slime_is_correction(
+        config=config, pg_loss=pg, train_log_probs=old, rollout_log_probs=rollout,
+        loss_masks=masks,
+    )
+    if out is None and config.algorithm.is_correction:
+        rec = pm.registries.is_correction.get(config.algorithm.is_correction)
+        out = rec.factory(config, pg, old, rollout, masks)
+    if out is not None:
+        pg, masks, m = out
+        metrics.update({k if "/" in k else f"train/{k}": float(v) for k, v in m.items()})
+    return pg, masks, metrics
+
+
+def _masked_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor], masks: list[torch.Tensor]) -> float:
+    num = sum(float(((x.detach() - y) .abs() * m).sum()) for x, y, m in zip(a, b, masks))
+    den = sum(float(m.sum()) for m in masks)
+    return num / den if den > 0 else 0.0

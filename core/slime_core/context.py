@@ -1,0 +1,43 @@
+"""The plugin manager of this process.
+
+Components built by factories (trainers, engines) call hooks; every process holds exactly one
+manager, built by the driver or rebuilt in a Ray worker from the driver's plugin selection.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slime_core.plugins import SlimePluginManager
+
+_MANAGER: SlimePluginManager | None = None
+
+
+def set_manager(manager: SlimePluginManager) -> None:
+    global _MANAGER
+    _MANAGER = manager
+
+
+def get_manager() -> SlimePluginManager:
+    if _MANAGER is None:
+        raise RuntimeError(
+            "no slime plugin manager in this process: call slime_core.context.set_manager() "
+            "(the driver and Ray workers do this)"
+        )
+    return _MANAGER
+
+
+_ROLLOUT_MANAGER: object | None = None
+
+
+def set_rollout_manager(manager: object | None) -> None:
+    """The rollout manager of this process (the built-in ``slime_rollout`` uses it)."""
+    global _ROLLOUT_MANAGER
+    _ROLLOUT_MANAGER = manager
+
+
+def get_rollout_manager() -> object:
+    if _ROLLOUT_MANAGER is None:
+        raise RuntimeError("no rollout manager in this process")
+    return _ROLLOUT_MANAGER

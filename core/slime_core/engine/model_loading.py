@@ -1,0 +1,110 @@
+"""Build the causal LM and tokenizer named by ``config.model``; shared by engines and trainers.
+
+``model.path`` names a local directory (``config.json`` + weights); ``model.init_config`` is a
+dict for ``AutoConfig.for_model`` that builds randomly initialised weights (tests, examples).
+Random initialisation is seeded with ``seed`` (callers pass ``config.run.seed``) inside a
+forked RNG, so every process that builds the model gets identical weights and the caller's
+random stream is left untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str, device: Any) -> torch.dtype:
+    """``model.dtype`` as a torch dtype; ``auto`` is float32 on CPU and bfloat16 elsewhere."""
+    if name == "auto":
+        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(
+            f"model.dtype: {name!r} is not one of auto, {', '.join(_DTYPES)}"
+        ) from None
+
+
+def _check_dir(path: str, key: str) -> None:
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"{key}: {path!r} is not a directory (expected a local model directory with "
+            "config.json; hub names are not downloaded)"
+        )
+
+
+def load_causal_lm(
+    model_cfg: Any,
+    device: Any,
+    dtype: torch.dtype,
+    role: str = "actor",
+    *,
+    seed: int | None = None,
+) -> torch.nn.Module:
+    """The causal LM of ``model_cfg`` (``config.model``) on ``device`` in ``dtype``, eval mode.
+
+    ``seed`` seeds random initialisation from ``model.init_config`` and is required there
+    (pass ``config.run.seed``: trainer and engines must build identical weights); it is unused
+    for ``model.path``. ``role`` (actor, ref, critic) only labels errors.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    trust = bool(getattr(model_cfg, "trust_remote_code", False))
+    if model_cfg.path:
+        _check_dir(model_cfg.path, "model.path")
+        model = AutoModelForCausalLM.from_pretrained(
+            model_cfg.path, dtype=dtype, trust_remote_code=trust
+        )
+    elif model_cfg.init_config:
+        init = dict(model_cfg.init_config)
+        model_type = init.pop("model_type", None)
+        if not model_type:
+            raise ValueError(
+                f"model.init_config needs a 'model_type' key (e.g. 'qwen2') to build the {role} model"
+            )
+        if seed is None:
+            raise ValueError(
+                f"load_causal_lm({role}): building from model.init_config needs seed= "
+                "(pass config.run.seed so the trainer and the engines build identical weights)"
+            )
+        hf_config = AutoConfig.for_model(model_type, **init)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            # Initialise in fp32 on the CPU whatever the target, so every caller gets the same
+            # values before the cast.
+            model = AutoModelForCausalLM.from_config(
+                hf_config, trust_remote_code=trust, dtype=torch.float32
+            )
+        model = model.to(dtype=dtype)
+    else:
+        raise ValueError(
+            f"no model to build for {role}: set model.path (a local directory) or model.init_config"
+        )
+    return model.to(device).eval()
+
+
+def load_tokenizer(model_cfg: Any, required: bool = True) -> Any:
+    """The tokenizer at ``model.tokenizer`` (default ``model.path``).
+
+    With neither set: an error naming ``model.tokenizer``, or ``None`` when not ``required``
+    (an engine can generate token ids without one, but then reports no text and cannot
+    honour stop strings).
+    """
+    from transformers import AutoTokenizer
+
+    path = model_cfg.tokenizer or model_cfg.path
+    if not path:
+        if not required:
+            return None
+        raise ValueError(
+            "model.tokenizer: no tokenizer configured; set model.tokenizer (or model.path) to a "
+            "local directory with the tokenizer files"
+        )
+    _check_dir(path, "model.tokenizer" if model_cfg.tokenizer else "model.path")
+    return AutoTokenizer.from_pretrained(
+        path, trust_remote_code=bool(getattr(model_cfg, "trust_remote_code", False))
+    )

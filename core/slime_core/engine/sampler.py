@@ -1,0 +1,73 @@
+"""Token choice for one group of rows that share temperature, top-k, top-p and seed.
+
+Log-prob convention (``SamplingParams``): the returned log-prob of a token is read from
+``log_softmax(logits / T)`` over the *full* vocabulary (``T = 1`` when greedy); top-k / top-p
+only restrict which token may be chosen. Greedy (``T == 0``) takes the argmax of the logits.
+
+Sampling uses the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)`` i.i.d.), which draws
+exactly from ``p`` and needs no host sync, one noise tensor per step from the group's
+``torch.Generator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingKey:
+    """What decides how a row picks its tokens (rows with equal keys are sampled together)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+
+
+class GroupSampler:
+    """Picks the next token and its log-prob for the rows of one :class:`SamplingKey`."""
+
+    def __init__(self, key: SamplingKey, generator: torch.Generator | None) -> None:
+        self.key = key
+        self.greedy = key.temperature == 0
+        self.temperature = 1.0 if self.greedy else float(key.temperature)
+        self.top_k = key.top_k if key.top_k > 0 else 0
+        self.top_p = float(key.top_p)
+        self.generator = generator
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``logits`` [n, V] -> (token ids [n] long, log-probs [n] float32)."""
+        logits = logits.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        logp = torch.log_softmax(logits, dim=-1)
+        if self.greedy:
+            tokens = logits.argmax(dim=-1)
+        elif self.top_k or self.top_p < 1.0:
+            tokens = self._truncated(logp)
+        else:
+            tokens = self._race(logp.exp())
+        return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+    def _race(self, probs: torch.Tensor) -> torch.Tensor:
+        noise = torch.empty_like(probs).exponential_(generator=self.generator)
+        return (probs / noise).argmax(dim=-1)
+
+    def _truncated(self, logp: torch.Tensor) -> torch.Tensor:
+        """Sample among the top-k tokens whose preceding cumulative probability is < top_p."""
+        vocab = logp.shape[-1]
+        k = min(self.top_k, vocab) if self.top_k else vocab
+        if k < vocab:
+            vals, idx = logp.topk(k, dim=-1)  # sorted, descending
+        else:
+            vals, idx = logp.sort(dim=-1, descending=True)
+        probs = vals.exp()
+        if self.top_p < 1.0:
+            # Renormalise over the top-k survivors first (top-k, then top-p, as HF and vLLM).
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+            before = probs.cumsum(dim=-1) - probs
+            probs = probs.masked_fill(before >= self.top_p, 0.0)  # the first token always stays
+        choice = self._race(probs)
+        return idx.gather(1, choice.unsqueeze(1)).squeeze(1)

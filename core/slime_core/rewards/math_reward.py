@@ -1,0 +1,75 @@
+"""``math``: symbolic answer checking with math-verify (HuggingFace).
+
+The label is parsed as LaTeX or a plain expression (``0.5``, ``\\frac{1}{2}``, ``$x^2$``);
+when that finds nothing it is retried as ``$label$`` and ``\\boxed{label}``. The response is
+parsed with ``\\boxed{...}`` preferred (``boxed_match_priority=0``), then "final answer"
+patterns, then any LaTeX / number, as math-verify does. ``verify(gold, answer)`` decides.
+The reward is 1.0 or 0.0 and never raises: unparsable text, an empty label or a math-verify
+error or timeout give 0.0.
+
+math-verify's timeouts use ``signal.alarm``, which works only in the main thread; in any other
+thread (an executor running rewards) they are turned off.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any, Callable
+
+from slime_hookspecs import Sample
+
+log = logging.getLogger(__name__)
+
+
+def _timeout(seconds: int) -> int | None:
+    return seconds if threading.current_thread() is threading.main_thread() and seconds > 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def _configs() -> tuple[list[Any], list[Any]]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    gold = [LatexExtractionConfig(), ExprExtractionConfig()]
+    pred = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    return gold, pred
+
+
+def parse_gold(label: str, timeout: int = 5) -> list[Any]:
+    """math-verify's parse of a reference answer (empty list when nothing parses)."""
+    from math_verify import parse
+
+    gold_cfg, _ = _configs()
+    for text in (label, f"${label}$", f"\\boxed{{{label}}}"):
+        parsed = parse(text, extraction_config=gold_cfg, parsing_timeout=_timeout(timeout))
+        if parsed:
+            return parsed
+    return []
+
+
+def math_reward(sample: Sample, timeout: int = 5) -> float:
+    """1.0 when math-verify finds the response's answer equal to the label, else 0.0."""
+    if sample.label is None or not str(sample.label).strip() or not sample.response:
+        return 0.0
+    try:
+        from math_verify import parse, verify
+
+        gold = parse_gold(str(sample.label).strip(), timeout)
+        if not gold:
+            return 0.0
+        _, pred_cfg = _configs()
+        answer = parse(sample.response, extraction_config=pred_cfg, parsing_timeout=_timeout(timeout))
+        if not answer:
+            return 0.0
+        return 1.0 if verify(gold, answer, timeout_seconds=_timeout(timeout)) else 0.0
+    except Exception as exc:  # noqa: BLE001 - a reward never fails on model text
+        log.debug("math reward: sample %s scored 0.0 after %s: %s", sample.index,
+                  type(exc).__name__, exc)
+        return 0.0
+
+
+def make_math_reward(config: Any) -> Callable[[Sample], float]:
+    """Record factory; ``rollout.reward_kwargs.timeout`` (seconds, default 5) bounds parsing."""
+    timeout = int(config.rollout.reward_kwargs.get("timeout", 5))
+    return functools.partial(math_reward, timeout=timeout)

@@ -1,0 +1,1 @@
+"""The driver loop and the rollout manager."""

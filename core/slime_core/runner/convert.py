@@ -1,0 +1,66 @@
+"""Samples -> :class:`TrainBatch` (the default of ``slime_convert_samples_to_train_data``).
+
+Conventions: a sample with ``remove_sample`` or status FAILED / ABORTED keeps its place (and,
+for FAILED, the mean reward of its group's other samples, so it does not move the group
+baseline) but its loss mask is all zeros, so it contributes no gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_core.context import get_manager
+from slime_core.runner.rollout import scalar_reward
+from slime_hookspecs import Sample, Status, TrainBatch
+
+
+def default_rewards(config: Any, samples: list[Sample]) -> list[float]:
+    raw = [scalar_reward(config, s) if s.status != Status.FAILED else None for s in samples]
+    by_group: dict[int, list[float]] = {}
+    for s, r in zip(samples, raw):
+        if r is not None:
+            by_group.setdefault(s.group_index, []).append(r)
+    out = []
+    for s, r in zip(samples, raw):
+        if r is None:
+            vals = by_group.get(s.group_index, [])
+            r = sum(vals) / len(vals) if vals else 0.0
+        out.append(float(r))
+    return out
+
+
+def samples_to_batch(config: Any, samples: list[Sample]) -> TrainBatch:
+    pm = get_manager()
+    custom = pm.hook.slime_convert_samples_to_train_data(config=config, samples=samples)
+    if custom is not None:
+        return custom
+    post = pm.hook.slime_reward_post_process(config=config, samples=samples)
+    if post is not None:
+        raw, shaped = post
+    else:
+        raw = default_rewards(config, samples)
+        shaped = list(raw)
+    if len(raw) != len(samples) or len(shaped) != len(samples):
+        raise ValueError("slime_reward_post_process must return one raw and one shaped reward per sample")
+    import torch
+
+    batch = TrainBatch()
+    has_lp = all(len(s.rollout_log_probs) == s.response_length for s in samples)
+    batch.rollout_log_probs = [] if has_lp else None
+    for s in samples:
+        masked = s.remove_sample or s.status in (Status.FAILED, Status.ABORTED)
+        batch.tokens.append(torch.tensor(s.tokens, dtype=torch.long))
+        batch.response_lengths.append(s.response_length)
+        mask = [0] * s.response_length if masked else list(s.loss_mask)
+        batch.loss_masks.append(torch.tensor(mask, dtype=torch.float32))
+        if batch.rollout_log_probs is not None:
+            batch.rollout_log_probs.append(torch.tensor(s.rollout_log_probs, dtype=torch.float32))
+        batch.rollout_ids.append(s.rollout_id)
+        batch.group_indices.append(s.group_index)
+        batch.sample_indices.append(s.index)
+        batch.weight_versions.append(s.weight_versions[0] if s.weight_versions else -1)
+    batch.raw_rewards = [float(x) for x in raw]
+    batch.rewards = [float(x) for x in shaped]
+    batch.metadata["n_samples_per_prompt"] = config.rollout.n_samples_per_prompt
+    batch.validate()
+    return batch

@@ -1,0 +1,251 @@
+"""The driver loop of ``core run`` (local executor).
+
+rollout -> reward/filters -> convert -> log-probs/advantages -> train -> sync weights -> save
+-> eval, with lifecycle hooks around each phase. Metrics go to every configured logger;
+``slime_on_error`` and ``slime_run_end(status="failed")`` fire before an error propagates,
+and checkpoints already written are never touched by a failing step.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from slime_core.context import set_manager, set_rollout_manager
+from slime_core.plugins import SlimePluginManager
+from slime_core.runner import checkpoint as ckpt
+from slime_core.runner.components import has_eval, make_data_source, select_accelerator
+from slime_core.runner.convert import samples_to_batch
+from slime_core.runner.metrics import rollout_metrics
+from slime_core.runner.rollout import RolloutManager
+from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
+
+
+class Driver:
+    def __init__(self, manager: SlimePluginManager, config: Any, resume_dir: str | None = None):
+        import torch
+
+        self.manager, self.config, self.pm = manager, config, manager.hook
+        set_manager(manager)
+        if config.run.num_threads:
+            torch.set_num_threads(config.run.num_threads)
+        random.seed(config.run.seed)
+        torch.manual_seed(config.run.seed)
+        plugins = plugin_set(manager)
+        if resume_dir:
+            self.run_dir = Path(resume_dir)
+            check_resume(self.run_dir, config, plugins)
+        else:
+            self.run_dir = make_run_dir(config)
+            write_run_files(self.run_dir, config, plugins)
+        reg = manager.registries
+        self.accel_record = select_accelerator(manager, config.run.accelerator)
+        self.accel = self.accel_record.factory()
+        self.trainer = reg.trainer_backend.get(config.train.backend).factory(
+            config, 0, 1, self.accel
+        )
+        engine_rec = reg.rollout_engine.get(config.rollout.engine)
+        self.engines = [engine_rec.factory(config, i, self.accel)
+                        for i in range(config.rollout.num_engines)]
+        self.transport = reg.weight_transport.get(config.weights.transport).factory(config, self.accel)
+        self.train_source = make_data_source(manager, config, "train")
+        self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
+        self.eval_start = self.eval_source.state_dict() if self.eval_source is not None else None
+        self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
+        set_rollout_manager(self.rollouts)
+        self.loggers = [reg.logger.get(n).factory(config, str(self.run_dir)) for n in config.run.loggers]
+        self.step = 0
+        self.version = 0  # trainer weight version: optimizer rollouts applied so far
+        self.synced_version = -1  # version the engines hold
+        if resume_dir:
+            self._resume()
+
+    # -- state -----------------------------------------------------------------------------
+    def _resume(self) -> None:
+        last = ckpt.latest_checkpoint(self.run_dir)
+        if last is None:
+            raise FileNotFoundError(f"--resume {self.run_dir}: no complete checkpoint found")
+        state = ckpt.read_driver_state(last)
+        self.trainer.load(str(last / "trainer"))
+        self.train_source.load_state_dict(json.loads((last / "data_source.json").read_text()))
+        random.setstate(_tuple_state(state["python_rng"]))
+        self.step, self.version = state["step"], state["version"]
+        print(f"resumed {self.run_dir} at step {self.step} from {last.name}", file=sys.stderr)
+
+    def save(self) -> None:
+        path = self.run_dir / "checkpoints" / ckpt.step_name(self.step)
+        self.pm.slime_before_save(config=self.config, rollout_id=self.step, path=str(path))
+
+        def write(tmp: Path) -> None:
+            self.trainer.save(str(tmp / "trainer"))
+            (tmp / "data_source.json").write_text(json.dumps(self.train_source.state_dict()))
+
+        state = {"step": self.step, "version": self.version, "python_rng": random.getstate()}
+        # engines get re-synced from the trainer at resume, so synced_version is not saved
+        final = ckpt.save_checkpoint(self.run_dir, self.step, write, state,
+                                     self.config.run.keep_checkpoints)
+        self.pm.slime_after_save(config=self.config, rollout_id=self.step, path=str(final))
+
+    # -- phases ----------------------------------------------------------------------------
+    def sync_weights(self) -> dict[str, float]:
+        self.pm.slime_before_weight_sync(config=self.config, version=self.version)
+        stats = self.transport.send(self.trainer.export_weights(), self.version, self.engines)
+        self.synced_version = self.version
+        for i, e in enumerate(self.engines):
+            if int(e.weight_version()) != self.version:
+                raise RuntimeError(
+                    f"engine {i} reports weight version {e.weight_version()} after sync of "
+                    f"version {self.version}"
+                )
+        self.pm.slime_after_weight_sync(config=self.config, version=self.version, stats=stats)
+        return {f"perf/weight_sync_{k}": float(v) for k, v in stats.items()}
+
+    def check_versions(self) -> None:
+        for c in self.rollouts.clients:
+            got = c.weight_version()
+            if got != self.synced_version:
+                raise RuntimeError(
+                    f"engine {c.index} would generate with weight version {got}, but version "
+                    f"{self.synced_version} was synced last (trainer at {self.version})"
+                )
+
+    def _reseed(self, salt: int) -> None:
+        for i, e in enumerate(self.engines):
+            if hasattr(e, "reseed"):
+                e.reseed(self.config.run.seed * 1_000_003 + salt * 101 + i)
+
+    def evaluate(self) -> dict[str, float]:
+        assert self.eval_source is not None and self.eval_start is not None
+        self.eval_source.load_state_dict(self.eval_start)
+        self._reseed(-1 - self.step)
+        t0 = time.perf_counter()
+        result = self.rollouts.rollout(self.step, evaluation=True)
+        samples = list(result.samples())
+        m = rollout_metrics(self.config, samples, "eval")
+        m["perf/eval_time"] = time.perf_counter() - t0
+        self.pm.slime_log_eval(config=self.config, rollout_id=self.step, samples=samples, metrics=m)
+        return m
+
+    def train_one(self) -> dict[str, float]:
+        cfg, step = self.config, self.step
+        timings: dict[str, float] = {}
+        self.check_versions()
+        self._reseed(step)
+        t = time.perf_counter()
+        self.pm.slime_before_rollout(config=cfg, rollout_id=step)
+        result = self.rollouts.rollout(step)
+        self.pm.slime_after_rollout(config=cfg, rollout_id=step, result=result)
+        timings["perf/rollout_time"] = time.perf_counter() - t
+        samples = list(result.samples())
+        if samples and all(s.status.value == "failed" for s in samples):
+            errors = sorted({s.error or "?" for s in samples})[:3]
+            raise RuntimeError(f"every sample of step {step} failed, e.g. {errors}")
+        metrics = {**result.metrics, **rollout_metrics(cfg, samples, "rollout", self.version)}
+        gen_tokens = sum(s.response_length for s in samples)
+        metrics["perf/rollout_tokens_per_s"] = gen_tokens / max(timings["perf/rollout_time"], 1e-9)
+        self.pm.slime_log_rollout(config=cfg, rollout_id=step, samples=samples, metrics=metrics)
+        batch = samples_to_batch(cfg, samples)
+        self.pm.slime_rollout_data_postprocess(config=cfg, rollout_id=step, batch=batch)
+        batch.validate()
+        t = time.perf_counter()
+        self.pm.slime_before_train(config=cfg, rollout_id=step)
+        train_metrics = self.trainer.train_step(batch, step)
+        self.pm.slime_after_train(config=cfg, rollout_id=step, metrics=train_metrics)
+        timings["perf/train_time"] = time.perf_counter() - t
+        metrics.update(train_metrics)
+        self.version += 1
+        self.step += 1
+        if self.step % cfg.weights.update_interval == 0 or self.step == cfg.run.num_rollouts:
+            t = time.perf_counter()
+            metrics.update(self.sync_weights())
+            timings["perf/weight_sync_time"] = time.perf_counter() - t
+        metrics.update(timings)
+        metrics["perf/step_time"] = sum(timings.values())
+        return metrics
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for lg in self.loggers:
+            lg.log(metrics, step)
+
+    # -- loop --------------------------------------------------------------------------------
+    def run(self) -> Path:
+        cfg = self.config
+        status = "failed"
+        phase = "setup"
+        try:
+            self.sync_weights()
+            self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
+            if self.eval_source is not None and self.step == 0:
+                phase = "eval"
+                self.log(self.evaluate(), 0)
+            bar = _progress(cfg, self.step)
+            while self.step < cfg.run.num_rollouts:
+                phase = "train"
+                t0 = time.perf_counter()
+                m = self.train_one()
+                phase = "save"
+                if cfg.run.save_interval and self.step % cfg.run.save_interval == 0:
+                    t = time.perf_counter()
+                    self.save()
+                    m["perf/save_time"] = time.perf_counter() - t
+                if self.eval_source is not None and (
+                    self.step % cfg.eval.interval == 0 or self.step == cfg.run.num_rollouts
+                ):
+                    phase = "eval"
+                    m.update(self.evaluate())
+                m["perf/total_step_time"] = time.perf_counter() - t0
+                self.log(m, self.step)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{m.get('rollout/reward_mean', 0):.3f}",
+                                    acc=f"{m.get('eval/accuracy', m.get('rollout/accuracy', 0)):.2f}")
+            if bar is not None:
+                bar.close()
+            phase = "save"
+            last = ckpt.latest_checkpoint(self.run_dir)
+            if cfg.run.num_rollouts and (last is None or last.name != ckpt.step_name(self.step)):
+                self.save()
+            status = "completed"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except BaseException as exc:
+            self.pm.slime_on_error(config=cfg, phase=phase, error=exc)
+            raise
+        finally:
+            self.pm.slime_run_end(config=cfg, run_dir=str(self.run_dir), status=status)
+            for lg in self.loggers:
+                lg.close()
+            for e in self.engines:
+                e.shutdown()
+        return self.run_dir
+
+
+def _progress(cfg: Any, start: int) -> Any:
+    if not cfg.run.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=cfg.run.num_rollouts, initial=start, desc="slime", unit="step",
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def _tuple_state(state: Any) -> Any:
+    """JSON turns random.getstate()'s tuples into lists; random.setstate needs tuples."""
+    return (state[0], tuple(state[1]), state[2])
+
+
+def run_training(manager: SlimePluginManager, config: Any, resume_dir: str | None = None) -> Path:
+    """Run (or resume) training; returns the run directory."""
+    if config.run.executor != "local":
+        raise NotImplementedError(
+            f"run.executor = {config.run.executor!r} is not available yet; use 'local'"
+        )
+    driver = Driver(manager, config, resume_dir)
+    run_dir = driver.run()
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    return run_dir

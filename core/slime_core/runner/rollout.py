@@ -1,0 +1,312 @@
+"""The rollout manager: data sources, engines, rewards, filters; the built-in rollout.
+
+Default rollout of one training step (``slime_rollout`` trylast implementation):
+
+1. take groups from the data source (``rollout.over_sampling_batch_size`` per round);
+2. generate every sample concurrently (``slime_generate``; engines batch the requests);
+3. reward each finished group (``slime_reward_group`` or per sample ``slime_reward`` or the
+   configured reward function), then ``slime_after_generate`` per sample;
+4. dynamic sampling (``slime_dynamic_sampling_filter`` + ``rollout.dynamic_sampling_filter``):
+   kept groups count towards ``rollout.batch_size``; once the batch is full, in-flight requests
+   are aborted through the engine and their groups go back to the data source (with their
+   partial responses when ``rollout.partial_rollout``);
+5. sample filter (``slime_rollout_sample_filter``) and ``slime_rollout_all_samples``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import time
+from typing import Any
+
+from slime_core.context import get_manager
+from slime_core.runner.engine_client import EngineClient
+from slime_hookspecs import (
+    DataSource,
+    RolloutResult,
+    Sample,
+    SamplingParams,
+    Status,
+)
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def sampling_params(config: Any, evaluation: bool) -> SamplingParams:
+    r, e = config.rollout, config.eval
+    if evaluation:
+        return SamplingParams(
+            temperature=e.temperature, top_p=e.top_p, top_k=-1,
+            max_new_tokens=e.max_new_tokens or r.max_new_tokens,
+            stop=list(r.stop), stop_token_ids=list(r.stop_token_ids),
+        )
+    return SamplingParams(
+        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens,
+        stop=list(r.stop), stop_token_ids=list(r.stop_token_ids),
+    )
+
+
+async def default_generate(
+    config: Any, sample: Sample, sampling_params: SamplingParams, engine: EngineClient
+) -> Sample:
+    """Single turn: the prompt ids in, response ids and log-probs appended; never re-tokenized."""
+    params = sampling_params
+    if sample.response_length:  # resumed partial rollout: only the remaining budget
+        params = params.replace(max_new_tokens=max(1, params.max_new_tokens - sample.response_length))
+    out = await engine.generate(sample.tokens, params)
+    sample.append_response_tokens(
+        out.token_ids, out.log_probs, text=out.text, weight_version=out.weight_version
+    )
+    sample.status = {
+        "stop": Status.COMPLETED, "length": Status.TRUNCATED, "abort": Status.ABORTED,
+    }.get(out.finish_reason, Status.COMPLETED)
+    return sample
+
+
+class RolloutManager:
+    """Owns the data sources, the engine clients, the reward function and the filters."""
+
+    def __init__(self, config: Any, engines: list[Any], train_source: DataSource,
+                 eval_source: DataSource | None) -> None:
+        self.config = config
+        self.pm = get_manager()
+        batch = config.rollout.generate_batch_size
+        self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
+        self.train_source = train_source
+        self.eval_source = eval_source
+        self._next_engine = 0
+        self._reward_fns: dict[str, Any] = {}
+        reg = self.pm.registries
+        self._ds_filter = (
+            reg.filter.get(config.rollout.dynamic_sampling_filter).factory
+            if config.rollout.dynamic_sampling_filter else None
+        )
+        self._sample_filter = (
+            reg.filter.get(config.rollout.sample_filter).factory
+            if config.rollout.sample_filter else None
+        )
+
+    # -- engine choice -----------------------------------------------------------------
+    def client_for(self, group_index: int) -> EngineClient:
+        """Groups stay on one engine (prefix caching); groups round-robin across engines."""
+        return self.clients[group_index % len(self.clients)]
+
+    def reward_fn(self, evaluation: bool) -> Any:
+        name = (self.config.eval.reward if evaluation else "") or self.config.rollout.reward
+        if name not in self._reward_fns:
+            rec = self.pm.registries.reward_function.get(name)
+            self._reward_fns[name] = (rec.factory(self.config), rec.group)
+        return self._reward_fns[name]
+
+    # -- one rollout ---------------------------------------------------------------------
+    def rollout(self, rollout_id: int, evaluation: bool = False) -> RolloutResult:
+        source = self.eval_source if evaluation else self.train_source
+        if source is None:
+            raise ValueError("evaluation requested but no eval data (set data.eval_path)")
+        result = self.pm.hook.slime_rollout(
+            config=self.config, rollout_id=rollout_id, data_source=source, evaluation=evaluation
+        )
+        if inspect.isawaitable(result):
+            result = asyncio.run(_maybe_await(result))
+        if result is None:
+            raise RuntimeError("no slime_rollout implementation returned a result")
+        return result
+
+    def default_rollout(self, rollout_id: int, source: DataSource, evaluation: bool) -> RolloutResult:
+        return asyncio.run(self._rollout(rollout_id, source, evaluation))
+
+    async def _rollout(self, rollout_id: int, source: DataSource, evaluation: bool) -> RolloutResult:
+        cfg = self.config
+        t0 = time.perf_counter()
+        params = sampling_params(cfg, evaluation)
+        metrics: dict[str, float] = {}
+        if evaluation:
+            limit = cfg.eval.max_prompts or -1
+            groups = source.get_samples(limit)
+            done = await asyncio.gather(*(self._run_group(g, params, rollout_id, True) for g in groups))
+            kept = list(done)
+            all_groups = kept
+        else:
+            kept, all_groups = await self._train_groups(rollout_id, source, params, metrics)
+            if self._sample_filter is not None:
+                self._sample_filter(cfg, kept)
+            self.pm.hook.slime_rollout_sample_filter(config=cfg, groups=kept)
+            self.pm.hook.slime_rollout_all_samples(config=cfg, groups=all_groups, data_source=source)
+        metrics["perf/rollout_time"] = time.perf_counter() - t0
+        return RolloutResult(groups=kept, metrics=metrics)
+
+    async def _train_groups(self, rollout_id: int, source: DataSource, params: SamplingParams,
+                            metrics: dict[str, float]) -> tuple[list[list[Sample]], list[list[Sample]]]:
+        cfg = self.config.rollout
+        target = cfg.batch_size
+        kept: list[list[Sample]] = []
+        everything: list[list[Sample]] = []
+        dropped: dict[str, int] = {}
+        rounds = 0
+        while len(kept) < target:
+            rounds += 1
+            if rounds > cfg.max_sampling_rounds:
+                raise RuntimeError(
+                    f"dynamic sampling kept {len(kept)} of {target} groups after "
+                    f"{cfg.max_sampling_rounds} rounds (rollout.max_sampling_rounds); dropped: "
+                    f"{dropped}. Loosen the filter or raise the limit."
+                )
+            want = max(target - len(kept), cfg.over_sampling_batch_size)
+            groups = source.get_samples(want)
+            for g in groups:
+                for s in g:
+                    s.rollout_id = rollout_id
+            tasks = [asyncio.ensure_future(self._run_group(g, params, rollout_id, False)) for g in groups]
+            pending = set(tasks)
+            while pending and len(kept) < target:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    group = task.result()
+                    everything.append(group)
+                    keep, reason = self._keep(group)
+                    if keep and len(kept) < target:
+                        kept.append(group)
+                    elif not keep:
+                        dropped[reason] = dropped.get(reason, 0) + 1
+                        for s in group:
+                            s.metadata["dropped_reason"] = reason
+            if pending:
+                await self._abort(pending, source)
+        metrics["rollout/sampling_rounds"] = float(rounds)
+        metrics["rollout/groups_generated"] = float(len(everything))
+        for reason, n in dropped.items():
+            metrics[f"rollout/dropped/{reason}"] = float(n)
+        return kept, everything
+
+    async def _abort(self, pending: set[asyncio.Future[Any]], source: DataSource) -> None:
+        """Batch is full: abort surplus requests; their groups return to the data source."""
+        for c in self.clients:
+            c.abort()
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        back: list[list[Sample]] = []
+        for res in results:
+            if isinstance(res, BaseException) or res is None:
+                continue
+            back.append([self._reset_for_buffer(s) for s in res])
+        if back:
+            source.add_samples(back)
+
+    def _reset_for_buffer(self, s: Sample) -> Sample:
+        if self.config.rollout.partial_rollout and s.status == Status.ABORTED:
+            s.status = Status.PENDING
+            if self.config.rollout.mask_offpolicy_in_partial_rollout:
+                s.loss_mask = [0] * s.response_length
+            return s
+        fresh = copy.copy(s)
+        fresh.tokens = s.prompt_tokens
+        fresh.response, fresh.response_length = "", 0
+        fresh.loss_mask, fresh.rollout_log_probs, fresh.weight_versions = [], [], []
+        fresh.status, fresh.reward, fresh.error = Status.PENDING, None, None
+        fresh.metadata = {k: v for k, v in s.metadata.items() if k != "dropped_reason"}
+        return fresh
+
+    def _keep(self, group: list[Sample]) -> tuple[bool, str]:
+        if all(s.status == Status.ABORTED for s in group):
+            return False, "aborted"
+        answers = self.pm.hook.slime_dynamic_sampling_filter(config=self.config, group=group)
+        if self._ds_filter is not None:
+            answers.append(self._ds_filter(self.config, group))
+        for a in answers:
+            if a is not None and not a.keep:
+                return False, a.reason or "filtered"
+        return True, ""
+
+    # -- one group -------------------------------------------------------------------------
+    async def _run_group(self, group: list[Sample], params: SamplingParams, rollout_id: int,
+                         evaluation: bool) -> list[Sample]:
+        client = self.client_for(group[0].group_index)
+        outs = await asyncio.gather(*(self._generate(s, params, client) for s in group))
+        samples: list[Sample] = []
+        for out in outs:
+            samples.extend(out if isinstance(out, list) else [out])
+        if any(s.status == Status.ABORTED for s in samples):
+            return samples
+        await self._reward(samples, evaluation)
+        for s in samples:
+            self.pm.hook.slime_after_generate(
+                config=self.config, sample=s, rollout_id=rollout_id, evaluation=evaluation
+            )
+        return samples
+
+    async def _generate(self, sample: Sample, params: SamplingParams,
+                        client: EngineClient) -> Sample | list[Sample]:
+        try:
+            res = self.pm.hook.slime_generate(
+                config=self.config, sample=sample, sampling_params=params, engine=client
+            )
+            res = await _maybe_await(res)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad sample must not kill the step
+            sample.status, sample.error = Status.FAILED, f"generate: {type(exc).__name__}: {exc}"
+            return sample
+        if res is None:
+            raise RuntimeError("no slime_generate implementation returned a sample")
+        for s in res if isinstance(res, list) else [res]:
+            s.validate()
+        return res
+
+    async def _reward(self, samples: list[Sample], evaluation: bool) -> None:
+        cfg = self.config
+        todo = [s for s in samples if s.status != Status.FAILED]
+        try:
+            group_rewards = await _maybe_await(
+                self.pm.hook.slime_reward_group(config=cfg, samples=todo)
+            )
+        except Exception as exc:  # noqa: BLE001
+            for s in todo:
+                s.status, s.error = Status.FAILED, f"reward_group: {type(exc).__name__}: {exc}"
+            return
+        if group_rewards is not None:
+            if len(group_rewards) != len(todo):
+                raise ValueError(
+                    f"slime_reward_group returned {len(group_rewards)} rewards for {len(todo)} samples"
+                )
+            for s, r in zip(todo, group_rewards):
+                s.reward = r
+            return
+        fn, is_group = self.reward_fn(evaluation)
+        if is_group:
+            try:
+                rewards = await _maybe_await(fn(todo))
+                for s, r in zip(todo, rewards):
+                    s.reward = r
+            except Exception as exc:  # noqa: BLE001
+                for s in todo:
+                    s.status, s.error = Status.FAILED, f"reward: {type(exc).__name__}: {exc}"
+            return
+
+        async def one(s: Sample) -> None:
+            try:
+                r = await _maybe_await(self.pm.hook.slime_reward(config=cfg, sample=s))
+                if r is None:
+                    r = await _maybe_await(fn(s))
+                s.reward = r
+            except Exception as exc:  # noqa: BLE001 - the sample fails, the step goes on
+                s.status, s.error = Status.FAILED, f"reward: {type(exc).__name__}: {exc}"
+
+        await asyncio.gather(*(one(s) for s in todo))
+
+
+def scalar_reward(config: Any, sample: Sample) -> float:
+    """The scalar of a sample's reward (``rollout.reward_key`` picks from a dict)."""
+    r = sample.reward
+    if isinstance(r, dict):
+        key = config.rollout.reward_key
+        if not key:
+            raise ValueError(
+                f"sample {sample.index} has a dict reward {sorted(r)}; set rollout.reward_key"
+            )
+        if key not in r:
+            raise ValueError(f"rollout.reward_key {key!r} not in reward keys {sorted(r)}")
+        return float(r[key])
+    return float(r) if r is not None else 0.0

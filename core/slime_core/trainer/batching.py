@@ -1,0 +1,72 @@
+"""Micro-batching by token budget and padded forward passes for response log-probs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Split sample indices into micro-batches whose padded size stays within ``token_budget``.
+
+    Samples are sorted by length so padding stays small; a single sample longer than the
+    budget forms its own micro-batch. The order is deterministic (stable sort).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        new_longest = max(longest, lengths[i])
+        if cur and new_longest * (len(cur) + 1) > token_budget:
+            out.append(cur)
+            cur, longest = [], 0
+            new_longest = lengths[i]
+        cur.append(i)
+        longest = new_longest
+    if cur:
+        out.append(cur)
+    return out
+
+
+def response_log_probs(
+    model: torch.nn.Module,
+    tokens: list[torch.Tensor],
+    response_lengths: list[int],
+    temperature: float,
+    pad_id: int,
+    with_entropy: bool = False,
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
+
+    Convention (matches the engines): ``log_softmax(logits / T)`` of the full distribution,
+    with ``T = temperature`` when it is > 0 and 1 for greedy. Entropy is of that distribution.
+    """
+    device = next(model.parameters()).device
+    lengths = [int(t.numel()) for t in tokens]
+    width = max(lengths)
+    ids = torch.full((len(tokens), width), pad_id, dtype=torch.long, device=device)
+    attn = torch.zeros((len(tokens), width), dtype=torch.long, device=device)
+    for row, t in enumerate(tokens):
+        ids[row, : lengths[row]] = t.to(device)
+        attn[row, : lengths[row]] = 1
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    temp = temperature if temperature > 0 else 1.0
+    out: list[torch.Tensor] = []
+    ents: list[torch.Tensor] | None = [] if with_entropy else None
+    for row in range(len(tokens)):
+        n, r = lengths[row], response_lengths[row]
+        lg = logits[row, n - r - 1 : n - 1].float()
+        if temp != 1.0:
+            lg = lg / temp
+        logp = torch.log_softmax(lg, dim=-1)
+        target = ids[row, n - r : n]
+        out.append(logp.gather(-1, target.unsqueeze(-1)).squeeze(-1))
+        if ents is not None:
+            ents.append(-(logp.exp() * logp).sum(-1))
+    return out, ents
+
+
+def to_tensor_list(values: list[Any], dtype: torch.dtype) -> list[torch.Tensor]:
+    return [v if isinstance(v, torch.Tensor) else torch.as_tensor(v, dtype=dtype) for v in values]

@@ -1,0 +1,215 @@
+"""The ``torch`` trainer backend: any ``AutoModelForCausalLM``, AdamW, warm-up and decay.
+
+One instance is one rank. Log-probs use the rollout temperature (the engine's convention);
+with one optimizer step per rollout the old policy equals the current one, so ``old_log_probs``
+are the detached current log-probs and no extra forward pass is spent on them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from typing import Any
+
+import torch
+
+from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
+from slime_core.context import get_manager
+from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
+from slime_hookspecs import TrainBatch
+
+
+def lr_lambda(config: Any) -> Any:
+    """Linear warm-up to ``train.lr`` then constant / linear / cosine decay to ``min_lr``."""
+    t = config.train
+    total = max(1, config.run.num_rollouts * t.num_steps_per_rollout)
+    floor = t.min_lr / t.lr if t.lr > 0 else 0.0
+
+    def fn(step: int) -> float:
+        if t.warmup_steps and step < t.warmup_steps:
+            return (step + 1) / t.warmup_steps
+        if t.lr_decay == "constant":
+            return 1.0
+        progress = min(1.0, (step - t.warmup_steps) / max(1, total - t.warmup_steps))
+        if t.lr_decay == "linear":
+            return floor + (1 - floor) * (1 - progress)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+class TorchTrainer:
+    """One data-parallel rank of the built-in trainer."""
+
+    def __init__(self, config: Any, rank: int = 0, world_size: int = 1,
+                 accelerator: Any = None) -> None:
+        self.config = config
+        self.rank, self.world_size = rank, world_size
+        self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
+        self.dtype = resolve_dtype(config.model.dtype, self.device)
+        self.pm = get_manager()
+        torch.manual_seed(config.run.seed)
+        self.model = self._build("actor")
+        self.model.train()
+        if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
+            self.model.gradient_checkpointing_enable()
+        self.ref_model: torch.nn.Module | None = None
+        tok = load_tokenizer(config.model)
+        self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+        t = config.train
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
+            weight_decay=t.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
+        self.pm.hook.slime_trainer_init(config=config, model=self.model)
+
+    # -- models --------------------------------------------------------------------------
+    def _build(self, role: str) -> torch.nn.Module:
+        model = self.pm.hook.slime_make_model(config=self.config, role=role)
+        if model is None:
+            model = load_causal_lm(self.config.model, self.device, self.dtype, role=role)
+        return model.to(self.device)
+
+    def _ref(self) -> torch.nn.Module:
+        """The frozen reference: the initial policy, rebuilt from ``model.path`` / ``init_config``
+        (``init_config`` models are seeded, so they rebuild identically)."""
+        if self.ref_model is None:
+            torch_state = torch.get_rng_state()
+            self.ref_model = self._build("ref")
+            torch.set_rng_state(torch_state)  # building ref must not shift the sampling stream
+            self.ref_model.eval().requires_grad_(False)
+        return self.ref_model
+
+    # -- log-probs -------------------------------------------------------------------------
+    def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
+        model = self._ref() if role == "ref" else self.model
+        self.pm.hook.slime_before_log_prob(config=self.config, model=model, role=role)
+        out: list[torch.Tensor | None] = [None] * len(batch)
+        lengths = [int(len(t)) for t in batch.tokens]
+        with torch.no_grad():
+            for mb in micro_batches(lengths, self.config.train.micro_batch_tokens):
+                lps, _ = response_log_probs(
+                    model, [batch.tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
+                    self.config.rollout.temperature, self.pad_id,
+                )
+                for i, lp in zip(mb, lps):
+                    out[i] = lp.float().cpu()
+        return out  # type: ignore[return-value]
+
+    # -- training --------------------------------------------------------------------------
+    def prepare(self, batch: TrainBatch) -> None:
+        """Tensors, ref/old log-probs and advantages for a step's batch."""
+        batch.tokens = to_tensor_list(batch.tokens, torch.long)
+        batch.loss_masks = to_tensor_list(batch.loss_masks, torch.float32)
+        if batch.rollout_log_probs is not None:
+            batch.rollout_log_probs = to_tensor_list(batch.rollout_log_probs, torch.float32)
+        if self.config.train.loss != "sft":
+            if needs_ref(self.config) and batch.ref_log_probs is None:
+                batch.ref_log_probs = self.compute_log_probs(batch, "ref")
+            if self.config.train.num_steps_per_rollout > 1 and batch.old_log_probs is None:
+                batch.old_log_probs = self.compute_log_probs(batch, "actor")
+        compute_advantages(self.config, batch)
+
+    def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
+        """All optimizer steps of one rollout; returns averaged metrics."""
+        t0 = time.perf_counter()
+        self.prepare(batch)
+        n_steps = self.config.train.num_steps_per_rollout
+        order = list(range(len(batch)))
+        chunks = [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        tokens = 0
+        for step_id, idx in enumerate(chunks):
+            self.pm.hook.slime_before_train_step(
+                config=self.config, rollout_id=rollout_id, step_id=step_id, model=self.model,
+                optimizer=self.optimizer, scheduler=self.scheduler,
+            )
+            m = self._optimizer_step(batch.select(idx))
+            tokens += sum(int(len(batch.tokens[i])) for i in idx)
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+        metrics = {k: sums[k] / counts[k] for k in sums}
+        elapsed = time.perf_counter() - t0
+        metrics["perf/train_tokens_per_s"] = tokens / elapsed if elapsed > 0 else 0.0
+        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
+        return metrics
+
+    def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
+        self.optimizer.zero_grad(set_to_none=True)
+        lengths = [int(len(t)) for t in mini.tokens]
+        total_samples = len(mini)
+        total_tokens = sum(float(m.sum()) for m in mini.loss_masks) or 1.0
+        want_entropy_grad = self.config.algorithm.entropy_coef != 0
+        metrics: dict[str, float] = {}
+        for mb_idx in micro_batches(lengths, self.config.train.micro_batch_tokens):
+            mb = mini.select(mb_idx)
+            lps, ents = response_log_probs(
+                self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
+                self.pad_id, with_entropy=True,
+            )
+            if ents is not None and not want_entropy_grad:
+                ents = [e.detach() for e in ents]
+            if mb.old_log_probs is None:
+                mb.old_log_probs = [lp.detach() for lp in lps]
+            loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+            if weighting == "tokens":
+                w = sum(float(x.sum()) for x in mb.loss_masks) / total_tokens
+            else:
+                w = len(mb) / total_samples
+            (loss * w).backward()
+            for k, v in m.items():
+                metrics[k] = metrics.get(k, 0.0) + v * w
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.config.train.grad_clip or float("inf")
+        )
+        metrics["train/grad_norm"] = float(grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return metrics
+
+    # -- weights and checkpoints -----------------------------------------------------------
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def save(self, path: str) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(path, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
+        save_file(_untie(state), os.path.join(path, "model.safetensors"))
+        torch.save({
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        }, os.path.join(path, "trainer_state.pt"))
+
+    def load(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        state = load_file(os.path.join(path, "model.safetensors"))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"checkpoint {path} has unknown tensors: {unexpected[:5]}")
+        extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
+        self.optimizer.load_state_dict(extra["optimizer"])
+        self.scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["torch_rng"])
+        random.setstate(extra["python_rng"])
+
+
+def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses shared storage (tied embeddings): give each tensor its own copy."""
+    seen: dict[int, str] = {}
+    out = {}
+    for k, v in state.items():
+        ptr = v.data_ptr()
+        out[k] = v.clone() if ptr in seen else v
+        seen.setdefault(ptr, k)
+    return out

@@ -1,0 +1,113 @@
+"""Typed config: unknown keys, wrong types, overrides, plugin sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slime_core.config import ConfigError, parse_override
+from slime_core.plugins import PluginSelection
+from slime_core.session import resolve
+from slime_hookspecs import ConfigSection, hookimpl
+
+
+def _resolve(tmp_path: Path, text: str, overrides: tuple[str, ...] = ()):  # noqa: ANN202
+    p = tmp_path / "run.toml"
+    p.write_text(text)
+    return resolve(PluginSelection(autoload=False), p, overrides)
+
+
+def test_defaults_and_overrides(tmp_path: Path) -> None:
+    _, cfg = _resolve(tmp_path, "[rollout]\ntemperature = 0.7\n", ("rollout.n_samples_per_prompt=4",))
+    assert cfg.rollout.temperature == 0.7
+    assert cfg.rollout.n_samples_per_prompt == 4
+    assert cfg.train.backend == "torch"
+
+
+def test_unknown_key_suggests_nearest(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'rollout.temprature'; did you mean 'rollout.temperature'\?"):
+        _resolve(tmp_path, "[rollout]\ntemprature = 0.7\n")
+
+
+def test_unknown_section_suggests_nearest(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown config section 'rolout'; did you mean 'rollout'"):
+        _resolve(tmp_path, "[rolout]\nx = 1\n")
+
+
+def test_wrong_type_names_key_expected_and_value(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"rollout.n_samples_per_prompt: expected int, got 'eight' \(str\)"):
+        _resolve(tmp_path, '[rollout]\nn_samples_per_prompt = "eight"\n')
+    with pytest.raises(ConfigError, match="run.loggers\\[0\\]: expected str, got 3"):
+        _resolve(tmp_path, "[run]\nloggers = [3]\n")
+
+
+def test_range_check_names_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="rollout.top_p: must be in"):
+        _resolve(tmp_path, "[rollout]\ntop_p = 1.5\n")
+
+
+def test_int_is_accepted_for_float(tmp_path: Path) -> None:
+    _, cfg = _resolve(tmp_path, "[train]\nlr = 1\n")
+    assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
+
+
+def test_parse_override_values() -> None:
+    assert parse_override("a.b=3") == ("a", "b", 3)
+    assert parse_override("a.b=[1, 2]") == ("a", "b", [1, 2])
+    assert parse_override("a.b=hello") == ("a", "b", "hello")
+    with pytest.raises(ConfigError):
+        parse_override("novalue")
+
+
+@dataclass
+class _Extra:
+    alpha: float = 0.5
+
+
+class _ExtraPlugin:
+    @hookimpl
+    def slime_add_config(self, schema):  # noqa: ANN001, ANN201
+        return ConfigSection(name="extra", schema=_Extra)
+
+
+def test_plugin_contributes_a_section_and_duplicate_fails(tmp_path: Path) -> None:
+    from slime_core.plugins import SlimePluginManager
+    from slime_core.session import build_schema
+    from slime_core.config import load_config
+
+    m = SlimePluginManager(PluginSelection(autoload=False)).load()
+    m.register_object(_ExtraPlugin(), "extra_plugin")
+    cfg = load_config(build_schema(m), data={"extra": {"alpha": 2}})
+    assert cfg.extra.alpha == 2.0
+
+    class _Dup:
+        @hookimpl
+        def slime_add_config(self, schema):  # noqa: ANN001, ANN201
+            return ConfigSection(name="extra", schema=_Extra)
+
+    m.register_object(_Dup(), "dup_plugin")
+    with pytest.raises(ConfigError, match=r"\[extra\] is contributed by both plugin 'extra_plugin' and plugin 'dup_plugin'"):
+        build_schema(m)
+
+
+def test_configure_hook_can_reject(tmp_path: Path) -> None:
+    p = tmp_path / "run.toml"
+    p.write_text("[rollout]\nbatch_size = 3\n")
+    mod = tmp_path / "reject_odd_plugin.py"
+    mod.write_text(
+        "from slime_hookspecs import hookimpl\n"
+        "@hookimpl\n"
+        "def slime_configure(config):\n"
+        "    if config.rollout.batch_size % 2:\n"
+        "        raise ValueError('rollout.batch_size must be even for this plugin')\n"
+    )
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match="must be even"):
+            resolve(PluginSelection(autoload=False), p, ("run.plugin_modules=['reject_odd_plugin']",))
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -1,0 +1,1 @@
+"""Example slime plugin: format reward."""
