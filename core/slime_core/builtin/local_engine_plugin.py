@@ -1,1 +1,27 @@
-"""Built-in plugin (filled in by the GRPO end-to-end work)."""
+"""Built-in plugin ``local_engine``: the ``local`` rollout engine record.
+
+The engine (transformers causal LM, own batched decoding loop) lives in
+:mod:`slime_core.engine.local_engine`; it is imported by the factory, so listing plugins
+never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import RolloutEngineRecord, hookimpl
+
+
+def make_local_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+    """``factory(config, engine_index, accelerator)`` of the ``local`` record."""
+    from slime_core.engine.local_engine import LocalEngine
+
+    return LocalEngine(config, engine_index, accelerator)
+
+
+@hookimpl
+def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
+    return [RolloutEngineRecord(
+        name="local", factory=make_local_engine,
+        summary="transformers causal LM in-process; batched KV-cache decoding with exact log-probs",
+    )]

@@ -16,7 +16,6 @@ version = "0.1.0"
 description = "A slime plugin: {dash}"
 requires-python = ">=3.10"
 dependencies = ["slime-hookspecs>=0.1"]
-classifiers = ["Framework :: slime"]
 
 [project.entry-points.slime]
 {under} = "{package}.plugin"

@@ -1,0 +1,245 @@
+"""The ``local`` rollout engine: a transformers causal LM in this process.
+
+Implements :class:`slime_hookspecs.RolloutEngine`. Generation runs the batched loop of
+:mod:`slime_core.engine.decoding` (own loop, not ``model.generate``, so log-probs follow the
+``SamplingParams`` convention exactly). Requests with different sampling settings share one
+batch; rows with equal (temperature, top_k, top_p, seed) are sampled together.
+
+Randomness: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it
+(requests sharing a seed in one call share that stream, so they still differ from each other;
+the same call repeated gives the same outputs). Requests without a seed draw from the engine's
+generator, seeded once with ``run.seed + engine_index``.
+
+Stop conditions: ``stop_token_ids``, plus the tokenizer's and the model's generation-config
+EOS ids unless ``ignore_eos`` (finish ``stop``, token kept); stop strings, found in the decoded
+text of the generated ids (finish ``stop``, tokens kept up to the one that completed the
+string); ``max_new_tokens`` (finish ``length``); :meth:`abort` (finish ``abort``).
+
+Thread safety: ``generate``, ``update_weights``, ``sleep``, ``wake_up`` and ``shutdown`` take
+one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from slime_core.engine.decoding import Request, decode
+from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.engine.sampler import GroupSampler, SamplingKey
+from slime_core.engine.stopping import StopStrings
+from slime_hookspecs import GenerateOutput, SamplingParams
+
+
+def _engine_device(accelerator: Any, engine_index: int) -> torch.device:
+    if accelerator is None:
+        return torch.device("cpu")
+    count = max(1, int(accelerator.device_count()))
+    return torch.device(accelerator.device(engine_index % count))
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
+    ids: list[int] = []
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if extra is not None:
+        ids.extend(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]))
+    return list(dict.fromkeys(ids))
+
+
+class LocalEngine:
+    """``LocalEngine(config, engine_index, accelerator)``; see the module docstring."""
+
+    def __init__(self, config: Any, engine_index: int = 0, accelerator: Any = None) -> None:
+        self.config = config
+        self.engine_index = engine_index
+        self.accelerator = accelerator
+        self.device = _engine_device(accelerator, engine_index)
+        self.dtype = resolve_dtype(config.model.dtype, self.device)
+        model = load_causal_lm(config.model, self.device, self.dtype, role="actor",
+                               seed=config.run.seed)
+        model.requires_grad_(False)
+        self._model: torch.nn.Module | None = model
+        self.tokenizer = load_tokenizer(config.model, required=False)
+        self.eos_token_ids = _eos_ids(self.tokenizer, model)
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
+        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        self.generate_batch_size = int(getattr(config.rollout, "generate_batch_size", 0) or 0)
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(int(config.run.seed) + int(engine_index))
+        self._version = 0
+        self._lock = threading.Lock()
+        self._aborts = itertools.count(1)
+        self._abort_epoch = 0
+        self._asleep = False
+
+    # -- generation ----------------------------------------------------------------------
+    def generate(
+        self, prompts: list[list[int]], params: list[SamplingParams]
+    ) -> list[GenerateOutput]:
+        """One output per prompt: generated ids, their log-probs, finish reason, text."""
+        epoch = self._abort_epoch  # an abort() from now on ends this call
+        if len(prompts) != len(params):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} sampling params")
+        if not prompts:
+            return []
+        with self._lock:
+            model = self._live_model()
+            version = self._version
+            requests = self._requests(prompts, params)
+
+            def aborted() -> bool:
+                return self._abort_epoch != epoch
+
+            order = list(range(len(requests)))
+            cap = self.generate_batch_size or len(requests)
+            if cap < len(requests):  # similar lengths together: less padding per chunk
+                order.sort(key=lambda i: len(requests[i].prompt))
+            results: list[Any] = [None] * len(requests)
+            with torch.inference_mode():
+                for start in range(0, len(order), cap):
+                    chunk = order[start:start + cap]
+                    if aborted():
+                        for i in chunk:
+                            results[i] = ([], [], "abort")
+                        continue
+                    outs = decode(model, [requests[i] for i in chunk], self.pad_token_id,
+                                  aborted, self._new_cache)
+                    for i, out in zip(chunk, outs):
+                        results[i] = (out.token_ids, out.log_probs, out.finish_reason)
+        return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
+                               weight_version=version, text=self._text(ids))
+                for ids, lps, reason in results]
+
+    def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
+        samplers: dict[SamplingKey, GroupSampler] = {}
+        out = []
+        for i, (prompt, sp) in enumerate(zip(prompts, params)):
+            prompt = [int(t) for t in prompt]
+            if not prompt:
+                raise ValueError(f"generate: prompt {i} is empty")
+            bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
+            if bad is not None:
+                raise ValueError(
+                    f"generate: prompt {i} has token id {bad}, outside the model's vocabulary "
+                    f"(size {self.vocab_size})"
+                )
+            if sp.stop and self.tokenizer is None:
+                raise ValueError(
+                    "generate: stop strings need a tokenizer; set model.tokenizer (or model.path)"
+                )
+            key = SamplingKey(float(sp.temperature), int(sp.top_k), float(sp.top_p), sp.seed)
+            if key not in samplers:
+                gen = self._generator
+                if sp.seed is not None:
+                    gen = torch.Generator(device=self.device)
+                    gen.manual_seed(int(sp.seed))
+                samplers[key] = GroupSampler(key, gen)
+            stops = list(sp.stop_token_ids) + ([] if sp.ignore_eos else self.eos_token_ids)
+            out.append(Request(
+                prompt=prompt,
+                max_new_tokens=int(sp.max_new_tokens),
+                stop_token_ids=list(dict.fromkeys(int(t) for t in stops)),
+                sampler=samplers[key],
+                stop_strings=StopStrings(self.tokenizer, list(sp.stop)) if sp.stop else None,
+            ))
+        return out
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self._live_model().config)
+
+    def _text(self, ids: list[int]) -> str:
+        if self.tokenizer is None or not ids:
+            return ""
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def _live_model(self) -> torch.nn.Module:
+        if self._model is None:
+            raise RuntimeError(f"local engine {self.engine_index} was shut down")
+        if self._asleep:
+            raise RuntimeError(
+                f"local engine {self.engine_index} is asleep; call wake_up() before generating"
+            )
+        return self._model
+
+    # -- weights ---------------------------------------------------------------------------
+    def update_weights(self, weights: Any, version: int) -> None:
+        """Copy ``weights`` (name -> tensor, all or some of the state dict) into the model.
+
+        Every name and shape is checked before anything is copied; the first unknown name or
+        mismatching shape fails naming the tensor and nothing changes.
+        """
+        if not isinstance(weights, Mapping):
+            raise TypeError(
+                f"update_weights: expected a mapping of name -> tensor, got {type(weights).__name__}"
+            )
+        with self._lock:
+            if self._model is None:
+                raise RuntimeError(f"local engine {self.engine_index} was shut down")
+            model = self._model
+            state = model.state_dict(keep_vars=True)
+            tensors = {}
+            for name, value in weights.items():
+                if name not in state:
+                    raise KeyError(
+                        f"update_weights(version={version}): {name!r} is not a parameter or "
+                        f"buffer of the engine's model ({len(state)} names, e.g. "
+                        f"{', '.join(list(state)[:3])})"
+                    )
+                tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+                if tuple(tensor.shape) != tuple(state[name].shape):
+                    raise ValueError(
+                        f"update_weights(version={version}): {name!r} has shape "
+                        f"{tuple(tensor.shape)} but the engine's model has "
+                        f"{tuple(state[name].shape)}"
+                    )
+                tensors[name] = tensor
+            model.load_state_dict(tensors, strict=False)
+            self._version = int(version)
+
+    def weight_version(self) -> int:
+        return self._version
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def health(self) -> bool:
+        return self._model is not None
+
+    def abort(self) -> None:
+        """End generation calls in flight now; their unfinished requests finish ``abort``."""
+        self._abort_epoch = next(self._aborts)
+
+    def sleep(self) -> None:
+        """Move the model to host memory (a no-op on CPU)."""
+        with self._lock:
+            if self._model is None or self.device.type == "cpu" or self._asleep:
+                return
+            self._model.to("cpu")
+            self._asleep = True
+            self._empty_cache()
+
+    def wake_up(self) -> None:
+        with self._lock:
+            if self._model is None or not self._asleep:
+                return
+            self._model.to(self.device)
+            self._asleep = False
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._model = None
+            gc.collect()
+            self._empty_cache()
+
+    def _empty_cache(self) -> None:
+        if self.device.type != "cpu" and self.accelerator is not None:
+            self.accelerator.empty_cache()

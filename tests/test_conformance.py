@@ -1,0 +1,57 @@
+"""Conformance, as datasette does: every hookspec documented, in docs/hooks.md, and tested."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pluggy
+import pytest
+
+from slime_core.hookdocs import render
+from slime_hookspecs import PROJECT_NAME
+from slime_hookspecs.specs import SPEC_MODULES, hook_names
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _specs() -> dict[str, object]:
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    for mod in SPEC_MODULES:
+        pm.add_hookspecs(mod)
+    return {n: getattr(pm.hook, n).spec for n in hook_names()}
+
+
+def test_docs_hooks_md_is_current() -> None:
+    text = (REPO / "docs" / "hooks.md").read_text()
+    assert text == render(), "docs/hooks.md drifted: run `python -m slime_core.hookdocs > docs/hooks.md`"
+
+
+@pytest.mark.parametrize("name", hook_names())
+def test_hookspec_has_a_contract(name: str) -> None:
+    spec = _specs()[name]
+    doc = inspect.getdoc(spec.function) or ""
+    assert "versionadded" in doc, f"{name}: docstring lacks `.. versionadded::`"
+    assert "Process" in doc or "process" in doc, f"{name}: docstring does not say in which process it fires"
+    if spec.opts.get("firstresult"):
+        assert "None" in doc, f"{name}: firstresult hook must say what returning None means"
+    assert f"### `{name}`" in (REPO / "docs" / "hooks.md").read_text()
+
+
+def _test_sources() -> str:
+    texts = []
+    for path in REPO.rglob("test_*.py"):
+        if path.name == "test_conformance.py" or ".venv" in path.parts:
+            continue
+        texts.append(path.read_text(errors="replace"))
+    for path in REPO.rglob("conftest.py"):
+        texts.append(path.read_text(errors="replace"))
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("name", hook_names())
+def test_hook_has_a_test(name: str) -> None:
+    assert re.search(rf"\b{name}\b", _test_sources()), (
+        f"no test mentions {name}: add one that implements or calls it"
+    )
