@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass, field
 from typing import Any
 
 from slime_hookspecs.protocols import ExecResult
 
 from slime_core.sandbox import jail, workdir
+from slime_core.sandbox.process import CappedOutput, Running, read_json, write_id_map
 
 MISSING_BWRAP = (
     "bwrap not found on PATH; install it with `apt-get install bubblewrap` (Debian/Ubuntu) "
@@ -40,51 +39,6 @@ _DRAIN_AFTER_KILL_S = 5.0
 
 class SandboxError(RuntimeError):
     """The jail itself could not be set up (not a failure of the command run in it)."""
-
-
-@dataclass(eq=False)
-class _Running:
-    proc: asyncio.subprocess.Process
-    init_pid: int | None = None
-    pidfd: int | None = None
-    killed: bool = False
-
-    def kill(self) -> None:
-        """SIGKILL the jail's pid-namespace init (killing all of it) and bwrap's session."""
-        self.killed = True
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-        elif self.init_pid is not None and self.proc.returncode is None:
-            with contextlib.suppress(OSError):
-                os.kill(self.init_pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def release(self) -> None:
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
-@dataclass
-class _Capped:
-    """Reads a stream to its end, keeping at most ``cap`` bytes."""
-
-    cap: int
-    data: bytearray = field(default_factory=bytearray)
-    truncated: bool = False
-
-    async def drain(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(1 << 16):
-            room = self.cap - len(self.data)
-            if room > 0:
-                self.data += chunk[:room]
-            if len(chunk) > room:
-                self.truncated = True
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
 
 
 def _positive(name: str, value: Any) -> int:
@@ -139,7 +93,7 @@ class LocalSandbox:
         self.allow_network = bool(allow_network)
         self._python = jail.python_mounts(python)
         self._owner = (host_uid, host_uid) if os.geteuid() == 0 else None
-        self._running: set[_Running] = set()
+        self._running: set[Running] = set()
         self._closed = False
         self._state_dir = tempfile.mkdtemp(prefix="slime-sandbox-")
         self._finalizer = weakref.finalize(self, workdir.remove_tree, self._state_dir)
@@ -176,13 +130,13 @@ class LocalSandbox:
         deadline = None if timeout is None else started + max(float(timeout), 0.0)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe() if self._owner is not None else (None, None)
-        argv = jail.bwrap_argv(
-            self._bwrap, command, limits=self.limits, python=self._python,
-            work_dir=self.work_dir, etc_dir=self._etc_dir, info_fd=info_w,
-            userns_block_fd=block_r, allow_network=self.allow_network,
-        )
         pass_fds = (info_w,) if block_r is None else (info_w, block_r)
         try:
+            argv = jail.bwrap_argv(
+                self._bwrap, command, limits=self.limits, python=self._python,
+                work_dir=self.work_dir, etc_dir=self._etc_dir, info_fd=info_w,
+                userns_block_fd=block_r, allow_network=self.allow_network,
+            )
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=environ, pass_fds=pass_fds,
@@ -197,25 +151,25 @@ class LocalSandbox:
             for fd in (info_w, block_r):
                 if fd is not None:
                     os.close(fd)
-        run = _Running(proc)
+        run = Running(proc)
         self._running.add(run)
-        out, err = _Capped(self.output_cap_bytes), _Capped(self.output_cap_bytes)
+        out, err = CappedOutput(self.output_cap_bytes), CappedOutput(self.output_cap_bytes)
         assert proc.stdout is not None and proc.stderr is not None
         readers = [asyncio.create_task(out.drain(proc.stdout)),
                    asyncio.create_task(err.drain(proc.stderr))]
         timed_out = False
         try:
-            if not await self._start(run, info_r, block_w, deadline):
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.gather(*readers), _DRAIN_AFTER_KILL_S)
-                raise SandboxError(
-                    f"bwrap could not set up the sandbox (exit code {proc.returncode}): "
-                    f"{err.text().strip() or 'no message'}"
-                )
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
+                if not await self._start(run, info_r, block_w, deadline):
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.gather(*readers), _DRAIN_AFTER_KILL_S)
+                    raise SandboxError(
+                        f"bwrap could not set up the sandbox (exit code {proc.returncode}): "
+                        f"{err.text().strip() or 'no message'}"
+                    )
+                remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
                 await asyncio.wait_for(proc.wait(), remaining)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError:  # during setup or while the command ran
                 timed_out = True
                 run.kill()
                 await proc.wait()
@@ -241,7 +195,7 @@ class LocalSandbox:
             return [os.fspath(a) for a in cmd]
         raise TypeError(f"cmd must be a shell string or a non-empty list of strings, got {cmd!r}")
 
-    async def _start(self, run: _Running, info_r: int, block_w: int | None,
+    async def _start(self, run: Running, info_r: int, block_w: int | None,
                      deadline: float | None) -> bool:
         """Learn the jail's init pid from bwrap; as root, map the sandbox user and release it.
 
@@ -249,7 +203,7 @@ class LocalSandbox:
         """
         try:
             budget = _SETUP_TIMEOUT_S if deadline is None else max(deadline - time.monotonic(), 0.1)
-            info = await asyncio.wait_for(_read_json(info_r), min(budget, _SETUP_TIMEOUT_S))
+            info = await asyncio.wait_for(read_json(info_r), min(budget, _SETUP_TIMEOUT_S))
             if info is None:
                 await run.proc.wait()
                 return False
@@ -260,8 +214,8 @@ class LocalSandbox:
                 assert self._owner is not None
                 uid, gid = self._owner
                 try:
-                    _write_id_map(run.init_pid, "gid_map", jail.SANDBOX_GID, gid)
-                    _write_id_map(run.init_pid, "uid_map", jail.SANDBOX_UID, uid)
+                    write_id_map(run.init_pid, "gid_map", jail.SANDBOX_GID, gid)
+                    write_id_map(run.init_pid, "uid_map", jail.SANDBOX_UID, uid)
                 except OSError as exc:
                     raise SandboxError(
                         f"could not map the sandbox user to host uid {uid}: {exc}"
@@ -273,7 +227,7 @@ class LocalSandbox:
                 if fd is not None:
                     os.close(fd)
 
-    async def _finish(self, run: _Running, readers: list[asyncio.Task[None]]) -> None:
+    async def _finish(self, run: Running, readers: list[asyncio.Task[None]]) -> None:
         """Make sure nothing of this command survives, whatever happened (errors, cancel)."""
         if run.proc.returncode is None:
             run.kill()
@@ -326,29 +280,3 @@ class LocalSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<LocalSandbox {self.work_dir!r} {state} {self.limits}>"
-
-
-def _write_id_map(pid: int, name: str, inner: int, host: int) -> None:
-    """Inside id 0 is host root (bwrap's setup only), ``inner`` is the unprivileged ``host``."""
-    with open(f"/proc/{pid}/{name}", "w", encoding="ascii") as fh:
-        fh.write(f"0 0 1\n{inner} {host} 1\n")
-
-
-async def _read_json(fd: int) -> dict[str, Any] | None:
-    """The JSON document bwrap writes on ``--info-fd``; ``None`` if it closes without one."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", buffering=0)
-    )
-    data = b""
-    try:
-        while chunk := await reader.read(4096):
-            data += chunk
-            try:
-                return json.loads(data)
-            except ValueError:
-                continue
-        return None
-    finally:
-        transport.close()

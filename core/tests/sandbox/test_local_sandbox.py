@@ -17,9 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from slime_hookspecs.protocols import ExecResult, Sandbox
-from slime_hookspecs.records import SandboxRecord
-
 from slime_core.sandbox import (
     MISSING_BWRAP,
     LocalSandbox,
@@ -27,6 +24,8 @@ from slime_core.sandbox import (
     probe_local_sandbox,
     sandbox_records,
 )
+from slime_hookspecs.protocols import ExecResult, Sandbox
+from slime_hookspecs.records import SandboxRecord
 
 
 @pytest.fixture(autouse=True)
@@ -447,3 +446,22 @@ def test_missing_bwrap_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     with pytest.raises(SandboxError) as info:
         LocalSandbox()
     assert str(info.value) == expected
+
+
+@pytest.mark.no_bwrap_needed
+def test_bwrap_that_cannot_create_namespaces_is_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A stand-in for bwrap on a host where user namespaces are off: it fails as bwrap does.
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    message = ("bwrap: No permissions to create a new namespace, likely because the kernel "
+               "does not allow non-privileged user namespaces.")
+    fake.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    reason = probe_local_sandbox()
+    assert reason is not None
+    assert reason.startswith("bwrap is installed but cannot run a sandbox here")
+    assert message in reason and "user namespaces" in reason
+    assert probe_local_sandbox() == reason  # cached: one trial per bwrap binary and uid
