@@ -124,7 +124,8 @@ def info_command(name: str, as_json: bool, selection: PluginSelection) -> None:
     for sec in sections:
         click.echo(f"  config section [{sec['name']}]: {sec['summary']}")
     for kind, recs in records.items():
-        click.echo(f"  {KINDS[kind][1]}s:")
+        label = KINDS[kind][1]
+        click.echo(f"  {label + ('es' if label.endswith(('s', 'x')) else 's')}:")
         for r in recs:
             avail = f"  (unavailable: {r['unavailable']})" if r["unavailable"] else ""
             click.echo(f"    {r['name']}: {r['summary']}{avail}")

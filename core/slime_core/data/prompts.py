@@ -42,7 +42,7 @@ class PromptEncoder:
             raise ValueError(
                 f"data.prompt_template {self.template!r} is not a valid str.format template with "
                 f"a {{prompt}} field ({type(exc).__name__}: {exc}); write literal braces as "
-                "{{ and }}, e.g. '\\\\boxed{{}}'"
+                "{{ and }}, e.g. '\\boxed{{}}'"
             ) from None
 
     # -- tokenizer -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slime_core.data import make_jsonl_source, make_parquet_source
-from slime_hookspecs import Sample, Status
+from slime_hookspecs import DataSource, Sample, Status
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -40,6 +40,7 @@ def key(group: list[Sample]) -> tuple:
 def test_groups_have_the_sample_contract(cfg):
     config = cfg(prompt_template="Q: {prompt} A:")
     src = make_jsonl_source(config, "train")
+    assert isinstance(src, DataSource)
     assert len(src) == 7
     groups = src.get_samples(3)
     assert [len(g) for g in groups] == [2, 2, 2]
@@ -232,3 +233,8 @@ def test_parquet_rows(make_config, tiny_tokenizer_dir, tmp_path):
     (a,), (b,) = src.get_samples(2)
     assert (a.prompt, a.label, a.metadata) == ("1+1", 2, {"level": 1, "raw": {"kind": "add"}})
     assert b.label == 4 and src.encoder.tokenizer.decode(b.tokens) == "2+2"
+
+
+def test_bad_prompt_template_is_named(cfg):
+    with pytest.raises(ValueError, match=r"data.prompt_template .*\\boxed\{\{\}\}"):
+        make_jsonl_source(cfg(prompt_template="{prompt} in \\boxed{}"), "train")
