@@ -152,7 +152,7 @@ class TrainSection:
 @dataclass
 class AlgorithmSection:
     advantage_estimator: str = "grpo"  # advantage estimator record
-    policy_loss: str = "ppo_clip"  # policy loss record
+    policy_loss: str = "ppo"  # policy loss record
     loss_reducer: str = "seq_mean_token_mean"  # loss aggregation record
     eps_clip: float = 0.2
     eps_clip_high: float = 0.0  # 0: same as eps_clip (clip-higher when larger)

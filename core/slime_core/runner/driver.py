@@ -55,6 +55,8 @@ class Driver:
         self.train_source = make_data_source(manager, config, "train")
         self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
         self.eval_start = self.eval_source.state_dict() if self.eval_source is not None else None
+        if hasattr(self.train_source, "set_buffer_filter"):
+            self.train_source.set_buffer_filter(self._buffer_filter())
         self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
         set_rollout_manager(self.rollouts)
         self.loggers = [reg.logger.get(n).factory(config, str(self.run_dir)) for n in config.run.loggers]
@@ -63,6 +65,20 @@ class Driver:
         self.synced_version = -1  # version the engines hold
         if resume_dir:
             self._resume()
+
+    def _buffer_filter(self) -> Any:
+        """``slime_buffer_filter`` first, then ``rollout.buffer_filter`` (any plugin's record)."""
+        named = self.config.rollout.buffer_filter
+        fallback = self.manager.registries.filter.get(named).factory if named else None
+
+        def choose(config: Any, rollout_id: int, buffer: list, num_groups: int) -> Any:
+            out = self.pm.slime_buffer_filter(config=config, rollout_id=rollout_id,
+                                              buffer=buffer, num_groups=num_groups)
+            if out is None and fallback is not None:
+                out = fallback(config, rollout_id, buffer, num_groups)
+            return out
+
+        return choose
 
     # -- state -----------------------------------------------------------------------------
     def _resume(self) -> None:
