@@ -7,12 +7,9 @@ from typing import Any
 
 import pytest
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
-    "{% if tools %}<tools>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}\n{% endif %}"
-    "{% if add_generation_prompt %}<assistant>{% endif %}"
-)
+from slime_core.testing import CHAT_TEMPLATE, write_char_tokenizer
 
+__all__ = ["CHAT_TEMPLATE", "build_config", "write_char_tokenizer"]
 
 def build_config(**sections: dict[str, Any]) -> Any:
     """A validated ``Config`` of the core's sections: ``build_config(data={"path": p})``."""
@@ -30,28 +27,6 @@ def build_config(**sections: dict[str, Any]) -> Any:
 def make_config():
     """``make_config(data={...}, rollout={...})`` -> a typed ``Config``."""
     return build_config
-
-
-def write_char_tokenizer(path: Path) -> Path:
-    """Save a character-level ``PreTrainedTokenizerFast`` (printable ASCII, ``<eos>``, chat
-    template) under ``path``; no network needed."""
-    import string
-
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
-    for ch in string.printable:
-        vocab.setdefault(ch, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(path))
-    return path
 
 
 @pytest.fixture(scope="session")

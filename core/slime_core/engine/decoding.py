@@ -2,16 +2,21 @@
 
 One prefill of the left-padded prompts (attention mask and position ids follow the padding;
 only the last position's logits are computed), then one forward pass per new token through a
-``DynamicCache``. Everything per step stays in tensors; the host learns only whether every
-row is done (one boolean a step). Rows that are done are dropped from the batch (cache
+``DynamicCache``. Everything per step stays in tensors; the host learns only whether any row
+is still running (one boolean a step). Rows that are done are dropped from the batch (cache
 included) once they are at least half of it, so a batch whose answers are short stops paying
 for its longest member.
+
+Decode steps of a padded batch pass a ready 4-D boolean mask (a view that grows by one column
+a step) where the model uses SDPA over full attention only, instead of having transformers
+rebuild the mask from the 2-D one every step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -40,11 +45,99 @@ class Result:
     finish_reason: str
 
 
+def prebuilt_mask_ok(config: Any) -> bool:
+    """True when a 4-D boolean mask may replace the model's own (SDPA, no sliding window)."""
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(t == "full_attention" for t in layer_types)
+    return getattr(config, "sliding_window", None) is None or not getattr(
+        config, "use_sliding_window", True
+    )
+
+
 def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor,
              cache: Any) -> torch.Tensor:
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                 use_cache=True, logits_to_keep=1)
     return out.logits[:, -1, :]
+
+
+class _Batch:
+    """Per-row state of the rows still in the batch (``rows``: their request indices)."""
+
+    def __init__(self, requests: list[Request], device: torch.device, max_new: int) -> None:
+        self.rows = list(range(len(requests)))
+        self.device = device
+
+        def col(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        self.limit = col([r.max_new_tokens for r in requests])
+        n_stop = max((len(r.stop_token_ids) for r in requests), default=0)
+        self.stop_ids = torch.tensor(
+            [r.stop_token_ids + [-1] * (n_stop - len(r.stop_token_ids)) for r in requests],
+            dtype=torch.long, device=device,
+        ) if n_stop else None
+        self.status = torch.zeros(len(requests), dtype=torch.long, device=device)
+        self.count = torch.zeros(len(requests), dtype=torch.long, device=device)
+        self.tokens = torch.zeros((len(requests), max_new), dtype=torch.long, device=device)
+        self.log_probs = torch.zeros((len(requests), max_new), dtype=torch.float32, device=device)
+        self.samplers: list[GroupSampler] = []
+        group_of = []
+        for r in requests:
+            if not any(s is r.sampler for s in self.samplers):
+                self.samplers.append(r.sampler)
+            group_of.append(next(i for i, s in enumerate(self.samplers) if s is r.sampler))
+        self.group_of = col(group_of)
+        self.groups = self._groups()
+
+    def _groups(self) -> list[tuple[torch.Tensor | None, GroupSampler]]:
+        if len(self.samplers) == 1:
+            return [(None, self.samplers[0])]
+        out: list[tuple[torch.Tensor | None, GroupSampler]] = []
+        for g, sampler in enumerate(self.samplers):
+            idx = (self.group_of == g).nonzero().squeeze(1)
+            if idx.numel():
+                out.append((idx, sampler))
+        return out
+
+    def sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(self.groups) == 1:
+            return self.groups[0][1](logits)
+        tokens = torch.empty(logits.shape[0], dtype=torch.long, device=self.device)
+        lp = torch.empty(logits.shape[0], dtype=torch.float32, device=self.device)
+        for idx, sampler in self.groups:
+            tok_g, lp_g = sampler(logits.index_select(0, idx))
+            tokens[idx], lp[idx] = tok_g, lp_g
+        return tokens, lp
+
+    def keep(self, idx: torch.Tensor, results: dict[int, Result]) -> None:
+        """Finalise the rows not in ``idx`` and drop them."""
+        kept = set(idx.tolist())
+        self._finalise([i for i in range(len(self.rows)) if i not in kept], results)
+        self.rows = [self.rows[i] for i in sorted(kept)]
+        for name in ("limit", "stop_ids", "status", "count", "tokens", "log_probs", "group_of"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.index_select(0, idx))
+        self.groups = self._groups()
+
+    def _finalise(self, positions: list[int], results: dict[int, Result]) -> None:
+        if not positions:
+            return
+        sel = torch.tensor(positions, dtype=torch.long, device=self.device)
+        counts = self.count.index_select(0, sel).tolist()
+        codes = self.status.index_select(0, sel).tolist()
+        toks = self.tokens.index_select(0, sel).tolist()
+        lps = self.log_probs.index_select(0, sel).tolist()
+        for j, pos in enumerate(positions):
+            n = counts[j]
+            results[self.rows[pos]] = Result(toks[j][:n], lps[j][:n], REASONS.get(codes[j], "abort"))
+
+    def finalise_all(self, results: dict[int, Result]) -> None:
+        self._finalise(list(range(len(self.rows))), results)
 
 
 def decode(
@@ -65,103 +158,65 @@ def decode(
     ids = torch.tensor([[pad_id] * (width - len(r.prompt)) + r.prompt for r in requests],
                        dtype=torch.long, device=device)
     lens_t = torch.tensor(lens, dtype=torch.long, device=device)
-    # Mask over prompt + every new token; column views of it grow by one per step.
+    # Mask over prompt + every new token; decode steps use growing column views of it.
     full_mask = torch.ones((n, width + max_new), dtype=torch.long, device=device)
     full_mask[:, :width] = torch.arange(width, device=device) >= (width - lens_t).unsqueeze(1)
     pos = (full_mask[:, :width].cumsum(-1) - 1).clamp_(min=0)
+    prebuilt = padded and prebuilt_mask_ok(model.config)
+    step_mask = full_mask.bool()[:, None, None, :] if prebuilt else full_mask
 
-    limit = torch.tensor([r.max_new_tokens for r in requests], dtype=torch.long, device=device)
-    n_stop = max((len(r.stop_token_ids) for r in requests), default=0)
-    stop_ids = torch.tensor([r.stop_token_ids + [-1] * (n_stop - len(r.stop_token_ids))
-                             for r in requests], dtype=torch.long, device=device)
-    # Rows grouped by sampler; a group is a tensor of positions in the live batch.
-    samplers: list[GroupSampler] = []
-    group_of: list[int] = []
-    for r in requests:
-        if not any(s is r.sampler for s in samplers):
-            samplers.append(r.sampler)
-        group_of.append(next(i for i, s in enumerate(samplers) if s is r.sampler))
-    group_t = torch.tensor(group_of, dtype=torch.long, device=device)
-    string_rows = [i for i, r in enumerate(requests) if r.stop_strings is not None]
-
-    out_tokens = torch.zeros((n, max_new), dtype=torch.long, device=device)
-    out_lp = torch.zeros((n, max_new), dtype=torch.float32, device=device)
-    status = torch.zeros(n, dtype=torch.long, device=device)  # RUNNING / STOP / LENGTH / ABORT
-    count = torch.zeros(n, dtype=torch.long, device=device)  # tokens kept per row
-
-    live = torch.arange(n, device=device)  # original row of each live batch position
-    live_rows: list[int] = list(range(n))
-    groups = _groups(group_t, samplers)
+    batch = _Batch(requests, device, max_new)
+    string_rows = any(r.stop_strings is not None for r in requests)
+    results: dict[int, Result] = {}
     cache = make_cache()
-    mask = full_mask[:, :width] if padded else None
-    logits = _forward(model, ids, mask, pos, cache)
+    logits = _forward(model, ids, full_mask[:, :width] if padded else None, pos, cache)
     pos = lens_t.unsqueeze(1)  # next position of each row (padding does not count)
-    live_count = n
 
     for step in range(max_new):
-        if len(groups) == 1:
-            tokens, lp = groups[0][1](logits)
+        tokens, lp = batch.sample(logits)
+        running = batch.status == RUNNING
+        batch.tokens[:, step] = tokens
+        batch.log_probs[:, step] = lp
+        batch.count += running
+        done = step + 1 >= batch.limit
+        if batch.stop_ids is not None:
+            hit = (tokens.unsqueeze(1) == batch.stop_ids).any(1)
         else:
-            tokens = torch.empty(logits.shape[0], dtype=torch.long, device=device)
-            lp = torch.empty(logits.shape[0], dtype=torch.float32, device=device)
-            for idx, sampler in groups:
-                t, l = sampler(logits.index_select(0, idx))
-                tokens[idx], lp[idx] = t, l
-        running = status[live] == RUNNING
-        out_tokens[live, step] = tokens
-        out_lp[live, step] = lp
-        count[live] += running.long()
-        hit = (tokens.unsqueeze(1) == stop_ids[live]).any(1) if n_stop else torch.zeros_like(running)
+            hit = torch.zeros_like(running)
         if string_rows:
-            hit = hit | _string_hits(requests, live_rows, tokens, running, device)
-        new_status = torch.where(hit, STOP, torch.where(step + 1 >= limit[live], LENGTH, RUNNING))
-        status[live] = torch.where(running, new_status, status[live])
-        still = status[live] == RUNNING
+            hit |= _string_hits(requests, batch.rows, tokens, running, device)
+        finished = running & (hit | done)
+        batch.status = torch.where(finished, torch.where(hit, STOP, LENGTH), batch.status)
+        still = running & ~finished
         remaining = int(still.sum())  # the step's only host sync
         if remaining == 0:
             break
         if aborted():
-            status[live] = torch.where(still, ABORT, status[live])
+            batch.status = torch.where(still, ABORT, batch.status)
             break
         next_ids = tokens.unsqueeze(1)
-        if remaining * 2 <= live_count and live_count > 1:  # compact: drop finished rows
+        if remaining * 2 <= len(batch.rows) and len(batch.rows) > 1:  # drop finished rows
             keep = still.nonzero().squeeze(1)
+            batch.keep(keep, results)
             cache.batch_select_indices(keep)
-            live, next_ids, pos = live[keep], next_ids[keep], pos[keep]
-            full_mask = full_mask[keep]
-            live_rows = live.tolist()
-            live_count = remaining
-            groups = _groups(group_t[live], samplers)
-        mask = full_mask[:, : width + step + 1] if padded else None
+            next_ids, pos, step_mask = next_ids[keep], pos[keep], step_mask[keep]
+        mask = None
+        if padded:
+            mask = step_mask[..., : width + step + 1]
         logits = _forward(model, next_ids, mask, pos, cache)
         pos = pos + 1
 
     del cache
-    counts = count.tolist()
-    codes = status.tolist()
-    toks = out_tokens.tolist()
-    lps = out_lp.tolist()
-    return [Result(toks[i][: counts[i]], lps[i][: counts[i]], REASONS.get(codes[i], "abort"))
-            for i in range(n)]
+    batch.finalise_all(results)
+    return [results[i] for i in range(n)]
 
 
-def _groups(group_t: torch.Tensor, samplers: list[GroupSampler]) -> list[tuple[torch.Tensor, GroupSampler]]:
-    if len(samplers) == 1:
-        return [(torch.arange(group_t.numel(), device=group_t.device), samplers[0])]
-    out = []
-    for g, sampler in enumerate(samplers):
-        idx = (group_t == g).nonzero().squeeze(1)
-        if idx.numel():
-            out.append((idx, sampler))
-    return out
-
-
-def _string_hits(requests: list[Request], live_rows: list[int], tokens: torch.Tensor,
+def _string_hits(requests: list[Request], rows: list[int], tokens: torch.Tensor,
                  running: torch.Tensor, device: torch.device) -> torch.Tensor:
     toks = tokens.tolist()
     run = running.tolist()
-    hits = [False] * len(live_rows)
-    for pos, row in enumerate(live_rows):
+    hits = [False] * len(rows)
+    for pos, row in enumerate(rows):
         checker = requests[row].stop_strings
         if checker is not None and run[pos]:
             hits[pos] = checker.push(toks[pos])

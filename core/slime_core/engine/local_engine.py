@@ -14,6 +14,12 @@ Stop conditions: ``stop_token_ids``, plus the tokenizer's and the model's genera
 EOS ids unless ``ignore_eos`` (finish ``stop``, token kept); stop strings, found in the decoded
 text of the generated ids (finish ``stop``, tokens kept up to the one that completed the
 string); ``max_new_tokens`` (finish ``length``); :meth:`abort` (finish ``abort``).
+``text`` is the generated ids decoded with ``skip_special_tokens=True`` (empty without a
+tokenizer); generated text is never re-tokenized.
+
+:meth:`abort` ends every ``generate`` call that has started (including one still waiting for
+the lock): unfinished requests keep their tokens so far and finish ``abort``, later chunks of
+the call come back empty. Calls made after it are not affected.
 
 Thread safety: ``generate``, ``update_weights``, ``sleep``, ``wake_up`` and ``shutdown`` take
 one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
@@ -28,12 +34,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from slime_hookspecs import GenerateOutput, SamplingParams
 
 from slime_core.engine.decoding import Request, decode
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 from slime_core.engine.stopping import StopStrings
-from slime_hookspecs import GenerateOutput, SamplingParams
 
 
 def _engine_device(accelerator: Any, engine_index: int) -> torch.device:
@@ -113,7 +119,7 @@ class LocalEngine:
                         continue
                     outs = decode(model, [requests[i] for i in chunk], self.pad_token_id,
                                   aborted, self._new_cache)
-                    for i, out in zip(chunk, outs):
+                    for i, out in zip(chunk, outs, strict=True):
                         results[i] = (out.token_ids, out.log_probs, out.finish_reason)
         return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
                                weight_version=version, text=self._text(ids))
@@ -122,7 +128,7 @@ class LocalEngine:
     def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
         samplers: dict[SamplingKey, GroupSampler] = {}
         out = []
-        for i, (prompt, sp) in enumerate(zip(prompts, params)):
+        for i, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
             prompt = [int(t) for t in prompt]
             if not prompt:
                 raise ValueError(f"generate: prompt {i} is empty")

@@ -4,9 +4,10 @@ Log-prob convention (``SamplingParams``): the returned log-prob of a token is re
 ``log_softmax(logits / T)`` over the *full* vocabulary (``T = 1`` when greedy); top-k / top-p
 only restrict which token may be chosen. Greedy (``T == 0``) takes the argmax of the logits.
 
-Sampling uses the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)`` i.i.d.), which draws
-exactly from ``p`` and needs no host sync, one noise tensor per step from the group's
-``torch.Generator``.
+Sampling inverts the CDF: one uniform number per row, a cumulative sum over the (truncated)
+probabilities and a binary search. That draws exactly from ``p`` (up to float32 rounding of
+the cumulative sum) and costs far less on CPU than drawing one random number per vocabulary
+entry (``torch.multinomial``, Gumbel or exponential races), with no host sync.
 """
 
 from __future__ import annotations
@@ -48,12 +49,21 @@ class GroupSampler:
         elif self.top_k or self.top_p < 1.0:
             tokens = self._truncated(logp)
         else:
-            tokens = self._race(logp.exp())
+            tokens = self._invert(logp.exp(), None)
         return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
-    def _race(self, probs: torch.Tensor) -> torch.Tensor:
-        noise = torch.empty_like(probs).exponential_(generator=self.generator)
-        return (probs / noise).argmax(dim=-1)
+    def _invert(self, probs: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+        """Index drawn from ``probs`` [n, K] (unnormalised); ``kept`` [n]: how many leading
+        entries may be chosen (the rest are zero)."""
+        cdf = probs.cumsum(dim=-1)
+        u = torch.rand((probs.shape[0], 1), generator=self.generator, device=probs.device,
+                       dtype=cdf.dtype)
+        # right=True skips zero-width (zero-probability) entries; the clamp catches u * total
+        # rounding up to total.
+        idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+        if kept is None:
+            return idx.clamp_(max=probs.shape[1] - 1)
+        return torch.minimum(idx, kept - 1)
 
     def _truncated(self, logp: torch.Tensor) -> torch.Tensor:
         """Sample among the top-k tokens whose preceding cumulative probability is < top_p."""
@@ -64,10 +74,12 @@ class GroupSampler:
         else:
             vals, idx = logp.sort(dim=-1, descending=True)
         probs = vals.exp()
+        kept = torch.full((probs.shape[0],), k, dtype=torch.long, device=probs.device)
         if self.top_p < 1.0:
             # Renormalise over the top-k survivors first (top-k, then top-p, as HF and vLLM).
             probs = probs / probs.sum(dim=-1, keepdim=True)
-            before = probs.cumsum(dim=-1) - probs
-            probs = probs.masked_fill(before >= self.top_p, 0.0)  # the first token always stays
-        choice = self._race(probs)
+            drop = (probs.cumsum(dim=-1) - probs) >= self.top_p  # the first token always stays
+            probs = probs.masked_fill(drop, 0.0)
+            kept = (~drop).sum(dim=-1)
+        choice = self._invert(probs, kept)
         return idx.gather(1, choice.unsqueeze(1)).squeeze(1)

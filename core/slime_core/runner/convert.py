@@ -30,10 +30,14 @@ def default_rewards(config: Any, samples: list[Sample]) -> list[float]:
 
 
 def samples_to_batch(config: Any, samples: list[Sample]) -> TrainBatch:
+    """``slime_convert_samples_to_train_data`` if a plugin answers, else :func:`default_convert`."""
+    custom = get_manager().hook.slime_convert_samples_to_train_data(config=config, samples=samples)
+    return custom if custom is not None else default_convert(config, samples)
+
+
+def default_convert(config: Any, samples: list[Sample]) -> TrainBatch:
+    """Tokens, masks (removed/failed samples zeroed), rewards via ``slime_reward_post_process``."""
     pm = get_manager()
-    custom = pm.hook.slime_convert_samples_to_train_data(config=config, samples=samples)
-    if custom is not None:
-        return custom
     post = pm.hook.slime_reward_post_process(config=config, samples=samples)
     if post is not None:
         raw, shaped = post

@@ -51,6 +51,8 @@ class Driver:
         engine_rec = reg.rollout_engine.get(config.rollout.engine)
         self.engines = [engine_rec.factory(config, i, self.accel)
                         for i in range(config.rollout.num_engines)]
+        if not config.weights.dir:
+            config.weights.dir = str(self.run_dir / "weights")
         self.transport = reg.weight_transport.get(config.weights.transport).factory(config, self.accel)
         self.train_source = make_data_source(manager, config, "train")
         self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None

@@ -146,6 +146,7 @@ class RolloutManager:
         kept: list[list[Sample]] = []
         everything: list[list[Sample]] = []
         dropped: dict[str, int] = {}
+        surplus: list[list[Sample]] = []
         rounds = 0
         while len(kept) < target:
             rounds += 1
@@ -168,14 +169,21 @@ class RolloutManager:
                     group = task.result()
                     everything.append(group)
                     keep, reason = self._keep(group)
-                    if keep and len(kept) < target:
-                        kept.append(group)
-                    elif not keep:
+                    if not keep:
                         dropped[reason] = dropped.get(reason, 0) + 1
                         for s in group:
                             s.metadata["dropped_reason"] = reason
+                    elif len(kept) < target:
+                        kept.append(group)
+                    else:
+                        surplus.append(group)
             if pending:
                 await self._abort(pending, source)
+        if surplus:
+            # Finished after the batch was full: the prompts go back, the generation is
+            # discarded so the next step stays on-policy.
+            source.add_samples([[self._reset_for_buffer(s, fresh=True) for s in g] for g in surplus])
+            metrics["rollout/surplus_groups"] = float(len(surplus))
         metrics["rollout/sampling_rounds"] = float(rounds)
         metrics["rollout/groups_generated"] = float(len(everything))
         for reason, n in dropped.items():
@@ -195,8 +203,10 @@ class RolloutManager:
         if back:
             source.add_samples(back)
 
-    def _reset_for_buffer(self, s: Sample) -> Sample:
-        if self.config.rollout.partial_rollout and s.status == Status.ABORTED:
+    def _reset_for_buffer(self, s: Sample, fresh: bool = False) -> Sample:
+        """Aborted samples keep their partial response with ``rollout.partial_rollout``
+        (continued next step with the remaining budget); everything else restarts."""
+        if not fresh and self.config.rollout.partial_rollout and s.status == Status.ABORTED:
             s.status = Status.PENDING
             if self.config.rollout.mask_offpolicy_in_partial_rollout:
                 s.loss_mask = [0] * s.response_length

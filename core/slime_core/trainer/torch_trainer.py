@@ -71,7 +71,8 @@ class TorchTrainer:
     def _build(self, role: str) -> torch.nn.Module:
         model = self.pm.hook.slime_make_model(config=self.config, role=role)
         if model is None:
-            model = load_causal_lm(self.config.model, self.device, self.dtype, role=role)
+            model = load_causal_lm(self.config.model, self.device, self.dtype, role=role,
+                                   seed=self.config.run.seed)
         return model.to(self.device)
 
     def _ref(self) -> torch.nn.Module:

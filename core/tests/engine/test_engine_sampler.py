@@ -1,0 +1,54 @@
+"""Token choice: greedy, full and truncated sampling draw from the right distribution."""
+
+from __future__ import annotations
+
+import torch
+from slime_core.engine.sampler import GroupSampler, SamplingKey
+
+LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+N = 40000
+
+
+def draw(temperature, top_k=-1, top_p=1.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    sampler = GroupSampler(SamplingKey(temperature, top_k, top_p, None), gen)
+    tokens, lp = sampler(LOGITS.repeat(N, 1))
+    return tokens, lp
+
+
+def frequencies(tokens):
+    return torch.bincount(tokens, minlength=LOGITS.numel()).float() / N
+
+
+def test_greedy_takes_argmax_and_reports_t1_log_prob():
+    tokens, lp = draw(0.0)
+    assert set(tokens.tolist()) == {0}
+    torch.testing.assert_close(lp, torch.log_softmax(LOGITS, -1)[0].expand(N))
+
+
+def test_full_sampling_matches_the_tempered_softmax():
+    tokens, lp = draw(0.8)
+    p = torch.softmax(LOGITS / 0.8, -1)
+    torch.testing.assert_close(frequencies(tokens), p, atol=0.01, rtol=0)
+    torch.testing.assert_close(lp, torch.log_softmax(LOGITS / 0.8, -1)[tokens])
+
+
+def test_top_k_then_top_p_sample_the_renormalised_survivors_with_full_log_probs():
+    tokens, lp = draw(1.0, top_k=4, top_p=0.8)
+    p = torch.softmax(LOGITS, -1)
+    top4 = p[:4] / p[:4].sum()  # 0.51, 0.19, 0.11, 0.07 ... cumulative before: 0, .51, .70, .81
+    keep = top4[:3] / top4[:3].sum()
+    expected = torch.zeros_like(p)
+    expected[:3] = keep
+    torch.testing.assert_close(frequencies(tokens), expected, atol=0.01, rtol=0)
+    torch.testing.assert_close(lp, torch.log_softmax(LOGITS, -1)[tokens])  # not truncated
+
+
+def test_top_p_keeps_at_least_one_token():
+    tokens, _ = draw(1.0, top_p=0.01)
+    assert set(tokens.tolist()) == {0}
+
+
+def test_generator_makes_draws_reproducible():
+    assert torch.equal(draw(1.0, seed=3)[0], draw(1.0, seed=3)[0])
+    assert not torch.equal(draw(1.0, seed=3)[0], draw(1.0, seed=4)[0])
