@@ -42,3 +42,15 @@ def write_char_tokenizer(path: Path) -> Path:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(path))
     return path
+
+
+def build_test_config(**sections: dict[str, Any]) -> Any:
+    """A validated config of the core's sections only (no plugin sections)."""
+    from slime_core.builtin.config_sections import SECTIONS
+    from slime_core.config import ConfigSchema, load_config
+    from slime_hookspecs import ConfigSection
+
+    schema = ConfigSchema()
+    for name, cls, doc in SECTIONS:
+        schema.add(ConfigSection(name=name, schema=cls, summary=doc))
+    return load_config(schema, data=sections)

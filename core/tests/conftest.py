@@ -7,20 +7,11 @@ from typing import Any
 
 import pytest
 
-from slime_core.testing import CHAT_TEMPLATE, write_char_tokenizer
+from slime_core.testing import CHAT_TEMPLATE, build_test_config, write_char_tokenizer
 
 __all__ = ["CHAT_TEMPLATE", "build_config", "write_char_tokenizer"]
 
-def build_config(**sections: dict[str, Any]) -> Any:
-    """A validated ``Config`` of the core's sections: ``build_config(data={"path": p})``."""
-    from slime_core.builtin.config_sections import SECTIONS
-    from slime_core.config import ConfigSchema, load_config
-    from slime_hookspecs import ConfigSection
-
-    schema = ConfigSchema()
-    for name, cls, doc in SECTIONS:
-        schema.add(ConfigSection(name=name, schema=cls, summary=doc))
-    return load_config(schema, data=sections)
+build_config = build_test_config
 
 
 @pytest.fixture
