@@ -213,6 +213,11 @@ class LocalEngine:
             model.load_state_dict(tensors, strict=False)
             self._version = int(version)
 
+    def reseed(self, seed: int) -> None:
+        """Restart the shared sampling stream (the driver reseeds per step so a resumed run
+        draws exactly what an uninterrupted one would)."""
+        self._generator.manual_seed(int(seed))
+
     def weight_version(self) -> int:
         return self._version
 
