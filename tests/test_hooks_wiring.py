@@ -384,3 +384,26 @@ def test_log_hooks_extend_metrics(base_config, run_slime) -> None:
     lines = read_metrics(run_dir)
     assert lines[0]["eval/custom_log"] == 3.0 and lines[0]["step"] == 0
     assert lines[1]["rollout/custom_log"] == 8.0 and lines[1]["eval/custom_log"] == 3.0
+
+
+def test_trainer_save_and_load_hooks(base_config, run_slime) -> None:
+    events: list[tuple[str, bool]] = []
+
+    class State:
+        @hookimpl
+        def slime_trainer_save(self, config, path, rank):
+            assert ".tmp-" in path  # written inside the temporary checkpoint directory
+            with open(f"{path}/plugin_state.txt", "w") as fh:
+                fh.write("critic")
+            events.append(("save", rank == 0))
+
+        @hookimpl
+        def slime_trainer_load(self, config, path, rank):
+            with open(f"{path}/plugin_state.txt") as fh:
+                events.append(("load", fh.read() == "critic"))
+
+    base_config["run"]["save_interval"] = 1
+    run_dir = run_slime(base_config, [State()])
+    base_config["run"]["num_rollouts"] = 3
+    run_slime(base_config, [State()], resume=str(run_dir))
+    assert events == [("save", True), ("save", True), ("load", True), ("save", True)]

@@ -190,6 +190,7 @@ class TorchTrainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
         }, os.path.join(path, "trainer_state.pt"))
+        self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
 
     def load(self, path: str) -> None:
         from safetensors.torch import load_file
@@ -203,6 +204,7 @@ class TorchTrainer:
         self.scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["torch_rng"])
         random.setstate(extra["python_rng"])
+        self.pm.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
 
 
 def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

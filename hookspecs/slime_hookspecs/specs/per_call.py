@@ -334,6 +334,31 @@ def slime_before_train_step(
     """
 
 
+@hookspec
+def slime_trainer_save(config: Any, path: str, rank: int) -> None:
+    """Save plugin-owned training state (a critic, extra optimizers) with a checkpoint.
+
+    **When**: inside ``Trainer.save``, after the backend wrote its own state; ``path`` is the
+    checkpoint's temporary directory, renamed atomically once everything is written, so a
+    crash here leaves the previous checkpoint intact.
+    **Process**: each trainer rank (``rank``); write rank-specific files or only on rank 0.
+    **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_trainer_load(config: Any, path: str, rank: int) -> None:
+    """Restore what ``slime_trainer_save`` wrote, when a run resumes.
+
+    **When**: inside ``Trainer.load``, after the backend restored its own state.
+    **Process**: each trainer rank. **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # weights
 
