@@ -20,6 +20,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str, bool], ...] = (
     ("core_weights", "slime_core.builtin.weights_plugin", False),
     ("core_sandbox", "slime_core.builtin.sandbox_plugin", False),
     ("core_tools", "slime_core.builtin.tools_plugin", False),
+    ("core_observe", "slime_core.builtin.observe_plugin", False),
 )
 
 ESSENTIAL = frozenset(name for name, _, essential in BUILTIN_PLUGINS if essential)

@@ -1,0 +1,334 @@
+"""Built-in plugin ``core_observe``: traces, rollout dumps and replay, profiling, ``core trace``
+and ``core report`` -- through ordinary hooks only (the proof that the hook surface suffices).
+
+* **Traces** (``[trace]``): hook wrappers on the lifecycle pairs (``slime_before_*`` /
+  ``slime_after_*``) open and close driver phases; wrappers on ``slime_before_log_prob``,
+  ``slime_compute_advantages`` and ``slime_before_train_step`` cut the training phase into
+  ``log_probs`` / ``advantages`` / ``train_step`` (each ends where the next trainer hook fires,
+  or at ``slime_after_train``); a wrapper on ``slime_rollout`` times evaluations and starts the
+  sample lanes; a wrapper on ``slime_generate`` records each sample's ``generate`` span and makes
+  its lane the target of :func:`slime_core.observe.trace.span` inside. ``RUN_DIR/trace.json``
+  is written at ``slime_run_end`` (which fires after errors too).
+* **Dumps / replay** (``[debug]``): ``slime_after_rollout`` (after every other plugin) writes
+  the step's groups; a ``tryfirst`` ``slime_rollout`` returns them back when replaying, and the
+  ``replay`` engine record stands in for the inference engine (see
+  :mod:`slime_core.observe.replay`).
+* **Profiling** (``[profile]``): ``slime_before_train`` / ``slime_after_train``.
+
+Nothing heavy is imported at module level: torch and matplotlib load inside the functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Generator
+
+from slime_core.observe import trace as tr
+from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
+
+_STATE: dict[str, Any] = {"profiler": None}
+
+
+def _section(config: Any, name: str) -> Any:
+    """A section of ``config`` or ``None`` (configs built from core sections only lack ours)."""
+    try:
+        return config.section(name) if name in config else None
+    except Exception:  # noqa: BLE001 - a foreign config object: observe nothing
+        return None
+
+
+def _debug(config: Any, key: str) -> str:
+    sec = _section(config, "debug")
+    return str(getattr(sec, key, "") or "") if sec is not None else ""
+
+
+# -- configuration and commands -------------------------------------------------------------
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> list[ConfigSection]:
+    from slime_core.observe.config import ProfileSection, TraceSection
+
+    return [
+        ConfigSection(name="trace", schema=TraceSection,
+                      summary="Chrome trace of phases and samples (RUN_DIR/trace.json)"),
+        ConfigSection(name="profile", schema=ProfileSection,
+                      summary="torch profiler over training steps (RUN_DIR/profile/)"),
+    ]
+
+
+@hookimpl
+def slime_configure(config: Any) -> None:
+    from slime_core.observe.replay import configure_replay
+
+    if _section(config, "debug") is not None:
+        configure_replay(config)
+    _STATE["profiler"] = None
+    sec = _section(config, "trace")
+    if sec is not None and sec.enabled:
+        tr.start(sec.max_events, sec.samples).open("setup", "setup")
+    else:
+        tr.stop()
+
+
+@hookimpl
+def slime_register_commands(cli: Any) -> None:
+    from slime_core.observe.commands import report_command, trace_command
+
+    cli.add_command(trace_command)
+    cli.add_command(report_command)
+
+
+@hookimpl
+def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
+    from slime_core.observe.replay import make_replay_engine
+
+    return [RolloutEngineRecord(
+        name="replay", factory=make_replay_engine,
+        summary="no model: stands in for the engine while debug.replay_rollouts serves rollouts",
+    )]
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+@hookimpl
+def slime_run_start(config: Any, run_dir: str) -> None:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.close("setup")
+        tracer.open("run", "run", run_dir=run_dir)
+    prof = _section(config, "profile")
+    if prof is not None and prof.steps:
+        from slime_core.observe.profiler import StepProfiler
+
+        _STATE["profiler"] = StepProfiler(prof, run_dir)
+
+
+@hookimpl
+def slime_on_error(config: Any, phase: str, error: BaseException) -> None:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.close_all(keep=("run", "setup"), error=f"{type(error).__name__}: {error}")
+
+
+@hookimpl
+def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+    profiler, _STATE["profiler"] = _STATE["profiler"], None
+    if profiler is not None:
+        profiler.finish()
+    tracer = tr.stop()
+    if tracer is not None:
+        tracer.close_all(status=status)
+        tracer.write(f"{run_dir}/trace.json", run_dir=run_dir, status=status)
+
+
+# -- rollout --------------------------------------------------------------------------------------
+
+
+@hookimpl(wrapper=True)
+def slime_before_rollout(config: Any, rollout_id: int) -> Generator[None, Any, Any]:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.close("step")
+        tracer.open("step", "step", rollout_id=rollout_id)
+        tracer.open("rollout", "rollout", rollout_id=rollout_id)
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_after_rollout(config: Any, rollout_id: int, result: Any) -> Generator[None, Any, Any]:
+    out = yield  # every other plugin first: the dump holds what training will see
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.close("rollout", samples=sum(len(g) for g in result.groups))
+    save = _debug(config, "save_rollouts")
+    if save:
+        from slime_core.observe.dumps import write_dump
+
+        with tr.span("dump_rollout", rollout_id=rollout_id):
+            write_dump(save, rollout_id, result, evaluation=False)
+    return out
+
+
+@hookimpl(tryfirst=True, specname="slime_rollout")
+def replay_rollout_impl(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+    """With ``debug.replay_rollouts``: the dumped groups (first, so no generation happens)."""
+    directory = _debug(config, "replay_rollouts")
+    if not directory:
+        return None
+    from slime_core.observe.replay import replay_rollout
+
+    return replay_rollout(directory, rollout_id, evaluation)
+
+
+@hookimpl(wrapper=True)
+def slime_rollout(config: Any, rollout_id: int, data_source: Any,
+                  evaluation: bool) -> Generator[None, Any, Any]:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.start_rollout(rollout_id, evaluation)
+        if evaluation:
+            tracer.open("eval", "eval", rollout_id=rollout_id)
+    result = yield
+    save = _debug(config, "save_rollouts") if evaluation else ""
+
+    def finish(res: Any) -> Any:
+        if tracer is not None and evaluation:
+            tracer.close("eval", samples=sum(len(g) for g in res.groups) if res is not None else 0)
+        if save and res is not None:
+            from slime_core.observe.dumps import write_dump
+
+            write_dump(save, rollout_id, res, evaluation=True)
+        return res
+
+    if inspect.isawaitable(result):
+        async def awaited() -> Any:
+            return finish(await result)
+
+        return awaited()
+    return finish(result)
+
+
+@hookimpl(wrapper=True)
+def slime_generate(config: Any, sample: Any, sampling_params: Any,
+                   engine: Any) -> Generator[None, Any, Any]:
+    tracer = tr.current()
+    if tracer is None or not tracer.samples:
+        return (yield)
+    pid, tid = tracer.sample_track(sample)
+    args = tracer.sample_args(sample)
+    start = tracer.now()
+
+    def close(res: Any, error: BaseException | None = None) -> None:
+        first = res[0] if isinstance(res, list) and res else res
+        info = dict(args)
+        if first is not None and hasattr(first, "status"):
+            info.update(status=getattr(first.status, "value", str(first.status)),
+                        response_length=int(first.response_length))
+        if isinstance(res, list):
+            info["samples"] = len(res)
+        if error is not None:
+            info["error"] = f"{type(error).__name__}: {error}"
+        tracer.add("generate", start, tracer.now(), pid, tid, "sample", info)
+
+    with tr.sample_context(sample):  # sync implementations' spans land on this lane
+        try:
+            result = yield
+        except BaseException as exc:
+            close(None, exc)
+            raise
+    if not inspect.isawaitable(result):
+        close(result)
+        return result
+
+    async def timed() -> Any:
+        with tr.sample_context(sample):  # async implementations run here, when awaited
+            try:
+                res = await result
+            except BaseException as exc:
+                close(None, exc)
+                raise
+        close(res)
+        return res
+
+    return timed()
+
+
+# -- training ----------------------------------------------------------------------------------
+
+
+def _trainer_phase(name: str, **args: Any) -> None:
+    """Close the current training sub-phase and open ``name`` (only inside ``train``)."""
+    tracer = tr.current()
+    if tracer is not None and tracer.is_open("train"):
+        tracer.close("trainer")
+        tracer.open("trainer", name, **args)
+
+
+@hookimpl(wrapper=True)
+def slime_before_train(config: Any, rollout_id: int) -> Generator[None, Any, Any]:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.open("train", "train", rollout_id=rollout_id)
+    profiler = _STATE["profiler"]
+    if profiler is not None:
+        profiler.before_train(rollout_id)
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_before_log_prob(config: Any, model: Any, role: str) -> Generator[None, Any, Any]:
+    _trainer_phase("log_probs", role=role)
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_compute_advantages(config: Any, batch: Any) -> Generator[None, Any, Any]:
+    _trainer_phase("advantages")
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any,
+                            scheduler: Any) -> Generator[None, Any, Any]:
+    _trainer_phase("train_step", rollout_id=rollout_id, step_id=step_id)
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_after_train(config: Any, rollout_id: int,
+                      metrics: dict[str, float]) -> Generator[None, Any, Any]:
+    out = yield
+    tracer = tr.current()
+    profiler = _STATE["profiler"]
+    if tracer is not None:
+        tracer.close("trainer")
+    if profiler is not None:
+        if tracer is not None and profiler.active and rollout_id >= profiler.last:
+            with tr.span("profile_export", rollout_id=rollout_id):
+                profiler.after_train(rollout_id)
+        else:
+            profiler.after_train(rollout_id)
+    if tracer is not None:
+        tracer.close("train", **{k: v for k, v in metrics.items()
+                                 if k in ("train/loss", "perf/train_tokens_per_s")})
+    return out
+
+
+# -- weights and checkpoints -------------------------------------------------------------------
+
+
+@hookimpl(wrapper=True)
+def slime_before_weight_sync(config: Any, version: int) -> Generator[None, Any, Any]:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.open("weight_sync", "weight_sync", version=version)
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_after_weight_sync(config: Any, version: int,
+                            stats: dict[str, float]) -> Generator[None, Any, Any]:
+    out = yield
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.close("weight_sync", bytes=stats.get("bytes"))
+    return out
+
+
+@hookimpl(wrapper=True)
+def slime_before_save(config: Any, rollout_id: int, path: str) -> Generator[None, Any, Any]:
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.open("save", "save", rollout_id=rollout_id)
+    return (yield)
+
+
+@hookimpl(wrapper=True)
+def slime_after_save(config: Any, rollout_id: int, path: str) -> Generator[None, Any, Any]:
+    out = yield
+    tracer = tr.current()
+    if tracer is not None:
+        tracer.close("save", path=path)
+    return out

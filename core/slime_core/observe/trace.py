@@ -1,0 +1,236 @@
+"""Chrome trace-event spans of a run, written to ``RUN_DIR/trace.json`` (opens in Perfetto).
+
+Format: ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` where every
+span is a complete event (``"ph": "X"``, ``ts`` and ``dur`` in microseconds since the tracer
+started, ``pid``/``tid``, ``cat``, ``args``) and ``"ph": "M"`` events name the tracks:
+
+* pid 1 ``slime driver``, tid 1 ``phases``: ``setup``, ``run``, ``step``, ``rollout``,
+  ``train`` (inside it ``log_probs``, ``advantages``, ``train_step``), ``weight_sync``,
+  ``save``, ``eval`` -- properly nested, since the driver runs them one after another;
+* pid 2 ``rollout samples``, one tid per *lane*: ``generate`` (and any ``turn`` or other span a
+  generate implementation opens with :func:`span`) and ``reward`` of one sample. Samples of one
+  rollout generate concurrently, so each gets its own lane (in order of first appearance; lanes
+  are reused by the next rollout, which never overlaps in time). ``args`` name the sample
+  (``rollout_id``, ``group``, ``index``, ``eval``) and its outcome (``status``,
+  ``response_length``).
+
+Generate implementations add their own spans with::
+
+    from slime_core.observe.trace import span
+
+    with span("turn", turn=i) as info:   # lands on the current sample's lane
+        out = await engine.generate(ids, params)
+        info["new_tokens"] = len(out.token_ids)
+
+:func:`span` costs one global lookup when no tracer runs (tracing off, or outside a run).
+The tracer lives in the driver process; under a multi-process executor spans recorded in other
+processes are not collected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Iterator
+
+DRIVER_PID, PHASE_TID = 1, 1
+SAMPLES_PID = 2
+FORMAT = "slime.trace"
+VERSION = 1
+
+_TRACER: Tracer | None = None
+_TRACK: ContextVar[tuple[int, int] | None] = ContextVar("slime_trace_track", default=None)
+
+
+class Tracer:
+    """Collects spans in memory; :meth:`write` saves them as Chrome trace-event JSON.
+
+    ``max_events`` bounds memory: once reached, further sample spans are counted in
+    ``otherData.dropped_events`` instead of kept (driver phases are always kept).
+    """
+
+    def __init__(self, max_events: int = 1_000_000, samples: bool = True) -> None:
+        self._origin = time.perf_counter()
+        self.wall_start = time.time()
+        self.max_events = max_events
+        self.samples = samples
+        self.events: list[dict[str, Any]] = []
+        self.dropped = 0
+        self.rollout: dict[str, Any] = {}  # the rollout in progress: rollout_id, eval
+        self._open: dict[str, tuple[str, float, dict[str, Any]]] = {}
+        self._lanes: dict[tuple[int, int], int] = {}
+        self._max_lane = -1
+        self._lock = threading.Lock()  # spans may close in engine worker threads
+
+    # -- time and raw events ---------------------------------------------------------------
+    def now(self) -> float:
+        """Microseconds since the tracer started."""
+        return (time.perf_counter() - self._origin) * 1e6
+
+    def add(self, name: str, start: float, end: float, pid: int, tid: int, cat: str,
+            args: dict[str, Any] | None = None) -> None:
+        """Record one complete (``"X"``) event."""
+        with self._lock:
+            if pid == SAMPLES_PID and len(self.events) >= self.max_events:
+                self.dropped += 1
+                return
+            self.events.append({
+                "name": name, "ph": "X", "ts": round(start, 3), "dur": round(max(end - start, 0.0), 3),
+                "pid": pid, "tid": tid, "cat": cat, "args": dict(args or {}),
+            })
+
+    # -- driver phases (opened in one hook, closed in another) -----------------------------
+    def open(self, key: str, name: str, **args: Any) -> None:
+        """Start phase ``key`` on the driver track (closing a stale one of the same key)."""
+        if key in self._open:
+            self.close(key)
+        self._open[key] = (name, self.now(), args)
+
+    def close(self, key: str, **extra: Any) -> bool:
+        """End phase ``key``; returns False when it was not open."""
+        item = self._open.pop(key, None)
+        if item is None:
+            return False
+        name, start, args = item
+        self.add(name, start, self.now(), DRIVER_PID, PHASE_TID, "phase", {**args, **extra})
+        return True
+
+    def is_open(self, key: str) -> bool:
+        return key in self._open
+
+    def close_all(self, keep: tuple[str, ...] = (), **extra: Any) -> None:
+        """End every open phase but ``keep``, innermost first (after an error, at the end)."""
+        for key in reversed(list(self._open)):
+            if key not in keep:
+                self.close(key, **extra)
+
+    # -- sample lanes ------------------------------------------------------------------------
+    def start_rollout(self, rollout_id: int, evaluation: bool) -> None:
+        """A new rollout begins: its samples take lanes from 0 again."""
+        self.rollout = {"rollout_id": rollout_id, "eval": evaluation}
+        self._lanes = {}
+
+    def sample_track(self, sample: Any) -> tuple[int, int]:
+        key = (int(getattr(sample, "group_index", 0)), int(getattr(sample, "index", 0)))
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is None:
+                lane = self._lanes[key] = len(self._lanes)
+                self._max_lane = max(self._max_lane, lane)
+        return SAMPLES_PID, lane + 1
+
+    def sample_args(self, sample: Any) -> dict[str, Any]:
+        return {
+            "rollout_id": self.rollout.get("rollout_id", getattr(sample, "rollout_id", -1)),
+            "group": int(getattr(sample, "group_index", 0)),
+            "index": int(getattr(sample, "index", 0)),
+            "eval": bool(self.rollout.get("eval", False)),
+        }
+
+    # -- output ------------------------------------------------------------------------------
+    def to_dict(self, **other: Any) -> dict[str, Any]:
+        meta: list[dict[str, Any]] = [
+            _meta("process_name", DRIVER_PID, 0, "slime driver"),
+            _meta("thread_name", DRIVER_PID, PHASE_TID, "phases"),
+            _meta("process_name", SAMPLES_PID, 0, "rollout samples"),
+        ]
+        meta += [_meta("thread_name", SAMPLES_PID, lane + 1, f"lane {lane}")
+                 for lane in range(self._max_lane + 1)]
+        with self._lock:
+            # parents before children when they start together (longer first)
+            events = sorted(self.events, key=lambda e: (e["ts"], -e["dur"]))
+            dropped = self.dropped
+        return {
+            "traceEvents": meta + events,
+            "displayTimeUnit": "ms",
+            "otherData": {"format": FORMAT, "version": VERSION,
+                          "wall_start_unix": self.wall_start, "dropped_events": dropped, **other},
+        }
+
+    def write(self, path: str | Path, **other: Any) -> Path:
+        """Write the trace atomically (a reader never sees half a file)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_dict(**other), default=str), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+# -- the process's tracer -------------------------------------------------------------------
+
+
+def start(max_events: int = 1_000_000, samples: bool = True) -> Tracer:
+    """Start a fresh tracer for this process (replacing any previous one)."""
+    global _TRACER
+    _TRACER = Tracer(max_events, samples)
+    return _TRACER
+
+
+def current() -> Tracer | None:
+    """The running tracer, or ``None`` when tracing is off."""
+    return _TRACER
+
+
+def stop() -> Tracer | None:
+    """Detach and return the running tracer."""
+    global _TRACER
+    tracer, _TRACER = _TRACER, None
+    return tracer
+
+
+@contextlib.contextmanager
+def sample_context(sample: Any) -> Iterator[tuple[int, int] | None]:
+    """Make ``sample``'s lane the target of :func:`span` calls without an explicit sample."""
+    tracer = _TRACER
+    if tracer is None or not tracer.samples:
+        yield None
+        return
+    track = tracer.sample_track(sample)
+    token = _TRACK.set(track)
+    try:
+        yield track
+    finally:
+        _TRACK.reset(token)
+
+
+@contextlib.contextmanager
+def span(name: str, sample: Any = None, **args: Any) -> Iterator[dict[str, Any]]:
+    """Record the enclosed block as a span named ``name`` with ``args``.
+
+    The span goes on ``sample``'s lane when given, else on the lane of the sample being
+    generated (inside ``slime_generate``), else on the driver's phase track (which must stay
+    properly nested: use it from sequential code only). Yields a dict: keys set on it are added
+    to the span's ``args`` (results known only at the end). An exception is recorded in
+    ``args["error"]`` and re-raised. A no-op when no tracer runs.
+    """
+    tracer = _TRACER
+    info: dict[str, Any] = dict(args)
+    if tracer is None:
+        yield info
+        return
+    if sample is not None:
+        if not tracer.samples:
+            yield info
+            return
+        pid, tid = tracer.sample_track(sample)
+        info = {**tracer.sample_args(sample), **info}
+    else:
+        pid, tid = _TRACK.get() or (DRIVER_PID, PHASE_TID)
+    cat = "sample" if pid == SAMPLES_PID else "phase"
+    start_us = tracer.now()
+    try:
+        yield info
+    except BaseException as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        tracer.add(name, start_us, tracer.now(), pid, tid, cat, info)
