@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from slime_core.context import get_manager
+from slime_core.observe.trace import span
 from slime_core.runner.engine_client import EngineClient
 from slime_hookspecs import (
     DataSource,
@@ -297,9 +298,10 @@ class RolloutManager:
 
         async def one(s: Sample) -> None:
             try:
-                r = await _maybe_await(self.pm.hook.slime_reward(config=cfg, sample=s))
-                if r is None:
-                    r = await _maybe_await(fn(s))
+                with span("reward", sample=s):  # the hook and the registry function alike
+                    r = await _maybe_await(self.pm.hook.slime_reward(config=cfg, sample=s))
+                    if r is None:
+                        r = await _maybe_await(fn(s))
                 s.reward = r
             except Exception as exc:  # noqa: BLE001 - the sample fails, the step goes on
                 s.status, s.error = Status.FAILED, f"reward: {type(exc).__name__}: {exc}"
