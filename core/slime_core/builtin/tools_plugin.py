@@ -1,1 +1,85 @@
-"""Built-in plugin placeholder: filled in by the agentic-rollout work (issue 8)."""
+"""Built-in plugin ``core_tools``: agentic rollouts.
+
+* config sections ``[tools]``, ``[agent_api]``, ``[rollout_buffer]``;
+* tools ``calculator`` and ``python`` (``slime_register_tools``), the ``hermes`` tool parser
+  (``slime_register_tool_parsers``);
+* ``slime_generate``: multi-turn generation with tools while ``tools.enabled`` is non-empty
+  (``None`` otherwise, so the single-turn default runs);
+* ``slime_log_rollout`` / ``slime_log_eval``: the ``tool_*`` metrics.
+
+Everything heavy (aiohttp, jsonschema, transformers) is imported inside the hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import (
+    ConfigSection,
+    ToolParserRecord,
+    ToolRecord,
+    hookimpl,
+)
+
+
+def _tools_on(config: Any) -> bool:
+    from slime_core.agent.config import section
+
+    return bool(section(config, "tools").enabled)
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> list[ConfigSection]:
+    from slime_core.agent.config import SECTIONS
+
+    return [ConfigSection(name=n, schema=s, summary=doc) for n, s, doc in SECTIONS]
+
+
+@hookimpl
+def slime_register_tools() -> list[ToolRecord]:
+    from slime_core.agent.tools import tool_records
+
+    return tool_records()
+
+
+@hookimpl
+def slime_register_tool_parsers() -> list[ToolParserRecord]:
+    from slime_core.agent.parsers import make_hermes_parser
+
+    return [ToolParserRecord(
+        name="hermes", factory=make_hermes_parser,
+        summary='Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>',
+    )]
+
+
+@hookimpl
+def slime_run_start(config: Any, run_dir: str) -> None:
+    if _tools_on(config):
+        from slime_core.agent.runtime import get_runtime
+
+        get_runtime(config)  # fail now on a wrong tool / parser / sandbox name
+
+
+@hookimpl
+def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+    if not _tools_on(config):
+        return None
+    from slime_core.agent.multiturn import generate_with_tools
+
+    return generate_with_tools(config, sample, sampling_params, engine)
+
+
+@hookimpl
+def slime_log_rollout(config: Any, rollout_id: int, samples: list[Any],
+                      metrics: dict[str, float]) -> None:
+    from slime_core.agent.metrics import tool_metrics
+
+    metrics.update(tool_metrics(samples, "rollout"))
+
+
+@hookimpl
+def slime_log_eval(config: Any, rollout_id: int, samples: list[Any],
+                   metrics: dict[str, float]) -> None:
+    from slime_core.agent.metrics import tool_metrics
+
+    metrics.update(tool_metrics(samples, "eval"))
