@@ -285,10 +285,13 @@ def test_training_hooks_change_the_update(base_config, run_slime) -> None:
     class ZeroAdvantages:
         @hookimpl
         def slime_compute_advantages(self, config, batch):
+            # metrics left in batch.metadata["metrics"] reach the step's training metrics
+            batch.metadata.setdefault("metrics", {})["train/custom_adv"] = float(len(batch))
             return [torch.zeros(n) for n in batch.response_lengths]
 
     run_dir = run_slime(base_config, [ZeroAdvantages()])
     assert all(m["train/grad_norm"] == 0.0 for m in read_metrics(run_dir))
+    assert [m["train/custom_adv"] for m in read_metrics(run_dir)] == [8.0, 8.0]
 
     calls: list[str] = []
 

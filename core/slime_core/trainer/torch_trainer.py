@@ -136,6 +136,8 @@ class TorchTrainer:
                 sums[k] = sums.get(k, 0.0) + v
                 counts[k] = counts.get(k, 0) + 1
         metrics = {k: sums[k] / counts[k] for k in sums}
+        # metrics plugins computed while preparing the batch (e.g. a critic's update)
+        metrics.update({k: float(v) for k, v in batch.metadata.get("metrics", {}).items()})
         elapsed = time.perf_counter() - t0
         metrics["perf/train_tokens_per_s"] = tokens / elapsed if elapsed > 0 else 0.0
         metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])

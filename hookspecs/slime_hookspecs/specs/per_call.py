@@ -227,7 +227,9 @@ def slime_compute_advantages(config: Any, batch: TrainBatch) -> list[Any] | None
     ``batch``.
     **Process**: each trainer rank, on its share of the batch (groups are never split).
     **Returns**: a list with one 1-D tensor per sample over its response, or ``None`` to use
-    ``algorithm.advantage_estimator``. May also set ``batch.returns``.
+    ``algorithm.advantage_estimator``. May also set ``batch.returns``, and put float metrics
+    in the dict ``batch.metadata["metrics"]``: the trainer merges them into the step's
+    training metrics (a critic's value loss, for example).
 
     .. versionadded:: 0.1
     """
