@@ -2,10 +2,12 @@
 
 * config sections ``[tools]``, ``[agent_api]``, ``[rollout_buffer]``;
 * tools ``calculator`` and ``python`` (``slime_register_tools``), the ``hermes`` tool parser
-  (``slime_register_tool_parsers``);
+  (``slime_register_tool_parsers``), the ``rollout_buffer`` data source;
 * ``slime_generate``: multi-turn generation with tools while ``tools.enabled`` is non-empty
   (``None`` otherwise, so the single-turn default runs);
-* ``slime_log_rollout`` / ``slime_log_eval``: the ``tool_*`` metrics.
+* ``slime_rollout``: batches from the rollout-buffer service when the data source is one;
+* ``slime_log_rollout`` / ``slime_log_eval``: the ``tool_*`` metrics;
+* ``core rollout-buffer``: the service as a stand-alone process.
 
 Everything heavy (aiohttp, jsonschema, transformers) is imported inside the hooks.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from slime_hookspecs import (
     ConfigSection,
+    DataSourceRecord,
     ToolParserRecord,
     ToolRecord,
     hookimpl,
@@ -53,11 +56,26 @@ def slime_register_tool_parsers() -> list[ToolParserRecord]:
 
 
 @hookimpl
+def slime_register_data_sources() -> list[DataSourceRecord]:
+    from slime_core.agent.buffer.source import make_rollout_buffer_source
+
+    return [DataSourceRecord(
+        name="rollout_buffer", factory=make_rollout_buffer_source,
+        summary="finished trajectories from agent workers through the rollout-buffer service "
+        "([rollout_buffer]); prompts from rollout_buffer.prompt_source",
+    )]
+
+
+@hookimpl
 def slime_run_start(config: Any, run_dir: str) -> None:
     if _tools_on(config):
         from slime_core.agent.runtime import get_runtime
 
         get_runtime(config)  # fail now on a wrong tool / parser / sandbox name
+    if config.data.source == "rollout_buffer":
+        from slime_core.agent.buffer.rollout import prepare_services
+
+        prepare_services(config, run_dir)  # workers can start before the first step
 
 
 @hookimpl
@@ -67,6 +85,22 @@ def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) 
     from slime_core.agent.multiturn import generate_with_tools
 
     return generate_with_tools(config, sample, sampling_params, engine)
+
+
+@hookimpl
+def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+    if not getattr(data_source, "delivers_finished_samples", False):
+        return None
+    from slime_core.agent.buffer.rollout import buffer_rollout
+
+    return buffer_rollout(config, rollout_id, data_source)
+
+
+@hookimpl
+def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+    from slime_core.agent.buffer.rollout import shutdown_services
+
+    shutdown_services()
 
 
 @hookimpl
@@ -83,3 +117,10 @@ def slime_log_eval(config: Any, rollout_id: int, samples: list[Any],
     from slime_core.agent.metrics import tool_metrics
 
     metrics.update(tool_metrics(samples, "eval"))
+
+
+@hookimpl
+def slime_register_commands(cli: Any) -> None:
+    from slime_core.agent.buffer.cli import rollout_buffer_command
+
+    cli.add_command(rollout_buffer_command)

@@ -1,0 +1,1 @@
+"""The rollout-buffer service (slime's Rollout Buffer workflow); see :mod:`.server`."""
