@@ -18,6 +18,7 @@ import torch
 from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.trainer import data_parallel
 from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
 from slime_hookspecs import TrainBatch
 
@@ -48,6 +49,7 @@ class TorchTrainer:
                  accelerator: Any = None) -> None:
         self.config = config
         self.rank, self.world_size = rank, world_size
+        self.data_parallel = data_parallel.active(world_size)
         self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
         self.dtype = resolve_dtype(config.model.dtype, self.device)
         self.pm = get_manager()
@@ -118,7 +120,8 @@ class TorchTrainer:
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
         t0 = time.perf_counter()
-        self.prepare(batch)
+        if len(batch):  # a data-parallel rank may get an empty share (fewer groups than ranks)
+            self.prepare(batch)
         n_steps = self.config.train.num_steps_per_rollout
         order = list(range(len(batch)))
         chunks = [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
@@ -146,8 +149,12 @@ class TorchTrainer:
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         lengths = [int(len(t)) for t in mini.tokens]
-        total_samples = len(mini)
-        total_tokens = sum(float(m.sum()) for m in mini.loss_masks) or 1.0
+        total_samples: float = len(mini)
+        total_tokens = sum(float(m.sum()) for m in mini.loss_masks)
+        if self.data_parallel:  # weights relative to the mini-batch over all ranks
+            total_samples, total_tokens = data_parallel.global_totals(
+                total_samples, total_tokens, self.device)
+        total_tokens = total_tokens or 1.0
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         metrics: dict[str, float] = {}
         for mb_idx in micro_batches(lengths, self.config.train.micro_batch_tokens):
@@ -168,6 +175,9 @@ class TorchTrainer:
             (loss * w).backward()
             for k, v in m.items():
                 metrics[k] = metrics.get(k, 0.0) + v * w
+        if self.data_parallel:  # sum of the globally weighted grads == single-process grads
+            data_parallel.all_reduce_gradients(list(self.model.parameters()))
+            metrics = data_parallel.sum_metrics(metrics)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.config.train.grad_clip or float("inf")
         )
@@ -184,14 +194,15 @@ class TorchTrainer:
         from safetensors.torch import save_file
 
         os.makedirs(path, exist_ok=True)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-        save_file(_untie(state), os.path.join(path, "model.safetensors"))
-        torch.save({
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
-        }, os.path.join(path, "trainer_state.pt"))
+        if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
+            state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
+            save_file(_untie(state), os.path.join(path, "model.safetensors"))
+            torch.save({
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+            }, os.path.join(path, "trainer_state.pt"))
         self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
 
     def load(self, path: str) -> None:

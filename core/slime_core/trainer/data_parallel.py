@@ -1,0 +1,85 @@
+"""Data parallelism for trainer backends: global loss weights, gradient and metric all-reduce.
+
+Each rank holds a full replica and trains on its share of the step's groups (see
+:mod:`slime_core.trainer.sharding`). For the update to equal the single-process one on the
+same batch, two things must hold:
+
+1. every micro-batch's loss weight uses the *global* totals of the mini-batch (samples or
+   loss-masked tokens summed over all ranks), not the rank's own;
+2. the weighted gradients are *summed* over ranks (all-reduce SUM), before clipping.
+
+Then the sum over ranks of ``w_mb * grad(loss_mb)`` is exactly the single-process sum; only
+floating-point summation order differs. Metrics weighted the same way are summed likewise.
+The default process group (``torch.distributed.init_process_group``) is used; the ray
+executor creates it with the accelerator record's backend (gloo on CPU, nccl on GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def active(world_size: int) -> bool:
+    """True when ``world_size > 1``; then the default process group must exist."""
+    if world_size <= 1:
+        return False
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            f"a trainer with world_size={world_size} needs torch.distributed initialised "
+            "(the ray executor does this); the local executor runs one rank "
+            "(train.num_ranks = 1)"
+        )
+    if dist.get_world_size() != world_size:
+        raise RuntimeError(
+            f"trainer world_size={world_size} but the default process group has "
+            f"{dist.get_world_size()} ranks"
+        )
+    return True
+
+
+def global_totals(samples: float, tokens: float, device: Any) -> tuple[float, float]:
+    """``(samples, tokens)`` summed over ranks (float64, so token counts stay exact)."""
+    import torch.distributed as dist
+
+    t = torch.tensor([samples, tokens], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t[0]), float(t[1])
+
+
+def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Sum ``.grad`` over ranks, one flat buffer per dtype (a missing grad counts as zero, so
+    a rank whose share did not touch a parameter still joins the collective)."""
+    import torch.distributed as dist
+
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for p in params:
+        if p.requires_grad:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            by_dtype.setdefault(p.grad.dtype, []).append(p)
+    for dtype in sorted(by_dtype, key=str):  # same order on every rank
+        group = by_dtype[dtype]
+        flat = torch.cat([p.grad.reshape(-1) for p in group])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in group:
+            n = p.grad.numel()
+            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+            offset += n
+
+
+def sum_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Sum each key over ranks (keys missing on a rank count as 0: an empty share)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, metrics)
+    out: dict[str, float] = {}
+    for m in gathered:
+        for k, v in (m or {}).items():
+            out[k] = out.get(k, 0.0) + float(v)
+    return out
