@@ -213,6 +213,13 @@ class LocalEngine:
             model.load_state_dict(tensors, strict=False)
             self._version = int(version)
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The served weights, detached (to check a weight sync against the trainer's)."""
+        with self._lock:
+            if self._model is None:
+                raise RuntimeError(f"local engine {self.engine_index} was shut down")
+            return {k: v.detach().clone() for k, v in self._model.state_dict().items()}
+
     def reseed(self, seed: int) -> None:
         """Restart the shared sampling stream (the driver reseeds per step so a resumed run
         draws exactly what an uninterrupted one would)."""
