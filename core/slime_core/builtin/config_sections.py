@@ -34,9 +34,13 @@ class RunSection:
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     progress: bool = True  # progress bar while rollouts and training run
     num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
+    async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains
+    max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound)
+    fault_tolerance: bool = False  # ray: restart dead engines, re-sync, re-queue their requests
 
     def __post_init__(self) -> None:
         _need(self.num_rollouts >= 0, "run.num_rollouts", "must be >= 0")
+        _need(self.max_staleness >= -1, "run.max_staleness", "must be >= 0, or -1 for no bound")
         _need(self.save_interval >= 0, "run.save_interval", "must be >= 0")
         _need(self.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
         _need(self.executor in ("local", "ray"), "run.executor", "must be 'local' or 'ray'")
@@ -146,6 +150,7 @@ class TrainSection:
         _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")
         _need(self.micro_batch_tokens >= 1, "train.micro_batch_tokens", "must be >= 1")
         _need(self.num_steps_per_rollout >= 1, "train.num_steps_per_rollout", "must be >= 1")
+        _need(self.num_ranks >= 1, "train.num_ranks", "must be >= 1")
         _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")
 
 
@@ -181,8 +186,41 @@ class AlgorithmSection:
 class WeightsSection:
     transport: str = "inprocess"  # weight transport record
     update_interval: int = 1  # sync weights to the engines every N steps
-    bucket_mb: int = 512
+    bucket_mb: int = 512  # ray / broadcast transports: tensors are sent in buckets of this size
     dir: str = ""  # disk transport directory (default run_dir/weights)
+    verify: bool = False  # after each sync, check every engine's weights equal the trainer's
+
+    def __post_init__(self) -> None:
+        _need(self.update_interval >= 1, "weights.update_interval", "must be >= 1")
+        _need(self.bucket_mb >= 1, "weights.bucket_mb", "must be >= 1")
+
+
+@dataclass
+class RaySection:
+    """Placement and services of the ``ray`` executor (see ``slime_core.executors``)."""
+
+    colocate: bool = False  # trainer rank i and engine(s) share bundle i; engines sleep while training
+    num_cpus_per_actor: float = 1.0  # CPUs of each trainer rank / engine actor
+    num_devices_per_actor: float = 1.0  # accelerator units (the record's ray_resource) per actor
+    rollout_manager_cpus: float = 1.0
+    placement_strategy: str = "PACK"  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD
+    num_cpus: int = 0  # logical CPUs of a Ray instance started here (0: max(cores, needed))
+    startup_timeout_s: float = 300.0  # placement group and actor start-up limit
+    collective_timeout_s: float = 300.0  # torch.distributed operations (DP, broadcast)
+    dist_host: str = ""  # torch.distributed stores: "" = 127.0.0.1; "node" = rank 0's node IP
+    health_check_interval_s: float = 2.0  # fault_tolerance: engine health probe period
+    health_check_timeout_s: float = 60.0  # a probe slower than this restarts the engine
+    max_engine_restarts: int = 3  # per engine, over the run
+
+    def __post_init__(self) -> None:
+        _need(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+              "ray.placement_strategy", "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+        _need(self.num_cpus_per_actor >= 0, "ray.num_cpus_per_actor", "must be >= 0")
+        _need(self.num_devices_per_actor > 0, "ray.num_devices_per_actor", "must be > 0")
+        _need(self.rollout_manager_cpus >= 0, "ray.rollout_manager_cpus", "must be >= 0")
+        _need(self.num_cpus >= 0, "ray.num_cpus", "must be >= 0")
+        _need(self.max_engine_restarts >= 0, "ray.max_engine_restarts", "must be >= 0")
+        _need(self.health_check_interval_s > 0, "ray.health_check_interval_s", "must be > 0")
 
 
 @dataclass
@@ -200,6 +238,7 @@ SECTIONS = (
     ("train", TrainSection, "trainer backend and optimisation"),
     ("algorithm", AlgorithmSection, "advantages, losses, KL, corrections"),
     ("weights", WeightsSection, "weight sync from trainer to engines"),
+    ("ray", RaySection, "placement and services of the ray executor"),
     ("debug", DebugSection, "rollout dumps and replay"),
 )
 

@@ -5,6 +5,10 @@
 when complete), ``slime_after_weights_written`` fires on the writer, then each engine fires
 ``slime_before_weights_read`` in its own process and loads the file. Old versions beyond the
 two newest are removed.
+``ray`` and ``broadcast`` (ray executor only; :mod:`slime_core.executors.transports`): the
+object store (rank 0 puts each bucket once, engines fetch) and a torch.distributed broadcast
+group of trainer rank 0 and the engines (gloo on CPU, nccl on GPU), bucketed by
+``weights.bucket_mb``. Their modules import ray / torch only when a factory runs.
 """
 
 from __future__ import annotations
@@ -82,6 +86,18 @@ class DiskTransport:
                 "seconds": time.perf_counter() - t0}
 
 
+def _ray_transport(config: Any, accelerator: Any = None) -> Any:
+    from slime_core.executors.transports import RayObjectTransport
+
+    return RayObjectTransport(config, accelerator)
+
+
+def _broadcast_transport(config: Any, accelerator: Any = None) -> Any:
+    from slime_core.executors.transports import BroadcastTransport
+
+    return BroadcastTransport(config, accelerator)
+
+
 @hookimpl
 def slime_register_weight_transports() -> list[WeightTransportRecord]:
     return [
@@ -89,4 +105,10 @@ def slime_register_weight_transports() -> list[WeightTransportRecord]:
                               summary="engines in the trainer's process copy the trainer's tensors"),
         WeightTransportRecord(name="disk", factory=DiskTransport,
                               summary="versioned safetensors directory, read by each engine"),
+        WeightTransportRecord(name="ray", factory=_ray_transport,
+                              summary="Ray object store: trainer rank 0 puts once, engines "
+                                      "fetch (ray executor)"),
+        WeightTransportRecord(name="broadcast", factory=_broadcast_transport,
+                              summary="torch.distributed broadcast from trainer rank 0 to the "
+                                      "engines, gloo/nccl (ray executor)"),
     ]

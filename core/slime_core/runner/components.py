@@ -1,4 +1,4 @@
-"""Build the components of a run from registry records (local executor)."""
+"""Build the components of a run from registry records (every executor uses these)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,22 @@ def has_eval(config: Any) -> bool:
     if config.eval.interval <= 0:
         return False
     return bool(config.data.eval_path) or config.data.source == "reasoning_gym"
+
+
+def attach_buffer_filter(manager: SlimePluginManager, config: Any, source: Any) -> None:
+    """Give ``source`` (if it takes one) the buffer filter: ``slime_buffer_filter`` first, then
+    ``rollout.buffer_filter`` (any plugin's record). Runs in the rollout manager's process."""
+    if not hasattr(source, "set_buffer_filter"):
+        return
+    pm = manager.hook
+    named = config.rollout.buffer_filter
+    fallback = manager.registries.filter.get(named).factory if named else None
+
+    def choose(config: Any, rollout_id: int, buffer: list, num_groups: int) -> Any:
+        out = pm.slime_buffer_filter(config=config, rollout_id=rollout_id,
+                                     buffer=buffer, num_groups=num_groups)
+        if out is None and fallback is not None:
+            out = fallback(config, rollout_id, buffer, num_groups)
+        return out
+
+    source.set_buffer_filter(choose)

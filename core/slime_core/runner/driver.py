@@ -1,9 +1,12 @@
-"""The driver loop of ``core run`` (local executor).
+"""The driver loop of ``core run``, the same under every executor (``slime_core.executors``).
 
 rollout -> reward/filters -> convert -> log-probs/advantages -> train -> sync weights -> save
 -> eval, with lifecycle hooks around each phase. Metrics go to every configured logger;
 ``slime_on_error`` and ``slime_run_end(status="failed")`` fire before an error propagates,
-and checkpoints already written are never touched by a failing step.
+and checkpoints already written are never touched by a failing step. With
+``run.async_rollout`` the rollout of step k+1 is generated while step k trains
+(:mod:`slime_core.runner.pipeline`); ``run.max_staleness`` bounds how old a trained-on sample
+may be (:mod:`slime_core.runner.staleness`).
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime_core.context import set_manager, set_rollout_manager
+from slime_core.context import set_manager
+from slime_core.executors import make_executor
 from slime_core.plugins import SlimePluginManager
 from slime_core.runner import checkpoint as ckpt
-from slime_core.runner.components import has_eval, make_data_source, select_accelerator
+from slime_core.runner import staleness
+from slime_core.runner.components import select_accelerator
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.metrics import rollout_metrics
-from slime_core.runner.rollout import RolloutManager
+from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
 
 
@@ -44,43 +49,28 @@ class Driver:
             write_run_files(self.run_dir, config, plugins)
         reg = manager.registries
         self.accel_record = select_accelerator(manager, config.run.accelerator)
-        self.accel = self.accel_record.factory()
-        self.trainer = reg.trainer_backend.get(config.train.backend).factory(
-            config, 0, 1, self.accel
-        )
-        engine_rec = reg.rollout_engine.get(config.rollout.engine)
-        self.engines = [engine_rec.factory(config, i, self.accel)
-                        for i in range(config.rollout.num_engines)]
+        staleness.check_config(config)
         if not config.weights.dir:
             config.weights.dir = str(self.run_dir / "weights")
-        self.transport = reg.weight_transport.get(config.weights.transport).factory(config, self.accel)
-        self.train_source = make_data_source(manager, config, "train")
-        self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
-        self.eval_start = self.eval_source.state_dict() if self.eval_source is not None else None
-        if hasattr(self.train_source, "set_buffer_filter"):
-            self.train_source.set_buffer_filter(self._buffer_filter())
-        self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
-        set_rollout_manager(self.rollouts)
-        self.loggers = [reg.logger.get(n).factory(config, str(self.run_dir)) for n in config.run.loggers]
-        self.step = 0
-        self.version = 0  # trainer weight version: optimizer rollouts applied so far
-        self.synced_version = -1  # version the engines hold
-        if resume_dir:
-            self._resume()
-
-    def _buffer_filter(self) -> Any:
-        """``slime_buffer_filter`` first, then ``rollout.buffer_filter`` (any plugin's record)."""
-        named = self.config.rollout.buffer_filter
-        fallback = self.manager.registries.filter.get(named).factory if named else None
-
-        def choose(config: Any, rollout_id: int, buffer: list, num_groups: int) -> Any:
-            out = self.pm.slime_buffer_filter(config=config, rollout_id=rollout_id,
-                                              buffer=buffer, num_groups=num_groups)
-            if out is None and fallback is not None:
-                out = fallback(config, rollout_id, buffer, num_groups)
-            return out
-
-        return choose
+        # trainer, engines, transport, data sources (+ buffer filter), rollout manager
+        self.executor = make_executor(manager, config, self.run_dir, self.accel_record)
+        ex = self.executor
+        self.accel, self.trainer, self.engines = ex.accelerator, ex.trainer, ex.engines
+        self.train_source, self.eval_source = ex.train_source, ex.eval_source
+        self.rollouts = ex.rollouts
+        try:
+            self.eval_start = self.eval_source.state_dict() if self.eval_source is not None else None
+            self.loggers = [reg.logger.get(n).factory(config, str(self.run_dir))
+                            for n in config.run.loggers]
+            self.step = 0
+            self.version = 0  # trainer weight version: optimizer rollouts applied so far
+            self.synced_version = -1  # version the engines hold
+            self._async = OneStepOff(self) if config.run.async_rollout else None
+            if resume_dir:
+                self._resume()
+        except BaseException:
+            ex.shutdown()
+            raise
 
     # -- state -----------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -100,7 +90,11 @@ class Driver:
 
         def write(tmp: Path) -> None:
             self.trainer.save(str(tmp / "trainer"))
-            (tmp / "data_source.json").write_text(json.dumps(self.train_source.state_dict()))
+            # with a rollout in flight, the source as it was before that rollout was taken
+            source = self._async.source_state() if self._async is not None else None
+            if source is None:
+                source = self.train_source.state_dict()
+            (tmp / "data_source.json").write_text(json.dumps(source))
 
         state = {"step": self.step, "version": self.version, "python_rng": random.getstate()}
         # engines get re-synced from the trainer at resume, so synced_version is not saved
@@ -110,8 +104,10 @@ class Driver:
 
     # -- phases ----------------------------------------------------------------------------
     def sync_weights(self) -> dict[str, float]:
+        if self._async is not None:
+            self._async.drain()  # never change weights in the middle of a generation
         self.pm.slime_before_weight_sync(config=self.config, version=self.version)
-        stats = self.transport.send(self.trainer.export_weights(), self.version, self.engines)
+        stats = self.executor.send_weights(self.version)
         self.synced_version = self.version
         for i, e in enumerate(self.engines):
             if int(e.weight_version()) != self.version:
@@ -138,6 +134,8 @@ class Driver:
 
     def evaluate(self) -> dict[str, float]:
         assert self.eval_source is not None and self.eval_start is not None
+        if self._async is not None:
+            self._async.drain()  # the engines serve one rollout at a time
         self.eval_source.load_state_dict(self.eval_start)
         self._reseed(-1 - self.step)
         t0 = time.perf_counter()
@@ -151,20 +149,27 @@ class Driver:
     def train_one(self) -> dict[str, float]:
         cfg, step = self.config, self.step
         timings: dict[str, float] = {}
-        self.check_versions()
-        self._reseed(step)
-        t = time.perf_counter()
-        self.pm.slime_before_rollout(config=cfg, rollout_id=step)
-        result = self.rollouts.rollout(step)
-        self.pm.slime_after_rollout(config=cfg, rollout_id=step, result=result)
-        timings["perf/rollout_time"] = time.perf_counter() - t
+        if self._async is not None:  # submitted during the previous step
+            result, timings["perf/rollout_wait_time"] = self._async.take(step)
+        else:
+            self.check_versions()
+            self._reseed(step)
+            t = time.perf_counter()
+            self.pm.slime_before_rollout(config=cfg, rollout_id=step)
+            result = self.rollouts.rollout(step)
+            self.pm.slime_after_rollout(config=cfg, rollout_id=step, result=result)
+            timings["perf/rollout_time"] = time.perf_counter() - t
         samples = list(result.samples())
         if samples and all(s.status.value == "failed" for s in samples):
             errors = sorted({s.error or "?" for s in samples})[:3]
             raise RuntimeError(f"every sample of step {step} failed, e.g. {errors}")
+        stale = staleness.drop_stale(samples, self.version, cfg.run.max_staleness)
         metrics = {**result.metrics, **rollout_metrics(cfg, samples, "rollout", self.version)}
+        if cfg.run.max_staleness >= 0:
+            metrics["rollout/stale_dropped"] = float(stale)
         gen_tokens = sum(s.response_length for s in samples)
-        metrics["perf/rollout_tokens_per_s"] = gen_tokens / max(timings["perf/rollout_time"], 1e-9)
+        rollout_time = timings.get("perf/rollout_time", result.metrics.get("perf/rollout_time", 0.0))
+        metrics["perf/rollout_tokens_per_s"] = gen_tokens / max(rollout_time, 1e-9)
         self.pm.slime_log_rollout(config=cfg, rollout_id=step, samples=samples, metrics=metrics)
         batch = samples_to_batch(cfg, samples)
         self.pm.slime_rollout_data_postprocess(config=cfg, rollout_id=step, batch=batch)
@@ -240,6 +245,7 @@ class Driver:
                 lg.close()
             for e in self.engines:
                 e.shutdown()
+            self.executor.shutdown()
         return self.run_dir
 
 
@@ -259,10 +265,6 @@ def _tuple_state(state: Any) -> Any:
 
 def run_training(manager: SlimePluginManager, config: Any, resume_dir: str | None = None) -> Path:
     """Run (or resume) training; returns the run directory."""
-    if config.run.executor != "local":
-        raise NotImplementedError(
-            f"run.executor = {config.run.executor!r} is not available yet; use 'local'"
-        )
     driver = Driver(manager, config, resume_dir)
     run_dir = driver.run()
     print(f"run directory: {run_dir}", file=sys.stderr)

@@ -1,0 +1,70 @@
+"""The ``local`` executor: every component in the driver's process (laptops, most tests).
+
+One trainer rank, ``rollout.num_engines`` engines, the rollout manager and the data sources
+are plain objects; weights move through the configured transport in-process. Asynchronous
+one-step-off rollouts run in one background thread (the engines' own lock keeps a weight
+update out of a running generation; the driver never syncs while a rollout is in flight).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from slime_core.context import set_rollout_manager
+from slime_core.executors.base import check_weight_agreement, engine_weights, weights_digest
+from slime_core.plugins import SlimePluginManager
+from slime_core.runner.components import attach_buffer_filter, has_eval, make_data_source
+from slime_core.runner.rollout import RolloutManager
+from slime_hookspecs import AcceleratorRecord
+
+
+class LocalExecutor:
+    def __init__(self, manager: SlimePluginManager, config: Any, run_dir: Path,
+                 accel_record: AcceleratorRecord) -> None:
+        if config.train.num_ranks != 1:
+            raise ValueError(
+                f"train.num_ranks = {config.train.num_ranks} needs run.executor = 'ray' "
+                "(the local executor runs one trainer rank)"
+            )
+        self.config = config
+        reg = manager.registries
+        self.accelerator = accel_record.factory()
+        self.trainer = reg.trainer_backend.get(config.train.backend).factory(
+            config, 0, 1, self.accelerator
+        )
+        engine_rec = reg.rollout_engine.get(config.rollout.engine)
+        self.engines = [engine_rec.factory(config, i, self.accelerator)
+                        for i in range(config.rollout.num_engines)]
+        self.transport = reg.weight_transport.get(config.weights.transport).factory(
+            config, self.accelerator)
+        self.train_source = make_data_source(manager, config, "train")
+        self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
+        attach_buffer_filter(manager, config, self.train_source)
+        self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
+        set_rollout_manager(self.rollouts)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def send_weights(self, version: int) -> dict[str, float]:
+        weights = self.trainer.export_weights()
+        stats = self.transport.send(weights, version, self.engines)
+        if self.config.weights.verify:
+            check_weight_agreement(
+                weights_digest(weights),
+                [None if (w := engine_weights(e)) is None else weights_digest(w)
+                 for e in self.engines],
+                version,
+            )
+            stats = {**stats, "verified": 1.0}
+        return stats
+
+    def submit_rollout(self, rollout_id: int) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-rollout")
+        return self._pool.submit(self.rollouts.rollout, rollout_id)
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,91 @@
+"""Connect to Ray, or start a local instance, keeping the control plane private.
+
+* No ``run.ray_address``: start a local instance whose node address is 127.0.0.1, without
+  the dashboard. Ray's own gRPC services (GCS, raylet, workers) bind every interface; what
+  protects them is Ray's token authentication, on by default since Ray 2.60 and never
+  turned off here (``RAY_AUTH_MODE=disabled`` is refused).
+* ``run.ray_address`` on another machine: a token must be available to this process
+  (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), so the run only talks
+  to clusters that authenticate their callers.
+* Ray already initialised in this process (a test fixture, a notebook): reuse it and leave
+  it running at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from slime_core.executors.dist_group import is_loopback
+
+
+def check_token_auth() -> None:
+    mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower()
+    if mode == "disabled":
+        raise RuntimeError(
+            "RAY_AUTH_MODE=disabled: slime keeps Ray's token authentication on (anyone who "
+            "reaches an unauthenticated Ray cluster can run code on it); unset RAY_AUTH_MODE"
+        )
+
+
+def token_available() -> bool:
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return Path(path).is_file()
+    return (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def address_host(address: str) -> str:
+    """``ray://h:10001`` / ``h:6379`` / ``auto`` -> host part (``auto`` and ``local`` -> 127.0.0.1)."""
+    if address in ("auto", "local"):
+        return "127.0.0.1"
+    rest = address.split("://", 1)[-1]
+    if rest.startswith("["):  # [::1]:6379
+        return rest[1:rest.index("]")]
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+
+
+def start_local_ray(num_cpus: int = 0, **kwargs: Any) -> None:
+    """A private local Ray instance (127.0.0.1, no dashboard, token authentication on)."""
+    import ray
+
+    check_token_auth()
+    ray.init(
+        num_cpus=num_cpus or None, include_dashboard=False, _node_ip_address="127.0.0.1",
+        logging_level="WARNING", **kwargs,
+    )
+
+
+class RayConnection:
+    """Ray for one run; ``close()`` stops only what this object started."""
+
+    def __init__(self, config: Any, cpus_needed: float) -> None:
+        import ray
+
+        self.owned = False
+        if ray.is_initialized():
+            return
+        address = config.run.ray_address
+        check_token_auth()
+        if address:
+            if not is_loopback(address_host(address)) and not token_available():
+                raise RuntimeError(
+                    f"run.ray_address = {address!r} is not on this machine: the run connects "
+                    "only with Ray's token authentication; provide the cluster's token "
+                    "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"
+                )
+            ray.init(address=address, logging_level="WARNING")
+        else:
+            wanted = config.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpus_needed // 1)))
+            start_local_ray(wanted)
+        self.owned = True
+
+    def close(self) -> None:
+        if self.owned:
+            import ray
+
+            ray.shutdown()
+            self.owned = False

@@ -1,0 +1,312 @@
+"""The ``ray`` executor: the run's components as Ray actors in one placement group.
+
+Actors (see :mod:`.ray_workers` for what runs inside, :mod:`.placement` for where):
+
+* ``train.num_ranks`` trainer ranks (:class:`TrainerWorker`), one data-parallel
+  ``torch.distributed`` group (the accelerator record's backend: gloo on CPU, nccl on GPU);
+  rank 0 also sends weights;
+* ``rollout.num_engines`` engines (:class:`EngineWorker`), threaded so ``abort``/``health``
+  are answered during a ``generate``; restartable with ``run.fault_tolerance``;
+* one rollout manager (:class:`RolloutManagerWorker`): data sources, rewards, filters and the
+  rollout hooks, calling the engines through :class:`RemoteEngine`.
+
+Data flow of a step: the driver asks the manager for a rollout (samples come back to the
+driver: ``slime_log_rollout``, conversion and ``slime_rollout_data_postprocess`` fire there),
+splits the train batch across ranks by token count without splitting groups
+(:func:`~slime_core.trainer.sharding.shard_by_tokens`), each rank trains on its share with
+globally weighted, all-reduced gradients, and rank 0 pushes the new weights to the engines
+through the configured transport. With ``ray.colocate`` the engines ``sleep()`` while the
+ranks train. Everything crosses processes as picklable objects; no RPC of our own.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from slime_core.executors.base import check_weight_agreement
+from slime_core.executors.dist_group import is_loopback
+from slime_core.executors.placement import ActorSlot, plan_placement
+from slime_core.executors.ray_cluster import RayConnection
+from slime_core.executors.ray_workers import (
+    EngineWorker,
+    RemoteEngine,
+    RolloutManagerWorker,
+    TrainerWorker,
+)
+from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.runner.components import has_eval
+from slime_core.trainer.sharding import imbalance, shard_by_tokens
+from slime_hookspecs import AcceleratorRecord, RolloutResult, TrainBatch
+
+_Trainer = ray.remote(TrainerWorker)
+_Engine = ray.remote(EngineWorker)
+_Manager = ray.remote(RolloutManagerWorker)
+
+
+def wait_all(refs: list[Any], what: str) -> list[Any]:
+    """Results in order; the first failure raises at once (a rank stuck in a collective
+    waiting for a dead peer must not hide the dead peer's error)."""
+    index = {r: i for i, r in enumerate(refs)}
+    out: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        for r in ready:
+            try:
+                out[index[r]] = ray.get(r)
+            except Exception as exc:
+                raise RuntimeError(f"{what}: actor {index[r]} failed: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+    return out
+
+
+def local_only_plugins(manager: SlimePluginManager, selection: PluginSelection) -> list[str]:
+    """Plugin objects registered in this process that a worker cannot rebuild."""
+    return sorted(i.name for i in manager.infos.values()
+                  if i.source == "module" and i.name not in selection.modules
+                  and i.status == "active")
+
+
+class RayFuture:
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> RolloutResult:
+        return ray.get(self.ref)
+
+    def done(self) -> bool:
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+
+class RemoteSource:
+    """``state_dict`` / ``load_state_dict`` of a data source living in the rollout manager."""
+
+    def __init__(self, actor: Any, split: str) -> None:
+        self.actor, self.split = actor, split
+
+    def state_dict(self) -> dict[str, Any]:
+        return ray.get(self.actor.source_state.remote(self.split))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ray.get(self.actor.load_source_state.remote(self.split, state))
+
+
+class ManagedEngineView:
+    """What the driver checks before a rollout: the version as the rollout manager sees it
+    (waits for a restart of that engine to finish)."""
+
+    def __init__(self, actor: Any, index: int) -> None:
+        self.actor, self.index = actor, index
+
+    def weight_version(self) -> int:
+        return int(ray.get(self.actor.engine_version.remote(self.index)))
+
+
+class RayRollouts:
+    def __init__(self, actor: Any, num_engines: int) -> None:
+        self.actor = actor
+        self.clients = [ManagedEngineView(actor, i) for i in range(num_engines)]
+
+    def rollout(self, rollout_id: int, evaluation: bool = False) -> RolloutResult:
+        return ray.get(self.actor.rollout.remote(rollout_id, evaluation))
+
+
+class RayTrainerGroup:
+    """The :class:`~slime_hookspecs.Trainer` protocol over the data-parallel ranks."""
+
+    def __init__(self, ranks: list[Any], colocated_engines: list[RemoteEngine]) -> None:
+        self.ranks = ranks
+        self.colocated = colocated_engines
+
+    def _shards(self, batch: TrainBatch) -> list[list[int]]:
+        if len(self.ranks) == 1:
+            return [list(range(len(batch)))]
+        if len(batch.group_indices) != len(batch):
+            raise ValueError(
+                "data-parallel training needs TrainBatch.group_indices (one per sample) to keep "
+                "groups on one rank; a custom slime_convert_samples_to_train_data must set them"
+            )
+        return shard_by_tokens(list(batch.group_indices), [len(t) for t in batch.tokens],
+                               len(self.ranks))
+
+    def _engines(self, method: str) -> None:
+        from ray.exceptions import RayActorError
+
+        for e in self.colocated:
+            try:
+                getattr(e, method)()
+            except RayActorError:
+                pass  # a dead engine is the rollout manager's to restart
+
+    def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
+        shards = self._shards(batch)
+        parts = [batch if len(self.ranks) == 1 else batch.select(s) for s in shards]
+        self._engines("sleep")  # colocated: give the devices to the trainer
+        try:
+            results = wait_all([r.train_step.remote(p, rollout_id)
+                                for r, p in zip(self.ranks, parts)],
+                               f"train_step of rollout {rollout_id} (trainer ranks)")
+        finally:
+            self._engines("wake_up")
+        metrics = dict(results[0])  # ranks agree after the all-reduce; perf is per rank
+        if len(self.ranks) > 1:
+            metrics["perf/train_tokens_per_s"] = sum(m.get("perf/train_tokens_per_s", 0.0)
+                                                     for m in results)
+            metrics["train/dp_token_imbalance"] = imbalance([len(t) for t in batch.tokens],
+                                                            shards)
+        return metrics
+
+    def compute_log_probs(self, batch: TrainBatch, role: str) -> list[Any]:
+        shards = self._shards(batch)
+        parts = wait_all([r.compute_log_probs.remote(batch.select(s), role)
+                          for r, s in zip(self.ranks, shards)], "compute_log_probs")
+        out: list[Any] = [None] * len(batch)
+        for s, lps in zip(shards, parts):
+            for i, lp in zip(s, lps):
+                out[i] = lp
+        return out
+
+    def save(self, path: str) -> None:
+        wait_all([r.save.remote(path) for r in self.ranks], f"save to {path}")
+
+    def load(self, path: str) -> None:
+        wait_all([r.load.remote(path) for r in self.ranks], f"load from {path}")
+
+    def export_weights(self) -> dict[str, Any]:
+        return ray.get(self.ranks[0].export_weights.remote())
+
+
+class RayExecutor:
+    def __init__(self, manager: SlimePluginManager, config: Any, run_dir: Path,
+                 accel_record: AcceleratorRecord) -> None:
+        self.config = config
+        self.plan = plan_placement(
+            config.train.num_ranks, config.rollout.num_engines, accel_record.ray_resource,
+            config.ray.colocate, config.ray.num_cpus_per_actor, config.ray.num_devices_per_actor,
+            config.ray.rollout_manager_cpus,
+        )
+        self._pg: Any = None
+        self.ranks: list[Any] = []
+        self.engine_handles: list[Any] = []
+        self.manager_actor: Any = None
+        self._restarts_seen = 0
+        self.conn = RayConnection(config, self.plan.total("CPU"))
+        try:
+            self._start(manager, accel_record)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # -- start-up ----------------------------------------------------------------------------
+    def _options(self, slot: ActorSlot, **extra: Any) -> dict[str, Any]:
+        strategy = PlacementGroupSchedulingStrategy(
+            placement_group=self._pg, placement_group_bundle_index=slot.bundle)
+        return {"scheduling_strategy": strategy, **slot.ray_options(), **extra}
+
+    def _start(self, manager: SlimePluginManager, accel_record: AcceleratorRecord) -> None:
+        cfg = self.config
+        selection = manager.snapshot()
+        only_here = local_only_plugins(manager, selection)
+        if only_here:
+            print(f"slime: plugin objects registered in the driver only ({', '.join(only_here)}):"
+                  " their hooks fire in the driver, not in the Ray workers (rollout manager, "
+                  "engines, trainer ranks); give importable modules in run.plugin_modules",
+                  file=sys.stderr)
+        self.accelerator = accel_record.factory()
+        self._pg = placement_group(self.plan.bundles, strategy=cfg.ray.placement_strategy)
+        try:
+            ray.get(self._pg.ready(), timeout=cfg.ray.startup_timeout_s)
+        except GetTimeoutError as exc:
+            raise RuntimeError(
+                f"ray: could not place bundles {self.plan.bundles} ({cfg.ray.placement_strategy}) "
+                f"within ray.startup_timeout_s = {cfg.ray.startup_timeout_s}s; the cluster has "
+                f"{ray.available_resources()} available"
+            ) from exc
+        name = accel_record.name
+        world = cfg.train.num_ranks
+        # trainer ranks first: slime_trainer_init fires before the engines exist, as locally
+        self.ranks = [_Trainer.options(**self._options(slot)).remote(selection, cfg, r, world, name)
+                      for r, slot in enumerate(self.plan.trainers)]
+        if world > 1:
+            self._init_data_parallel()
+        wait_all([r.build.remote() for r in self.ranks], "building the trainer ranks")
+        restarts = cfg.ray.max_engine_restarts if cfg.run.fault_tolerance else 0
+        self.engine_handles = [
+            _Engine.options(**self._options(slot, max_concurrency=8, max_restarts=restarts,
+                                            max_task_retries=0)).remote(selection, cfg, i, name)
+            for i, slot in enumerate(self.plan.engines)
+        ]
+        wait_all([h.ping.remote() for h in self.engine_handles], "starting the rollout engines")
+        self.manager_actor = _Manager.options(**self._options(self.plan.manager)).remote(
+            selection, cfg, self.engine_handles)
+        ray.get(self.manager_actor.restarts.remote())
+        self.engines = [RemoteEngine(h, i) for i, h in enumerate(self.engine_handles)]
+        self.trainer = RayTrainerGroup(self.ranks, self.engines if cfg.ray.colocate else [])
+        self.rollouts = RayRollouts(self.manager_actor, len(self.engine_handles))
+        self.train_source = RemoteSource(self.manager_actor, "train")
+        self.eval_source = RemoteSource(self.manager_actor, "eval") if has_eval(cfg) else None
+
+    def _init_data_parallel(self) -> None:
+        cfg = self.config
+        host = cfg.ray.dist_host or "127.0.0.1"
+        if host == "node":
+            host = ray.get(self.ranks[0].node_ip.remote())
+        nodes = set(ray.get([r.node_id.remote() for r in self.ranks]))
+        if len(nodes) > 1 and is_loopback(host):
+            raise RuntimeError(
+                f"the trainer ranks span {len(nodes)} nodes but ray.dist_host is loopback; set "
+                "ray.dist_host = 'node' (rank 0's address) on a trusted network"
+            )
+        port = ray.get(self.ranks[0].open_store.remote(host))
+        prefix = f"slime-dp-{secrets.token_hex(16)}/"  # handed out through Ray only
+        wait_all([r.init_dist.remote(host, port, prefix) for r in self.ranks],
+                 "joining the data-parallel group")
+
+    # -- driver interface ----------------------------------------------------------------------
+    def send_weights(self, version: int) -> dict[str, float]:
+        cfg = self.config
+        if cfg.run.fault_tolerance:
+            restarts = int(ray.get(self.manager_actor.restarts.remote()))
+            if restarts != self._restarts_seen:  # a restarted engine left the broadcast group
+                ray.get(self.ranks[0].reset_weight_group.remote())
+                self._restarts_seen = restarts
+        stats = ray.get(self.ranks[0].send_weights.remote(version, self.engine_handles))
+        if cfg.run.fault_tolerance:
+            box = ray.get(self.ranks[0].resync_refs.remote())
+            ray.get(self.manager_actor.set_resync_source.remote(box, version))
+        if cfg.weights.verify:
+            check_weight_agreement(
+                ray.get(self.ranks[0].weights_digest.remote()),
+                ray.get([h.weights_digest.remote() for h in self.engine_handles]),
+                version,
+            )
+            stats["verified"] = 1.0
+        return stats
+
+    def submit_rollout(self, rollout_id: int) -> RayFuture:
+        return RayFuture(self.manager_actor.rollout.remote(rollout_id, False))
+
+    def shutdown(self) -> None:
+        actors = ([self.manager_actor] if self.manager_actor is not None else [])
+        for actor in actors + self.engine_handles + self.ranks:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.manager_actor, self.engine_handles, self.ranks = None, [], []
+        if self._pg is not None:
+            try:
+                remove_placement_group(self._pg)
+            except Exception:  # noqa: BLE001
+                pass
+            self._pg = None
+        self.conn.close()

@@ -1,0 +1,172 @@
+"""The ``ray`` and ``broadcast`` weight transports (registered by ``core_weights``).
+
+Both run where the trainer's rank 0 runs and talk to engine actors (objects with a
+``handle``: :class:`~slime_core.executors.ray_workers.RemoteEngine`), so they need the ray
+executor. Tensors travel in buckets of ``weights.bucket_mb``; an engine applies a version
+only once every bucket has arrived, in one ``update_weights`` call, so it never serves a
+half-updated model.
+
+* ``ray``: rank 0 ``ray.put``s each bucket once (host memory); every engine fetches the
+  buckets from the object store (zero-copy on the same node) and loads them.
+* ``broadcast``: a process group of rank 0 (root) and the engines, built directly over a
+  loopback-only store (see :mod:`~slime_core.executors.dist_group`), gloo on CPU and nccl on
+  GPU; each bucket is one flat byte tensor broadcast from rank 0. The group is rebuilt when
+  the set of engines changes (an engine restarted by fault tolerance).
+
+``bytes`` in the stats is what the engines received in total (payload x engines).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+BucketMeta = list[tuple[str, str, tuple[int, ...], int]]  # name, dtype, shape, nbytes
+
+
+def _handles(engines: list[Any], transport: str) -> list[Any]:
+    handles = [getattr(e, "handle", None) for e in engines]
+    if any(h is None for h in handles):
+        raise RuntimeError(
+            f"weights.transport = {transport!r} sends to Ray engine actors; it needs "
+            "run.executor = 'ray' (use 'inprocess' or 'disk' with the local executor)"
+        )
+    return handles
+
+
+def _ids(handles: list[Any]) -> list[str]:
+    return [h._actor_id.hex() for h in handles]
+
+
+def make_buckets(weights: dict[str, Any], bucket_mb: int) -> list[dict[str, Any]]:
+    """Consecutive tensors up to ``bucket_mb`` MiB each (a larger tensor is its own bucket)."""
+    limit = bucket_mb * 2**20
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {}
+    size = 0
+    for name, t in weights.items():
+        n = int(t.numel()) * int(t.element_size())
+        if cur and size + n > limit:
+            out.append(cur)
+            cur, size = {}, 0
+        cur[name] = t
+        size += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _nbytes(weights: dict[str, Any]) -> int:
+    return sum(int(t.numel()) * int(t.element_size()) for t in weights.values())
+
+
+class RayObjectTransport:
+    def __init__(self, config: Any, accelerator: Any = None) -> None:
+        self.config = config
+        self.last_refs: list[Any] = []  # the newest version's buckets (fault-tolerant re-sync)
+
+    def send(self, weights: dict[str, Any], version: int, engines: list[Any]) -> dict[str, float]:
+        import ray
+
+        handles = _handles(engines, "ray")
+        t0 = time.perf_counter()
+        host = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
+        refs = [ray.put(b) for b in make_buckets(host, self.config.weights.bucket_mb)]
+        # a list of refs is not resolved by Ray: each engine fetches the buckets itself
+        ray.get([h.update_weights_from_refs.remote(refs, version) for h in handles])
+        self.last_refs = refs
+        return {"bytes": float(_nbytes(host) * len(handles)),
+                "seconds": time.perf_counter() - t0, "buckets": float(len(refs))}
+
+
+def pack(bucket: dict[str, Any], device: Any) -> tuple[Any, BucketMeta]:
+    """One flat uint8 tensor of a bucket's tensors, plus what is needed to cut it up again."""
+    import torch
+
+    meta: BucketMeta = []
+    parts = []
+    for name, t in bucket.items():
+        flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+        meta.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), int(flat.numel())))
+        parts.append(flat)
+    return torch.cat(parts).to(device), meta
+
+
+def unpack(buf: Any, meta: BucketMeta) -> dict[str, Any]:
+    import torch
+
+    out = {}
+    offset = 0
+    for name, dtype, shape, n in meta:
+        # clone first: a byte slice at an odd offset cannot be viewed as a wider dtype
+        out[name] = buf[offset:offset + n].clone().view(getattr(torch, dtype)).reshape(shape)
+        offset += n
+    return out
+
+
+class BroadcastTransport:
+    def __init__(self, config: Any, accelerator: Any = None) -> None:
+        self.config = config
+        self.accelerator = accelerator
+        self.group: Any = None
+        self._server: Any = None
+        self._members: list[Any] = []
+
+    def _backend(self) -> str:
+        from slime_core.context import get_manager
+        from slime_core.runner.components import select_accelerator
+
+        return select_accelerator(get_manager(), self.config.run.accelerator).dist_backend
+
+    def _device(self, backend: str) -> Any:
+        import torch
+
+        if backend == "gloo" or self.accelerator is None:
+            return torch.device("cpu")
+        return self.accelerator.device(0)
+
+    def reset(self) -> None:
+        """Forget the group (an engine was restarted); the next send builds a new one."""
+        self.group = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def _setup(self, handles: list[Any]) -> None:
+        import ray
+
+        from slime_core.executors.dist_group import StoreServer, new_group, resolve_host
+
+        self.reset()
+        cfg = self.config
+        host, size, timeout = resolve_host(cfg), 1 + len(handles), cfg.ray.collective_timeout_s
+        backend = self._backend()
+        self._server = StoreServer(host, size, timeout)
+        prefix = f"slime-weights-{secrets.token_hex(16)}/"  # handed out through Ray only
+        joins = [h.join_weight_group.remote(host, self._server.port, prefix, i + 1, size,
+                                            backend, timeout)
+                 for i, h in enumerate(handles)]
+        self.group = new_group(backend, self._server.store, prefix, 0, size, host, timeout)
+        ray.get(joins)
+        self._members = _ids(handles)
+
+    def send(self, weights: dict[str, Any], version: int, engines: list[Any]) -> dict[str, float]:
+        import ray
+
+        from slime_core.executors.dist_group import broadcast
+
+        handles = _handles(engines, "broadcast")
+        t0 = time.perf_counter()
+        if self.group is None or self._members != _ids(handles):
+            self._setup(handles)
+        device = self._device(self._backend())
+        packed = [pack(b, device) for b in make_buckets(weights, self.config.weights.bucket_mb)]
+        receiving = [h.receive_weights.remote([m for _, m in packed], version) for h in handles]
+        total = 0
+        for buf, _ in packed:
+            broadcast(self.group, buf, root=0)
+            total += int(buf.numel())
+        ray.get(receiving)
+        return {"bytes": float(total * len(handles)), "seconds": time.perf_counter() - t0,
+                "buckets": float(len(packed))}
