@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from slime_core.observe.commands import report_command, trace_command
 from slime_core.observe.dumps import list_dumps, read_dump
 from slime_core.observe.trace import DRIVER_PID, PHASE_TID, SAMPLES_PID, span
 from slime_core.observe.trace_analysis import validate
 from slime_hookspecs import Status, hookimpl
+
 from tests.conftest import read_metrics
 
 
@@ -83,7 +83,7 @@ def test_replay_reproduces_training_metrics_without_an_engine(
     m1, m2 = read_metrics(run1), read_metrics(run2)
     assert [m["step"] for m in m1] == [m["step"] for m in m2] == [0, 1, 2]
     compared = 0
-    for a, b in zip(m1, m2):
+    for a, b in zip(m1, m2, strict=True):
         for key, value in a.items():
             if key.startswith(("train/", "rollout/", "eval/")):
                 assert b[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (a["step"], key)

@@ -21,10 +21,12 @@ Nothing heavy is imported at module level: torch and matplotlib load inside the 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Generator
+from collections.abc import Generator
+from typing import Any
+
+from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
 
 from slime_core.observe import trace as tr
-from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
 
 _STATE: dict[str, Any] = {"profiler": None}
 

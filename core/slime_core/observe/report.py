@@ -111,10 +111,10 @@ def plot_panel(panel: Panel, rows: list[dict[str, Any]], path: Path) -> bool:
         steps = sorted({int(r["step"]) for r in rows if any(k in r for k in stacked)})
         bottom = [0.0] * len(steps)
         for k in stacked:
-            by_step = dict(zip(*series(rows, k)))
+            by_step = dict(zip(*series(rows, k), strict=True))
             vals = [by_step.get(s, 0.0) for s in steps]
             ax.bar(steps, vals, bottom=bottom, label=k.split("/", 1)[1].removesuffix("_time"))
-            bottom = [b + v for b, v in zip(bottom, vals)]
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for k in lines:
         xs, ys = series(rows, k)
         if not xs:
@@ -122,9 +122,9 @@ def plot_panel(panel: Panel, rows: list[dict[str, Any]], path: Path) -> bool:
         ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=k)
         if panel.band and k == panel.band[0]:
             sx, sd = series(rows, panel.band[1])
-            std = dict(zip(sx, sd))
-            lo = [y - std.get(x, 0.0) for x, y in zip(xs, ys)]
-            hi = [y + std.get(x, 0.0) for x, y in zip(xs, ys)]
+            std = dict(zip(sx, sd, strict=True))
+            lo = [y - std.get(x, 0.0) for x, y in zip(xs, ys, strict=True)]
+            hi = [y + std.get(x, 0.0) for x, y in zip(xs, ys, strict=True)]
             ax.fill_between(xs, lo, hi, alpha=0.2, label=f"± {panel.band[1].split('/')[-1]}")
     for k in points:
         xs, ys = series(rows, k)

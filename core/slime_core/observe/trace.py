@@ -34,9 +34,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 DRIVER_PID, PHASE_TID = 1, 1
 SAMPLES_PID = 2
@@ -44,7 +45,9 @@ FORMAT = "slime.trace"
 VERSION = 1
 
 _TRACER: Tracer | None = None
-_TRACK: ContextVar[tuple[int, int] | None] = ContextVar("slime_trace_track", default=None)
+# (pid, tid, sample args) of the sample being generated in this task / thread
+_TRACK: ContextVar[tuple[int, int, dict[str, Any]] | None] = ContextVar("slime_trace_track",
+                                                                        default=None)
 
 
 class Tracer:
@@ -195,7 +198,7 @@ def sample_context(sample: Any) -> Iterator[tuple[int, int] | None]:
         yield None
         return
     track = tracer.sample_track(sample)
-    token = _TRACK.set(track)
+    token = _TRACK.set((*track, tracer.sample_args(sample)))
     try:
         yield track
     finally:
@@ -223,8 +226,11 @@ def span(name: str, sample: Any = None, **args: Any) -> Iterator[dict[str, Any]]
             return
         pid, tid = tracer.sample_track(sample)
         info = {**tracer.sample_args(sample), **info}
+    elif (current_sample := _TRACK.get()) is not None:
+        pid, tid, sample_args = current_sample
+        info = {**sample_args, **info}
     else:
-        pid, tid = _TRACK.get() or (DRIVER_PID, PHASE_TID)
+        pid, tid = DRIVER_PID, PHASE_TID
     cat = "sample" if pid == SAMPLES_PID else "phase"
     start_us = tracer.now()
     try:

@@ -128,7 +128,7 @@ def summarize(doc: dict[str, Any]) -> TraceSummary:
     rows: dict[tuple[str, ...], PhaseRow] = {}
     stack: list[tuple[float, tuple[str, ...]]] = []  # (end, path) of enclosing spans
     for ev in driver:
-        start, end = ev["ts"], ev["ts"] + ev["dur"]
+        end = ev["ts"] + ev["dur"]
         while stack and stack[-1][0] < end - 5e-3:  # not enclosing (ts, dur rounded to 1 ns)
             stack.pop()
         parent = stack[-1][1] if stack else ()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from slime_core.config import ConfigError
 from slime_core.plugins import PluginSelection
 from slime_core.session import resolve

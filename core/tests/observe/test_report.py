@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from slime_core.observe.commands import report_command
 from slime_core.observe.report import ReportError, write_report
 

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from slime_core.observe.dumps import DumpError, dump_path, list_dumps, read_dump, write_dump
 from slime_core.observe.replay import ReplayEngine, configure_replay, replay_rollout
 from slime_hookspecs import RolloutResult, Sample, Status
@@ -36,7 +35,7 @@ def test_round_trip_is_exact_and_keeps_groups(tmp_path: Path) -> None:
     assert header["metrics"] == {"rollout/sampling_rounds": 2.0}  # perf/* timings left out
     head, back = read_dump(path)
     assert head["rollout_id"] == 3 and [len(g) for g in back.groups] == [2, 1]
-    for a, b in zip(result.samples(), back.samples()):
+    for a, b in zip(result.samples(), back.samples(), strict=True):
         assert b.rollout_log_probs == a.rollout_log_probs  # bit for bit
         assert (b.tokens, b.loss_mask, b.response_length) == (a.tokens, a.loss_mask, a.response_length)
         assert (b.reward, b.status, b.remove_sample, b.weight_versions) == (

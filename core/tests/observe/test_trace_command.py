@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from slime_core.cli.main import cli
 from slime_core.observe.commands import trace_command
 from slime_core.observe.trace import DRIVER_PID, PHASE_TID, SAMPLES_PID

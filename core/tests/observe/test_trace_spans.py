@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from slime_core.observe import trace as tr
 from slime_core.observe.trace_analysis import validate
 from slime_hookspecs import Sample

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from slime_core.plugins import PluginSelection, SlimePluginManager
 from slime_core.plugins.registry import UnavailableRecordError
 
