@@ -1,0 +1,67 @@
+"""Clipped value (critic) loss."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .aggregation import DEFAULT_LOSS_AGG_MODE, Reducer, get_reducer
+
+VALUE_CLIP = 0.2
+VALUE_LOSS_COEF = 0.5
+
+
+def value_loss(
+    values: Sequence[Tensor],
+    old_values: Sequence[Tensor],
+    returns: Sequence[Tensor],
+    loss_masks: Sequence[Tensor],
+    *,
+    value_clip: float | None = VALUE_CLIP,
+    coef: float = VALUE_LOSS_COEF,
+    reducer: Reducer | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped value loss, reduced to a scalar.
+
+    Per token (``v`` = current prediction with grad, ``v_old`` = prediction at rollout time,
+    ``R`` = return target)::
+
+        v_clip = v_old + clamp(v - v_old, -value_clip, value_clip)
+        L_t    = coef * max((v - R)^2, (v_clip - R)^2)          # coef = 0.5 by default
+
+    ``value_clip=None`` disables clipping: ``L_t = coef * (v - R)^2``. The 0.5 factor follows verl
+    and OpenRLHF; slime's ``value_loss_function`` has no 0.5 (pass ``coef=1.0`` to match it).
+    ``reducer`` (default: ``seq_mean_token_mean`` built from ``loss_masks``) aggregates ``L``.
+
+    Returns ``(loss, metrics)``: a 0-dim loss with grad through ``values``, and detached
+    ``value_loss`` and ``value_clipfrac`` = reduced fraction of tokens with
+    ``|v - v_old| > value_clip`` (slime's rule; verl counts tokens where the clipped error is the
+    larger one). Shapes: lists of ``[T_i]``.
+    """
+    lengths = [int(v.numel()) for v in values]
+    for name, xs in (("old_values", old_values), ("returns", returns), ("loss_masks", loss_masks)):
+        if [int(x.numel()) for x in xs] != lengths:
+            raise ValueError(
+                f"value_loss: {name} lengths {[int(x.numel()) for x in xs]} != values lengths {lengths}"
+            )
+    if reducer is None:
+        reducer = get_reducer(DEFAULT_LOSS_AGG_MODE, lengths, loss_masks)
+    v = torch.cat(list(values)) if lengths else torch.zeros(0)
+    v_old = (torch.cat(list(old_values)) if lengths else torch.zeros(0)).detach().to(v.dtype)
+    ret = (torch.cat(list(returns)) if lengths else torch.zeros(0)).detach().to(v.dtype)
+    unclipped = (v - ret) ** 2
+    if value_clip is None:
+        per_token = unclipped
+        clipped_ind = torch.zeros_like(v)
+    else:
+        v_clip = v_old + (v - v_old).clamp(-value_clip, value_clip)
+        per_token = torch.maximum(unclipped, (v_clip - ret) ** 2)
+        clipped_ind = ((v - v_old).abs() > value_clip).to(v.dtype).detach()
+    loss = coef * reducer(per_token)
+    metrics = {
+        "value_loss": loss.detach(),
+        "value_clipfrac": reducer(clipped_ind).detach(),
+    }
+    return loss, metrics
