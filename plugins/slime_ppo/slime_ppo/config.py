@@ -1,0 +1,92 @@
+"""The ``[ppo]`` config section and the cross-section checks of a PPO run (torch-free).
+
+Discounting lives in the core's ``[algorithm]`` section, shared with REINFORCE++:
+``algorithm.gamma`` and ``algorithm.lam`` (both default 1, slime's defaults), and the KL
+penalty in the reward is ``algorithm.kl_in_reward_coef`` with ``algorithm.kl_estimator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+CRITIC_INITS = ("policy", "random")
+ESTIMATOR = "gae"
+# The modes of slime_ppo.ops.get_reducer, repeated here so config checks never import torch
+# (a test keeps both lists equal).
+VALUE_LOSS_REDUCERS = (
+    "token_mean",
+    "seq_mean_token_mean",
+    "seq_mean_token_sum",
+    "seq_mean_token_sum_norm",
+)
+
+
+def _need(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{key}: {msg}")
+
+
+@dataclass
+class PPOSection:
+    critic_lr: float = 1e-5  # AdamW learning rate of the critic (constant)
+    critic_weight_decay: float = 0.0
+    # policy: backbone = a copy of the policy's architecture and weights (OpenRLHF, slime);
+    # random: the policy's architecture, freshly initialised (seeded with run.seed + 1)
+    critic_init: str = "policy"
+    critic_micro_batch_tokens: int = (
+        0  # token budget of one critic micro-batch (0: train.micro_batch_tokens)
+    )
+    value_clip: float = 0.2  # |v - v_old| clip of the value loss (0: no clipping)
+    value_loss_coef: float = 0.5  # factor on the value loss (0.5: verl/OpenRLHF; slime uses 1)
+    num_critic_only_steps: int = 0  # first N rollouts train only the critic (actor frozen)
+    whiten_advantages: bool = True  # whiten GAE advantages over the batch's loss-masked tokens
+
+    def __post_init__(self) -> None:
+        _need(self.critic_lr >= 0, "ppo.critic_lr", "must be >= 0")
+        _need(self.critic_weight_decay >= 0, "ppo.critic_weight_decay", "must be >= 0")
+        _need(
+            self.critic_init in CRITIC_INITS,
+            "ppo.critic_init",
+            f"{self.critic_init!r} is not one of {', '.join(CRITIC_INITS)}",
+        )
+        _need(self.critic_micro_batch_tokens >= 0, "ppo.critic_micro_batch_tokens", "must be >= 0")
+        _need(self.value_clip >= 0, "ppo.value_clip", "must be >= 0 (0 turns clipping off)")
+        _need(self.value_loss_coef > 0, "ppo.value_loss_coef", "must be > 0")
+        _need(self.num_critic_only_steps >= 0, "ppo.num_critic_only_steps", "must be >= 0")
+
+
+def uses_critic(config: Any) -> bool:
+    """Whether this run trains a critic: RL loss and ``algorithm.advantage_estimator = "gae"``."""
+    return config.train.loss != "sft" and config.algorithm.advantage_estimator == ESTIMATOR
+
+
+def check_config(config: Any) -> None:
+    """Reject combinations the critic cannot honour, naming the keys (``slime_configure``)."""
+    ppo = getattr(config, "ppo", None)
+    if ppo is None:
+        return
+    if not uses_critic(config):
+        if ppo.num_critic_only_steps:
+            raise ValueError(
+                f"ppo.num_critic_only_steps = {ppo.num_critic_only_steps} needs a critic: set "
+                'algorithm.advantage_estimator = "gae" (it is '
+                f"{config.algorithm.advantage_estimator!r}, train.loss = {config.train.loss!r})"
+            )
+        return
+    alg = config.algorithm
+    if alg.loss_reducer.replace("-", "_") not in VALUE_LOSS_REDUCERS:
+        raise ValueError(
+            f"algorithm.loss_reducer = {alg.loss_reducer!r}: the critic's value loss is reduced "
+            f"with the same mode and slime_ppo implements {', '.join(VALUE_LOSS_REDUCERS)}"
+        )
+    if alg.whiten_advantages and not ppo.whiten_advantages:
+        raise ValueError(
+            "algorithm.whiten_advantages = true contradicts ppo.whiten_advantages = false: the "
+            "gae estimator reads ppo.whiten_advantages; set one value"
+        )
+    if config.train.num_ranks > 1:
+        raise ValueError(
+            f"train.num_ranks = {config.train.num_ranks}: the slime_ppo critic does not "
+            "synchronise gradients across data-parallel ranks yet; use train.num_ranks = 1"
+        )

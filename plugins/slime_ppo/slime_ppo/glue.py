@@ -1,0 +1,168 @@
+"""What the hooks of ``slime_ppo.plugin`` do, with the critic state of this process.
+
+One trainer rank per process (the design's process model): the critic lives in the module
+state ``STATE``, created by ``slime_trainer_init`` and replaced at the next one (so several
+runs in one process, as in tests, never share a critic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from slime_core.context import get_manager
+from slime_core.engine.model_loading import resolve_dtype
+
+from slime_ppo.critic import Critic
+from slime_ppo.estimator import KLFn, gae_estimate
+
+CRITIC_DIR = "critic"  # inside the trainer's checkpoint directory
+
+
+@dataclass
+class PPOState:
+    critic: Critic | None = None
+    rollout_id: int = -1  # the rollout being trained (from slime_before_train_step)
+    # actor scheduler position before the critic-only steps advanced it (rewound afterwards)
+    rewind_epoch: int | None = None
+
+
+STATE = PPOState()
+
+
+def init_critic(config: Any, model: torch.nn.Module) -> None:
+    """Build the critic next to the actor ``model`` (same device, ``model.dtype``)."""
+    global STATE
+    STATE = PPOState()
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        raise NotImplementedError(
+            "slime_ppo: the critic does not synchronise gradients across data-parallel ranks yet "
+            f"(world size {dist.get_world_size()})"
+        )
+    device = next(model.parameters()).device
+    STATE.critic = Critic(config, device, resolve_dtype(config.model.dtype, device), get_manager())
+
+
+def reset() -> None:
+    """Forget the critic (a run without the gae estimator)."""
+    global STATE
+    STATE = PPOState()
+
+
+def require_critic(where: str) -> Critic:
+    if STATE.critic is None:
+        raise RuntimeError(
+            f"slime_ppo ({where}): algorithm.advantage_estimator = 'gae' but no critic was built "
+            "in this process; the trainer backend must fire slime_trainer_init(config, model)"
+        )
+    return STATE.critic
+
+
+def kl_estimator(config: Any) -> KLFn | None:
+    """``algorithm.kl_estimator``'s record (from whichever plugin registers it, e.g. slime_grpo)."""
+    if config.algorithm.kl_in_reward_coef == 0:
+        return None
+    rec = get_manager().registries.kl_estimator.get(config.algorithm.kl_estimator)
+    return rec.factory  # type: ignore[no-any-return]
+
+
+def _tensors(batch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    tokens = [torch.as_tensor(t, dtype=torch.long) for t in batch.tokens]
+    masks = [torch.as_tensor(m).float() for m in batch.loss_masks]
+    return tokens, masks
+
+
+def estimate(config: Any, batch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The ``gae`` record's factory: values from ``batch.values`` or the critic, no training."""
+    if batch.values is None:
+        tokens, _ = _tensors(batch)
+        batch.values = require_critic("gae estimator").values(tokens, batch.response_lengths)
+    adv, ret, _ = gae_estimate(config, batch, batch.values, kl_estimator(config))
+    return adv, ret
+
+
+def advantages_and_critic_update(config: Any, batch: Any) -> list[torch.Tensor]:
+    """Values with the critic's current weights, GAE, then the critic's update on the returns.
+
+    Sets ``batch.values`` (unless a plugin already did) and ``batch.returns``; the critic's
+    metrics go to ``batch.metadata["metrics"]``, which the trainer merges into its step metrics.
+    """
+    critic = require_critic("slime_compute_advantages")
+    tokens, masks = _tensors(batch)
+    if batch.values is None:
+        batch.values = critic.values(tokens, batch.response_lengths)
+    adv, ret, metrics = gae_estimate(config, batch, batch.values, kl_estimator(config))
+    batch.returns = ret
+    metrics.update(critic.train(tokens, batch.response_lengths, masks, batch.values, ret))
+    batch.metadata.setdefault("metrics", {}).update(metrics)
+    return adv
+
+
+# -- critic-only warm-up -------------------------------------------------------------------------
+
+
+def actor_frozen(config: Any) -> bool:
+    return STATE.critic is not None and STATE.rollout_id < config.ppo.num_critic_only_steps
+
+
+def before_train_step(config: Any, rollout_id: int, optimizer: Any, scheduler: Any) -> None:
+    """Track the rollout; keep the actor's LR schedule where it was before critic-only steps.
+
+    A frozen step still runs the trainer's ``scheduler.step()``; slime skips the actor's train
+    call instead, so its schedule starts at the first actor step. We rewind a ``LambdaLR``-like
+    scheduler (``last_epoch``, ``base_lrs``, ``lr_lambdas``) to that position; other schedulers
+    are left as they are.
+    """
+    STATE.rollout_id = rollout_id
+    if STATE.critic is None:
+        return
+    if STATE.rewind_epoch is not None:
+        rewind_scheduler(optimizer, scheduler, STATE.rewind_epoch)
+        STATE.rewind_epoch = None
+    if actor_frozen(config) and hasattr(scheduler, "lr_lambdas"):
+        STATE.rewind_epoch = int(scheduler.last_epoch)
+
+
+def rewind_scheduler(optimizer: Any, scheduler: Any, epoch: int) -> None:
+    """Put a ``LambdaLR`` back at ``epoch`` and set the optimizer's LRs accordingly."""
+    scheduler.last_epoch = epoch
+    lrs = [
+        base * fn(epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+    ]
+    for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    scheduler._last_lr = lrs  # what get_last_lr() reports
+
+
+def frozen_loss(log_probs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    """A zero loss that leaves every actor gradient ``None``.
+
+    A fresh leaf (not ``0 * log_probs``) so AdamW skips every parameter: no moment update, no
+    weight decay, the weights stay bit-identical.
+    """
+    device = log_probs[0].device if log_probs else torch.device("cpu")
+    loss = torch.zeros((), device=device, requires_grad=True)
+    return loss, {"train/actor_frozen": 1.0, "train/loss": 0.0}
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def save(path: str, rank: int) -> None:
+    """Rank 0 writes the critic under ``<trainer checkpoint>/critic`` (ranks hold equal critics)."""
+    if STATE.critic is None or rank != 0:
+        return
+    import os
+
+    STATE.critic.save(os.path.join(path, CRITIC_DIR), {"rewind_epoch": STATE.rewind_epoch})
+
+
+def load(path: str) -> None:
+    if STATE.critic is None:
+        return
+    import os
+
+    extra = STATE.critic.load(os.path.join(path, CRITIC_DIR))
+    STATE.rewind_epoch = extra.get("rewind_epoch")

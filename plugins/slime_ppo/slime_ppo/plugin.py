@@ -1,0 +1,123 @@
+"""Entry point of the ``slime_ppo`` plugin: PPO with a critic, entirely through hooks.
+
+Kept light (``core plugins`` never imports torch): the torch side lives in ``slime_ppo.glue``
+and is imported inside the hooks, only in runs that use the ``gae`` estimator.
+
+How a PPO step flows through the torch trainer (``--plugins slime_grpo,slime_ppo``,
+``algorithm.advantage_estimator = "gae"``, actor loss ``algorithm.policy_loss = "ppo"`` from
+slime_grpo's registry):
+
+* ``slime_trainer_init``: builds the critic (value model + AdamW) on the actor's device;
+* ``slime_compute_advantages``: critic values with its current weights, KL-shaped token
+  rewards, GAE, whitening, then ``train.num_steps_per_rollout`` critic steps on the returns;
+  critic metrics travel in ``batch.metadata["metrics"]``;
+* ``slime_before_train_step`` / ``slime_loss``: during the first ``ppo.num_critic_only_steps``
+  rollouts the actor's loss is a gradient-free zero (its weights do not move);
+* ``slime_trainer_save`` / ``slime_trainer_load``: the critic inside the atomic checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import AdvantageEstimatorRecord, ConfigSection, hookimpl
+
+from slime_ppo.config import ESTIMATOR, PPOSection, check_config, uses_critic
+
+
+def _active(config: Any) -> bool:
+    """A run with this plugin's config section that trains a critic (the gae estimator)."""
+    return hasattr(config, "ppo") and uses_critic(config)
+
+
+def _gae(config: Any, batch: Any) -> Any:
+    from slime_ppo import glue
+
+    return glue.estimate(config, batch)
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> ConfigSection:
+    return ConfigSection(
+        name="ppo",
+        schema=PPOSection,
+        summary="PPO critic: lr, init, value clip and coefficient, critic-only warm-up, whitening",
+    )
+
+
+@hookimpl
+def slime_configure(config: Any) -> None:
+    check_config(config)
+
+
+@hookimpl
+def slime_register_advantage_estimators() -> list[AdvantageEstimatorRecord]:
+    # needs_ref stays False: the core computes reference log-probs whenever
+    # algorithm.kl_in_reward_coef > 0, which is exactly when GAE needs them.
+    return [
+        AdvantageEstimatorRecord(
+            name=ESTIMATOR,
+            factory=_gae,
+            needs_critic=True,
+            summary="GAE (algorithm.gamma, lam) on critic values over loss-masked tokens, KL in "
+            "the reward (algorithm.kl_in_reward_coef), returns = A + V, whitened",
+        )
+    ]
+
+
+@hookimpl
+def slime_trainer_init(config: Any, model: Any) -> None:
+    from slime_ppo import glue
+
+    if _active(config):
+        glue.init_critic(config, model)
+    else:
+        glue.reset()
+
+
+@hookimpl
+def slime_compute_advantages(config: Any, batch: Any) -> Any:
+    if not _active(config):
+        return None
+    from slime_ppo import glue
+
+    return glue.advantages_and_critic_update(config, batch)
+
+
+@hookimpl
+def slime_before_train_step(
+    config: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, scheduler: Any
+) -> None:
+    if not _active(config):
+        return
+    from slime_ppo import glue
+
+    glue.before_train_step(config, rollout_id, optimizer, scheduler)
+
+
+@hookimpl(tryfirst=True)
+def slime_loss(config: Any, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
+    # tryfirst: during the critic-only warm-up no other loss may move the actor.
+    if not _active(config) or not config.ppo.num_critic_only_steps:
+        return None
+    from slime_ppo import glue
+
+    return glue.frozen_loss(log_probs) if glue.actor_frozen(config) else None
+
+
+@hookimpl
+def slime_trainer_save(config: Any, path: str, rank: int) -> None:
+    if not _active(config):
+        return
+    from slime_ppo import glue
+
+    glue.save(path, rank)
+
+
+@hookimpl
+def slime_trainer_load(config: Any, path: str, rank: int) -> None:
+    if not _active(config):
+        return
+    from slime_ppo import glue
+
+    glue.load(path)

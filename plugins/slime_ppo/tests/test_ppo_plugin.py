@@ -1,0 +1,112 @@
+"""Registration, the [ppo] config section and its checks, and the torch-free entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from slime_ppo.config import VALUE_LOSS_REDUCERS
+
+
+def _core(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "slime_core", *args], capture_output=True, text=True, check=True
+    )
+    return out.stdout
+
+
+def test_plugins_info_lists_the_record_and_the_config_section() -> None:
+    info = json.loads(_core("plugins", "info", "slime_ppo", "--json"))
+    assert info["status"] == "active" and info["distribution"] == "slime-ppo"
+    assert [r["name"] for r in info["records"]["advantage_estimator"]] == ["gae"]
+    assert [s["name"] for s in info["config_sections"]] == ["ppo"]
+    for hook in (
+        "slime_trainer_init",
+        "slime_compute_advantages",
+        "slime_loss",
+        "slime_before_train_step",
+        "slime_trainer_save",
+        "slime_trainer_load",
+    ):
+        assert hook in info["hooks"]
+
+
+def test_record_flags(ppo_manager) -> None:
+    rec = ppo_manager.registries.advantage_estimator.get("gae")
+    assert rec.owner == "slime_ppo" and rec.needs_critic and not rec.needs_ref
+
+
+def test_entry_point_module_does_not_import_torch() -> None:
+    code = (
+        "import sys, slime_ppo.plugin, slime_ppo.config; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_reducer_names_match_the_ops() -> None:
+    from slime_ppo.ops import LOSS_AGG_MODES
+
+    assert VALUE_LOSS_REDUCERS == LOSS_AGG_MODES
+
+
+def test_defaults_and_values(make_config) -> None:
+    cfg = make_config(ppo={"critic_lr": 2e-5, "num_critic_only_steps": 3})
+    assert cfg.ppo.critic_lr == 2e-5 and cfg.ppo.num_critic_only_steps == 3
+    assert cfg.ppo.whiten_advantages is True and cfg.ppo.critic_init == "policy"
+    assert cfg.ppo.value_clip == 0.2 and cfg.ppo.value_loss_coef == 0.5
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"critic_init": "copy"}, "ppo.critic_init: 'copy' is not one of policy, random"),
+        ({"value_clip": -0.1}, "ppo.value_clip: must be >= 0"),
+        ({"value_loss_coef": 0.0}, "ppo.value_loss_coef: must be > 0"),
+        ({"critic_lr": -1.0}, "ppo.critic_lr: must be >= 0"),
+        ({"num_critic_only_steps": -1}, "ppo.num_critic_only_steps: must be >= 0"),
+        ({"critic_micro_batch_tokens": -5}, "ppo.critic_micro_batch_tokens: must be >= 0"),
+        ({"critic_lrr": 1.0}, "did you mean 'ppo.critic_lr'"),
+    ],
+)
+def test_bad_values_name_the_key(make_config, values, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_config(ppo=values)
+
+
+def _configure(config) -> None:
+    from slime_ppo.config import check_config
+
+    check_config(config)
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        (
+            {"ppo": {"num_critic_only_steps": 2}, "algorithm": {"advantage_estimator": "grpo"}},
+            "ppo.num_critic_only_steps = 2 needs a critic",
+        ),
+        (
+            {"algorithm": {"loss_reducer": "my_reducer"}},
+            "algorithm.loss_reducer = 'my_reducer': the critic's value loss",
+        ),
+        (
+            {"algorithm": {"whiten_advantages": True}, "ppo": {"whiten_advantages": False}},
+            "contradicts ppo.whiten_advantages = false",
+        ),
+        ({"train": {"num_ranks": 2}}, "train.num_ranks = 2: the slime_ppo critic"),
+    ],
+)
+def test_configure_rejects_what_the_critic_cannot_do(make_config, sections, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        _configure(make_config(**sections))
+
+
+def test_configure_accepts_a_plain_ppo_config(make_config) -> None:
+    _configure(make_config(algorithm={"kl_in_reward_coef": 0.01, "whiten_advantages": True}))
+    _configure(
+        make_config(algorithm={"advantage_estimator": "grpo"})
+    )  # no critic, nothing to check
