@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from slime_core.observe.commands import report_command, trace_command
 from slime_core.observe.dumps import list_dumps, read_dump
-from slime_core.observe.trace import DRIVER_PID, PHASE_TID, SAMPLES_PID, span
+from slime_core.observe.trace import DRIVER_PID, PHASE_TID, ROLLOUT_TID, SAMPLES_PID, span
 from slime_core.observe.trace_analysis import validate
 from slime_hookspecs import Status, hookimpl
 
@@ -126,6 +126,9 @@ def test_trace_has_every_phase_and_sample(run_slime, base_config: dict) -> None:
     events = _trace(run)
     driver = [e for e in events if (e["pid"], e["tid"]) == (DRIVER_PID, PHASE_TID)]
     _assert_properly_nested(driver)
+    rollouts = [e for e in events if (e["pid"], e["tid"]) == (DRIVER_PID, ROLLOUT_TID)]
+    assert [(e["name"], e["args"]["rollout_id"]) for e in rollouts] == [("rollout", 0), ("rollout", 1)]
+    driver += rollouts
     count: dict[str, int] = {}
     for e in driver:
         count[e["name"]] = count.get(e["name"], 0) + 1
@@ -180,6 +183,22 @@ def test_trace_has_every_phase_and_sample(run_slime, base_config: dict) -> None:
             "throughput", "phase_time"} <= pngs
     page = (run / "report" / "report.html").read_text()
     assert "slime_grpo" in page and "use_kl_loss = true" in page and "log_probs[ref]" in page
+
+
+def test_async_rollouts_get_their_own_track(run_slime, base_config: dict) -> None:
+    cfg = copy.deepcopy(base_config)
+    cfg["run"]["async_rollout"] = True
+    run = run_slime(cfg)
+    events = _trace(run)
+    phases = [e for e in events if (e["pid"], e["tid"]) == (DRIVER_PID, PHASE_TID)]
+    rollouts = [e for e in events if (e["pid"], e["tid"]) == (DRIVER_PID, ROLLOUT_TID)]
+    _assert_properly_nested(phases)
+    _assert_properly_nested(rollouts)
+    assert not [e for e in phases if e["name"] == "step"]  # not drawn for one-step-off runs
+    (train0,) = [e for e in phases if e["name"] == "train" and e["args"]["rollout_id"] == 0]
+    (roll1,) = [e for e in rollouts if e["args"]["rollout_id"] == 1]
+    assert roll1["ts"] < train0["ts"] + train0["dur"]  # rollout 1 overlapped training of step 0
+    assert len([e for e in events if e["name"] == "generate"]) == 2 * 2 * 4
 
 
 class FailInTraining:

@@ -132,9 +132,13 @@ def slime_run_end(config: Any, run_dir: str, status: str) -> None:
 def slime_before_rollout(config: Any, rollout_id: int) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is not None:
-        tracer.close("step")
-        tracer.open("step", "step", rollout_id=rollout_id)
-        tracer.open("rollout", "rollout", rollout_id=rollout_id)
+        run = _section(config, "run")
+        if not getattr(run, "async_rollout", False):
+            # a step runs from its rollout to the next one; with one-step-off rollouts the next
+            # rollout starts before this step trains, so steps are not drawn there
+            tracer.close("step")
+            tracer.open("step", "step", rollout_id=rollout_id)
+        tracer.open(f"rollout:{rollout_id}", "rollout", tr.ROLLOUT_TID, rollout_id=rollout_id)
     return (yield)
 
 
@@ -143,7 +147,7 @@ def slime_after_rollout(config: Any, rollout_id: int, result: Any) -> Generator[
     out = yield  # every other plugin first: the dump holds what training will see
     tracer = tr.current()
     if tracer is not None:
-        tracer.close("rollout", samples=sum(len(g) for g in result.groups))
+        tracer.close(f"rollout:{rollout_id}", samples=sum(len(g) for g in result.groups))
     save = _debug(config, "save_rollouts")
     if save:
         from slime_core.observe.dumps import write_dump

@@ -87,6 +87,11 @@ def configure_replay(config: Any) -> None:
             f"debug.replay_rollouts = {replay!r}: no rollout_*.jsonl dumps there (write them with "
             "debug.save_rollouts in an earlier run)"
         )
+    if getattr(config.weights, "verify", False):
+        raise ValueError(
+            "debug.replay_rollouts with weights.verify = true: the replay engine holds no weights "
+            "to compare with the trainer's; set weights.verify = false"
+        )
     if config.rollout.engine != ENGINE_NAME:
         print(f"debug.replay_rollouts: rollouts come from {replay}; rollout.engine "
               f"{config.rollout.engine!r} -> {ENGINE_NAME!r} (no engine is started)", file=sys.stderr)

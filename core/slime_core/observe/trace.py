@@ -4,9 +4,12 @@ Format: ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` 
 span is a complete event (``"ph": "X"``, ``ts`` and ``dur`` in microseconds since the tracer
 started, ``pid``/``tid``, ``cat``, ``args``) and ``"ph": "M"`` events name the tracks:
 
-* pid 1 ``slime driver``, tid 1 ``phases``: ``setup``, ``run``, ``step``, ``rollout``,
+* pid 1 ``slime driver``, tid 1 ``phases``: ``setup``, ``run``, ``step`` (synchronous runs),
   ``train`` (inside it ``log_probs``, ``advantages``, ``train_step``), ``weight_sync``,
-  ``save``, ``eval`` -- properly nested, since the driver runs them one after another;
+  ``save``, ``eval``, ``dump_rollout`` -- properly nested, since the driver runs them one after
+  another; tid 2 ``rollouts``: ``rollout`` (``slime_before_rollout`` to ``slime_after_rollout``),
+  on a track of its own because with ``run.async_rollout`` it overlaps the training of the
+  previous step;
 * pid 2 ``rollout samples``, one tid per *lane*: ``generate`` (and any ``turn`` or other span a
   generate implementation opens with :func:`span`) and ``reward`` of one sample. Samples of one
   rollout generate concurrently, so each gets its own lane (in order of first appearance; lanes
@@ -39,7 +42,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-DRIVER_PID, PHASE_TID = 1, 1
+DRIVER_PID, PHASE_TID, ROLLOUT_TID = 1, 1, 2
 SAMPLES_PID = 2
 FORMAT = "slime.trace"
 VERSION = 1
@@ -65,7 +68,7 @@ class Tracer:
         self.events: list[dict[str, Any]] = []
         self.dropped = 0
         self.rollout: dict[str, Any] = {}  # the rollout in progress: rollout_id, eval
-        self._open: dict[str, tuple[str, float, dict[str, Any]]] = {}
+        self._open: dict[str, tuple[str, float, int, dict[str, Any]]] = {}
         self._lanes: dict[tuple[int, int], int] = {}
         self._max_lane = -1
         self._lock = threading.Lock()  # spans may close in engine worker threads
@@ -88,19 +91,19 @@ class Tracer:
             })
 
     # -- driver phases (opened in one hook, closed in another) -----------------------------
-    def open(self, key: str, name: str, **args: Any) -> None:
-        """Start phase ``key`` on the driver track (closing a stale one of the same key)."""
+    def open(self, key: str, name: str, tid: int = PHASE_TID, **args: Any) -> None:
+        """Start phase ``key`` on driver track ``tid`` (closing a stale one of the same key)."""
         if key in self._open:
             self.close(key)
-        self._open[key] = (name, self.now(), args)
+        self._open[key] = (name, self.now(), tid, args)
 
     def close(self, key: str, **extra: Any) -> bool:
         """End phase ``key``; returns False when it was not open."""
         item = self._open.pop(key, None)
         if item is None:
             return False
-        name, start, args = item
-        self.add(name, start, self.now(), DRIVER_PID, PHASE_TID, "phase", {**args, **extra})
+        name, start, tid, args = item
+        self.add(name, start, self.now(), DRIVER_PID, tid, "phase", {**args, **extra})
         return True
 
     def is_open(self, key: str) -> bool:
@@ -140,6 +143,7 @@ class Tracer:
         meta: list[dict[str, Any]] = [
             _meta("process_name", DRIVER_PID, 0, "slime driver"),
             _meta("thread_name", DRIVER_PID, PHASE_TID, "phases"),
+            _meta("thread_name", DRIVER_PID, ROLLOUT_TID, "rollouts"),
             _meta("process_name", SAMPLES_PID, 0, "rollout samples"),
         ]
         meta += [_meta("thread_name", SAMPLES_PID, lane + 1, f"lane {lane}")

@@ -1,9 +1,11 @@
 """Reading ``trace.json`` back: validation, phase breakdown, slowest samples (``core trace``).
 
-The breakdown follows the nesting on the driver track: ``run`` and ``step`` are containers and
+The breakdown follows the nesting on each driver track: ``run`` and ``step`` are containers and
 left out of the path, so ``train > log_probs[ref]`` sums every ``log_probs`` span of role ``ref``
 inside a ``train`` span. Shares are of the traced wall time (first to last driver event);
-``(other)`` is the wall time outside every top-level phase (loggers, checks, Python).
+``(other)`` is the wall time outside every top-level phase (loggers, checks, Python). With
+``run.async_rollout`` the ``rollout`` track overlaps training, so shares may add up to more
+than 100% and ``(other)`` shows 0.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime_core.observe.trace import DRIVER_PID, PHASE_TID, SAMPLES_PID
+from slime_core.observe.trace import DRIVER_PID, SAMPLES_PID
 
 CONTAINERS = ("run", "step")
 _PHASES = ("X", "B", "E", "M", "i", "I", "C", "b", "e", "n")
@@ -77,6 +79,7 @@ class PhaseRow:
     path: tuple[str, ...]
     total_s: float = 0.0
     count: int = 0
+    first_ts: float = 0.0
 
     @property
     def name(self) -> str:
@@ -120,25 +123,26 @@ def _label(ev: dict[str, Any]) -> str:
 
 def summarize(doc: dict[str, Any]) -> TraceSummary:
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    driver = sorted((e for e in events if e["pid"] == DRIVER_PID and e["tid"] == PHASE_TID),
-                    key=lambda e: (e["ts"], -e["dur"]))
+    driver = [e for e in events if e["pid"] == DRIVER_PID]
     wall = 0.0
     if driver:
         wall = (max(e["ts"] + e["dur"] for e in driver) - min(e["ts"] for e in driver)) / 1e6
     rows: dict[tuple[str, ...], PhaseRow] = {}
-    stack: list[tuple[float, tuple[str, ...]]] = []  # (end, path) of enclosing spans
-    for ev in driver:
-        end = ev["ts"] + ev["dur"]
-        while stack and stack[-1][0] < end - 5e-3:  # not enclosing (ts, dur rounded to 1 ns)
-            stack.pop()
-        parent = stack[-1][1] if stack else ()
-        path = parent if ev["name"] in CONTAINERS else (*parent, _label(ev))
-        stack.append((end, path))
-        if ev["name"] in CONTAINERS:
-            continue
-        row = rows.setdefault(path, PhaseRow(path))
-        row.total_s += ev["dur"] / 1e6
-        row.count += 1
+    for tid in sorted({e["tid"] for e in driver}):  # phases, rollouts: each track nests alone
+        stack: list[tuple[float, tuple[str, ...]]] = []  # (end, path) of enclosing spans
+        for ev in sorted((e for e in driver if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
+            end = ev["ts"] + ev["dur"]
+            while stack and stack[-1][0] < end - 5e-3:  # not enclosing (ts, dur rounded to 1 ns)
+                stack.pop()
+            parent = stack[-1][1] if stack else ()
+            path = parent if ev["name"] in CONTAINERS else (*parent, _label(ev))
+            stack.append((end, path))
+            if ev["name"] in CONTAINERS:
+                continue
+            row = rows.setdefault(path, PhaseRow(path, first_ts=ev["ts"]))
+            row.total_s += ev["dur"] / 1e6
+            row.count += 1
+            row.first_ts = min(row.first_ts, ev["ts"])
     ordered = _tree_order(list(rows.values()))
     samples: dict[tuple[int, bool, int, int], SampleRow] = {}
     for ev in events:
@@ -165,9 +169,9 @@ def summarize(doc: dict[str, Any]) -> TraceSummary:
 
 
 def _tree_order(rows: list[PhaseRow]) -> list[PhaseRow]:
-    """Parents before children; siblings in order of first appearance (dict order)."""
+    """Parents before children; siblings in order of their first span."""
     children: dict[tuple[str, ...], list[PhaseRow]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r.first_ts):
         children.setdefault(r.path[:-1], []).append(r)
     out: list[PhaseRow] = []
 

@@ -88,6 +88,9 @@ def test_configure_replay_switches_the_engine_and_checks_directories(make_config
     with pytest.raises(ValueError, match="are the same directory"):
         configure_replay(cfg)
     write_dump(tmp_path, 0, RolloutResult(groups=[[_sample(0, 0)]]))
+    cfg = make_config(debug={"replay_rollouts": str(tmp_path)}, weights={"verify": True})
+    with pytest.raises(ValueError, match="replay engine holds no weights.*weights.verify = false"):
+        configure_replay(cfg)
     cfg = make_config(debug={"replay_rollouts": str(tmp_path)})
     assert cfg.rollout.engine == "local"
     configure_replay(cfg)

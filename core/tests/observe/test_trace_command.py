@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from slime_core.cli.main import cli
 from slime_core.observe.commands import trace_command
-from slime_core.observe.trace import DRIVER_PID, PHASE_TID, SAMPLES_PID
+from slime_core.observe.trace import DRIVER_PID, PHASE_TID, ROLLOUT_TID, SAMPLES_PID
 from slime_core.observe.trace_analysis import format_summary, summarize
 
 
@@ -23,9 +23,10 @@ def _doc() -> dict:
     train 7-9 with train_step 7-9, eval 9-9.5)."""
     ev = [
         _x("setup", 0, 2), _x("weight_sync", 1, 0.5), _x("run", 2, 8),
-        _x("step", 2, 4), _x("rollout", 2, 1), _x("train", 3, 2),
+        _x("step", 2, 4), _x("rollout", 2, 1, tid=ROLLOUT_TID), _x("train", 3, 2),
         _x("log_probs", 3, 0.5, role="ref"), _x("train_step", 3.5, 1.5), _x("weight_sync", 5, 0.5),
-        _x("step", 6, 4), _x("rollout", 6, 1), _x("train", 7, 2), _x("train_step", 7, 2),
+        _x("step", 6, 4), _x("rollout", 6, 1, tid=ROLLOUT_TID), _x("train", 7, 2),
+        _x("train_step", 7, 2),
         _x("eval", 9, 0.5),
     ]
     for i, (gen, rew) in enumerate([(0.9, 0.05), (0.4, 0.01), (0.7, 0.2)]):
@@ -48,9 +49,11 @@ def test_breakdown_follows_nesting_and_skips_containers() -> None:
         ("train", "log_probs[ref]"): (0.5, 1), ("train", "train_step"): (3.5, 2),
         ("weight_sync",): (0.5, 1), ("eval",): (0.5, 1),
     }
-    # parents come before their children in the printed order
+    # parents before their children, siblings in order of their first span (across tracks)
     order = [r.path for r in s.phases]
-    assert order.index(("train",)) < order.index(("train", "train_step"))
+    assert order == [("setup",), ("setup", "weight_sync"), ("rollout",), ("train",),
+                     ("train", "log_probs[ref]"), ("train", "train_step"), ("weight_sync",),
+                     ("eval",)]
     slow = sorted(s.samples, key=lambda r: -(r.generate_s + r.reward_s))
     assert [r.index for r in slow] == [0, 2, 1] and slow[0].turns == 1
     text = format_summary(s, top=2)
