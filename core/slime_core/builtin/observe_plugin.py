@@ -21,6 +21,7 @@ Nothing heavy is imported at module level: torch and matplotlib load inside the 
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Generator
 from typing import Any
 
@@ -104,6 +105,9 @@ def slime_run_start(config: Any, run_dir: str) -> None:
     if prof is not None and prof.steps:
         from slime_core.observe.profiler import StepProfiler
 
+        if getattr(_section(config, "run"), "executor", "local") != "local":
+            print("profile.steps: the trainer runs in other processes under this executor; the "
+                  "torch profiler records the driver process only", file=sys.stderr)
         _STATE["profiler"] = StepProfiler(prof, run_dir)
 
 
