@@ -1,0 +1,66 @@
+"""Entry point of ``slime-sglang-rollout``: the ``sglang`` rollout engine and the ``[sglang]``
+config section.
+
+Kept light: the engine (aiohttp, and torch only for tensor weight updates) is imported by the
+factory, so ``core plugins`` never imports torch, aiohttp or sglang.
+
+Availability (the record's probe) is about *launching* servers here: it says why when the
+``sglang`` package is missing or there is no NVIDIA driver. Attaching to running servers
+(``sglang.urls``) needs neither, only HTTP, so once a run's resolved config lists ``urls``
+(seen by ``slime_configure`` in this process) the probe answers "available" for as long as that
+config object lives. ``core plugins`` resolves no config and so shows the launch answer.
+Limitation: a Ray engine worker rebuilds its plugins without ``slime_configure``, so attaching
+from Ray workers needs ``sglang`` installed on their hosts (true on GPU nodes).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
+
+from sglang_rollout.config import SECTION, SGLangSection
+from sglang_rollout.probe import launch_unavailable_reason
+
+ENGINE_NAME = "sglang"
+
+# the last resolved config in this process whose [sglang] section attaches to running servers
+_attaching: weakref.ref[Any] | None = None
+
+
+def probe() -> str | None:
+    """None when a live resolved config attaches to ``sglang.urls``; else the launch probe."""
+    if _attaching is not None and _attaching() is not None:
+        return None
+    return launch_unavailable_reason()
+
+
+def make_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+    """``factory(config, engine_index, accelerator)`` of the ``sglang`` record."""
+    from sglang_rollout.engine import SGLangEngine
+
+    return SGLangEngine(config, engine_index, accelerator)
+
+
+@hookimpl
+def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
+    return [RolloutEngineRecord(
+        name=ENGINE_NAME, factory=make_engine, probe=probe,
+        summary="SGLang servers (launched here or sglang.urls), native /generate with "
+                "input_ids and log-probs; weights from disk, tensors or NCCL",
+    )]
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> ConfigSection:
+    return ConfigSection(name=SECTION, schema=SGLangSection,
+                         summary="SGLang servers: attach (urls) or launch, router, timeouts")
+
+
+@hookimpl
+def slime_configure(config: Any) -> None:
+    global _attaching
+    sec = getattr(config, SECTION, None) if SECTION in config else None
+    attach = isinstance(sec, SGLangSection) and sec.attach
+    _attaching = weakref.ref(config) if attach else None

@@ -1,0 +1,41 @@
+"""The payload of ``/update_weights_from_tensor``: named tensors as SGLang's
+``MultiprocessingSerializer.serialize(..., output_str=True)`` writes them.
+
+That serializer is ``ForkingPickler(buf).dump(obj)`` then base64; it is reproduced here so a
+trainer process without the ``sglang`` package can build the payload (a test checks that
+SGLang's own ``MultiprocessingSerializer.deserialize`` reads it back where sglang imports).
+Tensors travel as shared-memory / CUDA-IPC handles, so the server must run on this host
+(colocated). When sglang is importable, its ``monkey_patch_torch_reductions`` is applied first,
+as slime does, so CUDA tensors are named by device UUID rather than by a local index.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping
+from typing import Any
+
+
+def serialize_named_tensors(weights: Mapping[str, Any], tp_size: int = 1) -> list[str]:
+    """One base64 payload of ``[(name, tensor), ...]`` per tensor-parallel rank."""
+    import torch
+    from torch.multiprocessing.reductions import ForkingPickler
+
+    try:
+        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+    except ImportError:  # sglang absent here: CPU tensors need no patch
+        pass
+    else:
+        monkey_patch_torch_reductions()
+    named = []
+    for name, value in weights.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"update_weights_from_tensor: {name!r} is a {type(value).__name__}, "
+                            "not a torch.Tensor")
+        named.append((str(name), value.detach().contiguous()))
+    buf = io.BytesIO()
+    ForkingPickler(buf).dump(named)
+    payload = base64.b64encode(buf.getvalue()).decode("utf-8")
+    # every rank deserializes only its own entry (SGLang's TpModelWorker.deserialize_own_rank)
+    return [payload] * int(tp_size)
