@@ -126,7 +126,7 @@ def slime_run_end(config: Any, run_dir: str, status: str) -> None:
     tracer = tr.stop()
     if tracer is not None:
         tracer.close_all(status=status)
-        tracer.write(f"{run_dir}/trace.json", run_dir=run_dir, status=status)
+        tr.write_run_trace(tracer, run_dir, status=status)
 
 
 # -- rollout --------------------------------------------------------------------------------------

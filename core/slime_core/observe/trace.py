@@ -168,6 +168,18 @@ class Tracer:
         return path
 
 
+def write_run_trace(tracer: Tracer, run_dir: str | Path, **other: Any) -> Path:
+    """Write ``RUN_DIR/trace.json``; the trace of an earlier segment of a resumed run is kept as
+    ``trace.1.json``, ``trace.2.json``, ... (oldest first)."""
+    path = Path(run_dir) / "trace.json"
+    if path.exists():
+        k = 1
+        while (old := path.with_name(f"trace.{k}.json")).exists():
+            k += 1
+        os.replace(path, old)
+    return tracer.write(path, run_dir=str(run_dir), **other)
+
+
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
 

@@ -140,3 +140,17 @@ def test_validate_names_each_problem() -> None:
     assert {"traceEvents[2]: pid and tid must be integers",
             "traceEvents[2]: ts must be a number >= 0 (microseconds)",
             "traceEvents[2]: args must be an object"} <= set(problems)
+
+
+def test_a_resumed_run_keeps_the_earlier_trace(tmp_path: Path) -> None:
+    for segment in range(3):
+        t = tr.Tracer()
+        t.open("run", "run", segment=segment)
+        t.close("run")
+        tr.write_run_trace(t, tmp_path, status="completed")
+
+    def segment_of(name: str) -> int:
+        doc = json.loads((tmp_path / name).read_text())
+        return [e for e in doc["traceEvents"] if e["ph"] == "X"][0]["args"]["segment"]
+
+    assert [segment_of(n) for n in ("trace.1.json", "trace.2.json", "trace.json")] == [0, 1, 2]
