@@ -40,7 +40,10 @@ def test_hooks_shows_call_order_with_locations() -> None:
     res = CliRunner().invoke(cli, ["hooks", "slime_generate", "--disable-plugin-autoload"])
     assert res.exit_code == 0, res.output
     assert "[firstresult]" in res.output
-    assert re.search(r"1\. core_loop \(trylast\)\s+\S+loop_defaults.py:\d+", res.output)
+    order = re.findall(r"^\s+\d+\. (\S+)(?: \(([^)]*)\))?\s+\S+:\d+$", res.output, re.M)
+    assert order[0] == ("core_observe", "wrapper")  # wrappers are entered first
+    assert order[-1] == ("core_loop", "trylast")  # the built-in default is called last
+    assert re.search(r"\d+\. core_loop \(trylast\)\s+\S+loop_defaults.py:\d+", res.output)
     res = CliRunner().invoke(cli, ["hooks", "slime_genrate"])
     assert res.exit_code != 0 and "did you mean 'slime_generate'" in res.output
 
