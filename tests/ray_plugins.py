@@ -1,0 +1,86 @@
+"""Plugin module for the ray executor tests, loaded in every Ray worker via
+``run.plugin_modules = ["tests.ray_plugins"]`` (objects registered on the driver cannot travel).
+
+* reward ``digit_fraction``: the fraction of response characters that are digits, so the
+  tiny untrained model gets rewards that differ within a group (non-zero GRPO advantages);
+* engine ``slow_local``: the local engine, but each ``generate`` first writes a marker file
+  ``gen-v<weight version>-<pid>-<n>`` into ``[ray_test] marker_dir`` and waits ``delay_s``,
+  so a test can kill the engine's process while a request is in flight;
+* ``slime_before_train_step``: with ``[ray_test] crash_rollout = k``, trainer rank 1 exits
+  its process at the training of rollout k, once (``crash_marker`` remembers it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slime_hookspecs import ConfigSection, RewardFunctionRecord, RolloutEngineRecord, hookimpl
+
+
+@dataclass
+class RayTestSection:
+    marker_dir: str = ""  # slow_local engine: where generate() announces itself
+    delay_s: float = 0.0  # slow_local engine: pause before each generate
+    crash_rollout: int = -1  # trainer rank 1 exits at the training of this rollout (-1: never)
+    crash_marker: str = ""  # created when the crash happens, so a resumed run does not crash
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> list[ConfigSection]:
+    return [ConfigSection(name="ray_test", schema=RayTestSection,
+                          summary="fault injection for the ray executor tests")]
+
+
+def _digit_fraction(config: Any) -> Any:
+    def reward(sample: Any) -> float:
+        text = sample.response or ""
+        return sum(c.isdigit() for c in text) / len(text) if text else 0.0
+
+    return reward
+
+
+def _slow_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+    from slime_core.engine.local_engine import LocalEngine
+
+    class SlowLocalEngine(LocalEngine):
+        calls = 0
+
+        def generate(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
+            cfg = self.config.ray_test
+            if cfg.marker_dir:
+                SlowLocalEngine.calls += 1
+                name = f"gen-v{self.weight_version()}-{os.getpid()}-{SlowLocalEngine.calls}"
+                Path(cfg.marker_dir, name).touch()
+            time.sleep(cfg.delay_s)
+            return super().generate(prompts, params)
+
+    return SlowLocalEngine(config, engine_index, accelerator)
+
+
+@hookimpl
+def slime_register_reward_functions() -> list[RewardFunctionRecord]:
+    return [RewardFunctionRecord(name="digit_fraction", factory=_digit_fraction,
+                                 summary="fraction of response characters that are digits")]
+
+
+@hookimpl
+def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
+    return [RolloutEngineRecord(name="slow_local", factory=_slow_engine,
+                                summary="local engine announcing and delaying each generate")]
+
+
+@hookimpl
+def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: Any,
+                            optimizer: Any, scheduler: Any) -> None:
+    cfg = config.ray_test
+    if cfg.crash_rollout != rollout_id or not cfg.crash_marker:
+        return
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() == 1 and not os.path.exists(cfg.crash_marker):
+        Path(cfg.crash_marker).touch()
+        os._exit(17)  # the process dies as a crashed or OOM-killed rank would
