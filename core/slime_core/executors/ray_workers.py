@@ -456,14 +456,6 @@ class TrainerWorker:
     def weights_digest(self) -> str:
         return weights_digest(self.trainer.export_weights())
 
-    def sleep(self) -> None:
-        if hasattr(self.trainer, "sleep"):
-            self.trainer.sleep()
-
-    def wake_up(self) -> None:
-        if hasattr(self.trainer, "wake_up"):
-            self.trainer.wake_up()
-
     # -- weights (rank 0) ----------------------------------------------------------------------
     def send_weights(self, version: int, engine_handles: list[Any]) -> dict[str, float]:
         """The configured transport, from this rank's weights to every engine actor."""
