@@ -32,6 +32,8 @@ from slime_core.agent.runtime import AgentRuntime, get_runtime
 from slime_hookspecs import Sample, SamplingParams, Status
 
 _FINISH = {"stop": Status.COMPLETED, "length": Status.TRUNCATED, "abort": Status.ABORTED}
+_COUNTS = ("turns", "tool_calls", "tool_errors", "tool_trace", "max_turns_reached",
+           "observations_truncated", "observation_over_budget")
 
 
 async def generate_with_tools(config: Any, sample: Sample, sampling_params: SamplingParams,
@@ -43,6 +45,9 @@ async def generate_with_tools(config: Any, sample: Sample, sampling_params: Samp
     stops = list(sampling_params.stop) + [s for s in rt.stop if s not in sampling_params.stop]
     budget = sampling_params.max_new_tokens
     meta = sample.metadata
+    if sample.response_length == 0:  # a fresh episode (also a prompt back from the buffer)
+        for key in _COUNTS:
+            meta.pop(key, None)
     meta.setdefault("turns", 0)
     meta.setdefault("tool_calls", 0)
     meta.setdefault("tool_errors", {})

@@ -227,3 +227,16 @@ def test_wrong_names_fail_naming_the_choices(agent_config, manager, tokenizer):
                      manager, tokenizer)
     with pytest.raises(Exception, match=r"tools.observation_template"):
         agent_config(tools={"observation_template": "{obs}"})
+
+
+def test_counts_restart_with_a_fresh_episode(agent_config, manager, tokenizer, scripted):
+    cfg = agent_config(tools={"enabled": ["calculator"]})
+    rt = AgentRuntime(cfg, manager, tokenizer)
+    stale = {"turns": 3, "tool_calls": 5, "tool_errors": {"timeout": 2}, "tool_trace": [{}],
+             "max_turns_reached": True, "keep": "me"}
+    sample = Sample(prompt=PROMPT, tokens=ids(tokenizer, PROMPT), metadata=dict(stale))
+    engine = scripted([ids(tokenizer, "1") + [EOS]], tokenizer=tokenizer)
+    out = asyncio.run(generate_with_tools(cfg, sample, SamplingParams(max_new_tokens=20),
+                                          EngineClient(engine), rt))
+    assert out.metadata == {"turns": 1, "tool_calls": 0, "tool_errors": {}, "tool_trace": [],
+                            "keep": "me"}
