@@ -21,6 +21,7 @@ from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, reso
 from slime_core.trainer import data_parallel
 from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
 from slime_hookspecs import TrainBatch
+from slime_hookspecs.batch import TENSOR_KEYS
 
 
 def lr_lambda(config: Any) -> Any:
@@ -159,6 +160,8 @@ class TorchTrainer:
         metrics: dict[str, float] = {}
         for mb_idx in micro_batches(lengths, self.config.train.micro_batch_tokens):
             mb = mini.select(mb_idx)
+            if self.device.type != "cpu":  # batch tensors stay on the host until needed
+                _to_device(mb, self.device)
             lps, ents = response_log_probs(
                 self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
                 self.pad_id, with_entropy=True,
@@ -218,6 +221,15 @@ class TorchTrainer:
         torch.set_rng_state(extra["torch_rng"])
         random.setstate(extra["python_rng"])
         self.pm.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
+
+
+def _to_device(batch: TrainBatch, device: torch.device) -> None:
+    """Move a micro-batch's per-sample tensors (advantages, masks, log-probs...) to ``device``."""
+    for key in TENSOR_KEYS:
+        values = getattr(batch, key)
+        if values:
+            setattr(batch, key, [v.to(device) if isinstance(v, torch.Tensor) else v
+                                 for v in values])
 
 
 def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
