@@ -248,12 +248,13 @@ def parse_generate(where: str, data: Any) -> Generation:
         raise _bad(where, f"output_ids ({len(out_ids)} tokens) disagree with "
                           f"output_token_logprobs ({len(ids)} tokens)", data)
     version = meta.get("weight_version")
+    try:
+        parsed = None if version is None else parse_weight_version(where, version)
+    except SGLangResponseError as exc:
+        raise _bad(where, str(exc).removeprefix(f"{where}: "), data) from None
     text = data.get("text")
-    gen = Generation(
-        token_ids=ids, log_probs=lps, finish_reason=kind,
-        weight_version=None if version is None else parse_weight_version(where, version),
-        text=text if isinstance(text, str) else "",
-    )
+    gen = Generation(token_ids=ids, log_probs=lps, finish_reason=kind, weight_version=parsed,
+                     text=text if isinstance(text, str) else "")
     if kind == "abort":
         gen.abort_message = str(reason.get("message") or "")
         status = reason.get("status_code")

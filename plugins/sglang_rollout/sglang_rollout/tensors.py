@@ -19,8 +19,10 @@ from typing import Any
 
 def serialize_named_tensors(weights: Mapping[str, Any], tp_size: int = 1) -> list[str]:
     """One base64 payload of ``[(name, tensor), ...]`` per tensor-parallel rank."""
+    from multiprocessing.reduction import ForkingPickler
+
     import torch
-    from torch.multiprocessing.reductions import ForkingPickler
+    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions ForkingPickler uses
 
     try:
         from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions

@@ -1,0 +1,421 @@
+"""An HTTP server with SGLang's native endpoints and response shapes, over any rollout engine.
+
+For tests on hosts where SGLang cannot run (it needs CUDA). It is a stand-in, not SGLang: the
+routes, status codes and JSON shapes follow ``sglang/srt/entrypoints/http_server.py`` and
+``managers/tokenizer_manager.py`` of SGLang 0.5.23, and generation is done by the engine given
+(the core's ``LocalEngine`` for real tokens and exact log-probs, or :class:`ScriptedEngine`).
+What it does not emulate is listed in the plugin README.
+
+``python -m sglang_rollout.fake_server --model-path X --host H --port P`` serves a
+:class:`ScriptedEngine` with ``sglang.launch_server``'s basic flags (others are ignored), which
+is what the launch tests start in place of SGLang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import glob
+import itertools
+import os
+import pickle
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from slime_hookspecs import GenerateOutput, SamplingParams
+
+# what this emulation understands of GenerateReqInput and SamplingParams (SGLang 0.5.23 names)
+GENERATE_KEYS = {"input_ids", "sampling_params", "return_logprob", "rid", "stream",
+                 "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs"}
+SAMPLING_KEYS = {"max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k",
+                 "min_p", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+                 "no_stop_trim", "sampling_seed", "n", "min_new_tokens"}
+BODY_KEYS = {  # endpoint -> accepted keys (io_struct fields, minus internal ones)
+    "/abort_request": {"rid", "abort_all"},
+    "/pause_generation": {"mode"},
+    "/continue_generation": {"torch_empty_cache"},
+    "/update_weights_from_disk": {"model_path", "load_format", "abort_all_requests",
+                                  "weight_version", "is_async", "torch_empty_cache",
+                                  "keep_pause", "recapture_cuda_graph", "token_step",
+                                  "flush_cache"},
+    "/update_weights_from_tensor": {"serialized_named_tensors", "load_format", "flush_cache",
+                                    "abort_all_requests", "weight_version", "torch_empty_cache"},
+    "/init_weights_update_group": {"master_address", "master_port", "rank_offset", "world_size",
+                                   "group_name", "backend"},
+    "/update_weights_from_distributed": {"names", "dtypes", "shapes", "group_name", "flush_cache",
+                                         "abort_all_requests", "weight_version", "load_format"},
+    "/destroy_weights_update_group": {"group_name"},
+    "/release_memory_occupation": {"tags"},
+    "/resume_memory_occupation": {"tags"},
+}
+REQUIRED = {"/update_weights_from_disk": {"model_path"},
+            "/update_weights_from_tensor": {"serialized_named_tensors"},
+            "/init_weights_update_group": {"master_address", "master_port", "rank_offset",
+                                           "world_size"},
+            "/update_weights_from_distributed": {"names", "dtypes", "shapes"}}
+
+
+class ScriptedEngine:
+    """Deterministic engine: token k of a reply is ``(prompt[-1] + k + 1) % vocab`` with
+    log-prob ``-0.1 * (k + 1)``; ``delay_s`` per token; stops on ``stop_token_ids``."""
+
+    def __init__(self, vocab: int = 100, delay_s: float = 0.0) -> None:
+        self.vocab, self.delay_s = vocab, delay_s
+        self.version = 0
+        self.weights: dict[str, Any] = {}
+        self.asleep = False
+        self._epoch = 0
+
+    def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerateOutput]:
+        epoch = self._epoch
+        outs = []
+        for prompt, sp in zip(prompts, params, strict=True):
+            ids: list[int] = []
+            reason = "length"
+            for k in range(sp.max_new_tokens):
+                if self._epoch != epoch:
+                    reason = "abort"
+                    break
+                if self.delay_s:
+                    time.sleep(self.delay_s)
+                tok = (prompt[-1] + k + 1) % self.vocab
+                ids.append(tok)
+                if tok in sp.stop_token_ids:
+                    reason = "stop"
+                    break
+            outs.append(GenerateOutput(ids, [-0.1 * (k + 1) for k in range(len(ids))], reason,
+                                       self.version, " ".join(map(str, ids))))
+        return outs
+
+    def update_weights(self, weights: Any, version: int) -> None:
+        self.weights, self.version = dict(weights), int(version)
+
+    def weight_version(self) -> int:
+        return self.version
+
+    def abort(self) -> None:
+        self._epoch += 1
+
+    def sleep(self) -> None:
+        self.asleep = True
+
+    def wake_up(self) -> None:
+        self.asleep = False
+
+    def health(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+@dataclass
+class Logged:
+    method: str
+    path: str
+    body: Any
+    authorization: str | None
+
+
+@dataclass
+class FakeSGLangServer:
+    """``FakeSGLangServer(engine).start()`` -> serves on ``.url`` until ``.stop()``."""
+
+    engine: Any
+    host: str = "127.0.0.1"
+    port: int = 0
+    api_key: str = ""
+    startup_delay_s: float = 0.0  # /health_generate answers 503 until then (server starting)
+    requests: list[Logged] = field(default_factory=list)
+    fail: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> one-shot answer
+    version: str = "default"
+    paused: bool = False
+    released: bool = False
+    in_flight: int = 0
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._aborts = itertools.count(1)
+        self._abort_epoch = 0
+        self._t0 = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._client: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> FakeSGLangServer:
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="fake-sglang", daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(30)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop = None
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.requests]
+
+    async def _serve(self) -> None:
+        from slime_core.runner.engine_client import EngineClient
+
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+        self._client = EngineClient(self.engine)  # batches concurrent /generate requests
+        app = web.Application(middlewares=[self._middleware])
+        r = app.router
+        r.add_route("POST", "/generate", self._generate)
+        r.add_route("PUT", "/generate", self._generate)
+        for path in ("/health", "/health_generate"):
+            r.add_get(path, self._health)
+        r.add_get("/get_weight_version", self._get_weight_version)
+        for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info"):
+            r.add_get(path, self._info)
+        r.add_route("*", "/flush_cache", self._flush_cache)
+        r.add_post("/pause_generation", self._pause)
+        r.add_post("/continue_generation", self._continue)
+        r.add_post("/abort_request", self._abort)
+        r.add_post("/update_weights_from_disk", self._from_disk)
+        r.add_post("/update_weights_from_tensor", self._from_tensor)
+        r.add_post("/init_weights_update_group", self._init_group)
+        r.add_post("/update_weights_from_distributed", self._from_distributed)
+        r.add_post("/destroy_weights_update_group", self._destroy_group)
+        r.add_route("*", "/release_memory_occupation", self._release)
+        r.add_route("*", "/resume_memory_occupation", self._resume)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    # -- plumbing ----------------------------------------------------------------------------
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        body = None
+        if request.can_read_body:
+            raw = await request.text()
+            try:
+                body = __import__("json").loads(raw) if raw else None
+            except ValueError:
+                return _error(400, f"request body is not JSON: {raw[:200]!r}")
+        auth = request.headers.get("Authorization")
+        self.requests.append(Logged(request.method, request.path, body, auth))
+        if self.api_key and auth != f"Bearer {self.api_key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        if request.path in self.fail:
+            status, text = self.fail.pop(request.path)
+            return web.Response(status=status, text=text)
+        if request.path in BODY_KEYS:
+            obj = body if isinstance(body, dict) else {}
+            unknown = set(obj) - BODY_KEYS[request.path]
+            missing = REQUIRED.get(request.path, set()) - set(obj)
+            if body is not None and not isinstance(body, dict) or unknown or missing:
+                return _error(400, f"{request.path}: unknown fields {sorted(unknown)}, "
+                                   f"missing fields {sorted(missing)}")
+        request["body"] = body
+        return await handler(request)
+
+    def _ok(self, message: str) -> web.Response:
+        return web.json_response({"success": True, "message": message})
+
+    def _set_version(self, body: dict[str, Any]) -> int:
+        if body.get("weight_version") is not None:
+            self.version = str(body["weight_version"])
+        return int(self.version) if self.version.lstrip("-").isdigit() else 0
+
+    # -- endpoints ---------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        starting = time.monotonic() - self._t0 < self.startup_delay_s
+        return web.Response(status=503 if starting else 200)
+
+    async def _info(self, request: web.Request) -> web.Response:
+        return web.json_response({"model_path": "fake", "weight_version": self.version,
+                                  "is_generation": True, "tp_size": 1, "version": "fake-0.5.23"})
+
+    async def _get_weight_version(self, request: web.Request) -> web.Response:
+        return web.json_response({"weight_version": self.version})
+
+    async def _generate(self, request: web.Request) -> web.Response:
+        body = request["body"]
+        if not isinstance(body, dict) or set(body) - GENERATE_KEYS:
+            return _error(400, f"/generate: fields outside the emulation: "
+                               f"{sorted(set(body or {}) - GENERATE_KEYS)}")
+        ids, sp = body.get("input_ids"), body.get("sampling_params") or {}
+        if (not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids)
+                or set(sp) - SAMPLING_KEYS):
+            return _error(400, f"/generate: bad input_ids or sampling_params {sorted(sp)}")
+        if self.released:
+            return _error(400, "/generate while memory is released")
+        epoch = self._abort_epoch
+        await self._unpaused.wait()
+        t0 = time.perf_counter()
+        if self._abort_epoch != epoch:  # aborted while waiting (pause)
+            out = GenerateOutput([], [], "abort", 0, "")
+        else:
+            params = SamplingParams(
+                temperature=sp.get("temperature", 1.0), top_p=sp.get("top_p", 1.0),
+                top_k=sp.get("top_k", -1), max_new_tokens=sp.get("max_new_tokens", 128),
+                stop=list(sp.get("stop") or []), stop_token_ids=list(sp.get("stop_token_ids") or []),
+                ignore_eos=bool(sp.get("ignore_eos", False)), seed=sp.get("sampling_seed"))
+            self.in_flight += 1
+            try:
+                out = await self._client.generate(ids, params)
+            finally:
+                self.in_flight -= 1
+        reason: dict[str, Any] = {
+            "stop": {"type": "stop", "matched": out.token_ids[-1] if out.token_ids else None},
+            "length": {"type": "length", "length": len(out.token_ids)},
+            "abort": {"type": "abort", "message": "Abort in waiting queue", "status_code": None,
+                      "err_type": None},
+        }[out.finish_reason]
+        meta: dict[str, Any] = {
+            "id": body.get("rid") or uuid.uuid4().hex, "finish_reason": reason,
+            "prompt_tokens": len(ids), "weight_version": self.version, "num_retractions": 0,
+            "reasoning_tokens": 0, "completion_tokens": len(out.token_ids), "cached_tokens": 0,
+            "e2e_latency": time.perf_counter() - t0,
+        }
+        if body.get("return_logprob"):
+            meta["input_token_logprobs"] = []
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in
+                                             zip(out.log_probs, out.token_ids, strict=True)]
+            meta["output_token_logprobs_length"] = len(out.token_ids)
+        return web.json_response({"text": out.text, "output_ids": list(out.token_ids),
+                                  "meta_info": meta})
+
+    async def _flush_cache(self, request: web.Request) -> web.Response:
+        if self.in_flight:
+            return web.Response(status=400, text="Cache not flushed: requests are running.\n")
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. "
+                                 "(When there are running or waiting requests, the operation "
+                                 "will not be performed.)\n")
+
+    async def _pause(self, request: web.Request) -> web.Response:
+        mode = (request["body"] or {}).get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            return _error(400, f"mode {mode!r}")
+        self.paused = True
+        self._unpaused.clear()
+        if mode == "abort":
+            self._abort_all()
+        return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def _continue(self, request: web.Request) -> web.Response:
+        self.paused = False
+        self._unpaused.set()
+        return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+    def _abort_all(self) -> None:
+        self._abort_epoch = next(self._aborts)
+        self.engine.abort()
+
+    async def _abort(self, request: web.Request) -> web.Response:
+        if (request["body"] or {}).get("abort_all"):
+            self._abort_all()
+        return web.Response(status=200)
+
+    async def _from_disk(self, request: web.Request) -> web.Response:
+        body = request["body"]
+        files = sorted(glob.glob(os.path.join(body["model_path"], "*.safetensors")))
+        if not files:
+            return web.json_response({"success": False, "num_paused_requests": 0,
+                                      "message": f"no *.safetensors in {body['model_path']}"},
+                                     status=400)
+        from safetensors.torch import load_file
+
+        tensors: dict[str, Any] = {}
+        for f in files:
+            tensors.update(load_file(f))
+        old = self.version
+        version = self._set_version(body)
+        try:
+            await asyncio.to_thread(self.engine.update_weights, tensors, version)
+        except Exception as exc:  # noqa: BLE001 - reported like SGLang: 400 + message
+            self.version = old
+            return web.json_response({"success": False, "message": str(exc),
+                                      "num_paused_requests": 0}, status=400)
+        return web.json_response({"success": True, "num_paused_requests": 0,
+                                  "message": f"Succeeded to update model weights. Weight version "
+                                             f"updated to {self.version}."})
+
+    async def _from_tensor(self, request: web.Request) -> web.Response:
+        body = request["body"]
+        import torch.multiprocessing  # noqa: F401 - registers the tensor reductions pickle needs
+
+        named = pickle.loads(base64.b64decode(body["serialized_named_tensors"][0], validate=True))
+        version = self._set_version(body)
+        await asyncio.to_thread(self.engine.update_weights, dict(named), version)
+        return self._ok("Succeeded to update model weights.")
+
+    async def _init_group(self, request: web.Request) -> web.Response:
+        body = request["body"]
+        self.groups[body.get("group_name", "weight_update_group")] = body
+        return self._ok("Succeeded to initialize custom process group.")
+
+    async def _from_distributed(self, request: web.Request) -> web.Response:
+        body = request["body"]
+        if body.get("group_name", "weight_update_group") not in self.groups:
+            return web.json_response({"success": False, "message": "group not initialized"},
+                                     status=400)
+        self._set_version(body)  # no tensors move: the emulation has no NCCL peer
+        return self._ok("Succeeded to update parameter online.")
+
+    async def _destroy_group(self, request: web.Request) -> web.Response:
+        name = (request["body"] or {}).get("group_name", "weight_update_group")
+        ok = self.groups.pop(name, None) is not None
+        return web.json_response({"success": ok, "message": "destroyed" if ok else "no group"},
+                                 status=200 if ok else 400)
+
+    async def _release(self, request: web.Request) -> web.Response:
+        self.released = True
+        await asyncio.to_thread(self.engine.sleep)
+        return web.json_response(None)
+
+    async def _resume(self, request: web.Request) -> web.Response:
+        self.released = False
+        await asyncio.to_thread(self.engine.wake_up)
+        return web.json_response(None)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"object": "error", "message": message,
+                              "type": "Bad Request", "param": None, "code": status}, status=status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``sglang.launch_server``-compatible entry: serve a ScriptedEngine until SIGTERM."""
+    ap = argparse.ArgumentParser("fake sglang.launch_server")
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=30000)
+    ap.add_argument("--api-key", default="")
+    args, ignored = ap.parse_known_args(argv)
+    delay = float(os.environ.get("FAKE_SGLANG_STARTUP_DELAY", "0"))
+    if os.environ.get("FAKE_SGLANG_CRASH"):
+        raise SystemExit(f"fake sglang: crashing on purpose ({os.environ['FAKE_SGLANG_CRASH']})")
+    server = FakeSGLangServer(ScriptedEngine(), host=args.host, port=args.port,
+                              api_key=args.api_key, startup_delay_s=delay).start()
+    print(f"fake sglang serving {args.model_path} at {server.url}; ignored flags: {ignored}",
+          flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    server.stop()
+    print("fake sglang: stopped on SIGTERM", flush=True)
+
+
+if __name__ == "__main__":
+    main()

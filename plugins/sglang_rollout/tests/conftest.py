@@ -1,0 +1,67 @@
+"""Fixtures: SGLang-shaped HTTP servers on 127.0.0.1 and configs with an ``[sglang]`` section."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_PLUGIN_ROOT = str(Path(__file__).resolve().parents[1])
+if _PLUGIN_ROOT not in sys.path:
+    sys.path.insert(0, _PLUGIN_ROOT)
+
+from sglang_rollout.fake_server import FakeSGLangServer, ScriptedEngine  # noqa: E402
+
+
+def resolve_config(data: dict[str, dict[str, Any]], plugins: tuple[str, ...] = ("sglang_rollout",)) -> Any:
+    """A resolved config (``slime_configure`` fired) with the plugin's ``[sglang]`` section."""
+    from slime_core.plugins import PluginSelection
+    from slime_core.session import resolve
+
+    return resolve(PluginSelection(plugins=list(plugins)), None, (), data)
+
+
+@pytest.fixture
+def resolve() -> Callable[..., Any]:
+    """``resolve(data, plugins=("sglang_rollout",))`` -> ``(manager, config)``."""
+    return resolve_config
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[..., FakeSGLangServer]]:
+    """``fake_server(engine=None, **kw)`` -> a started server (ScriptedEngine by default)."""
+    started: list[FakeSGLangServer] = []
+
+    def start(engine: Any = None, **kw: Any) -> FakeSGLangServer:
+        srv = FakeSGLangServer(engine if engine is not None else ScriptedEngine(), **kw).start()
+        started.append(srv)
+        return srv
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``make_engine(urls, index=0, **sglang_keys)`` -> an SGLangEngine, shut down afterwards."""
+    from sglang_rollout.engine import SGLangEngine
+
+    made: list[Any] = []
+
+    def make(urls: list[str], index: int = 0, num_engines: int | None = None, **sglang: Any) -> Any:
+        _, config = resolve_config({
+            "run": {"run_dir": str(tmp_path / "run")},
+            "rollout": {"engine": "sglang", "num_engines": num_engines or len(urls)},
+            "sglang": {"urls": urls, **sglang},
+        })
+        engine = SGLangEngine(config, index)
+        made.append(engine)
+        return engine
+
+    yield make
+    for e in made:
+        e.shutdown()
