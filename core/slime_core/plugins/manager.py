@@ -161,7 +161,9 @@ class SlimePluginManager:
     def snapshot(self) -> PluginSelection:
         """The selection that rebuilds exactly this plugin set in another process."""
         loaded_eps = [i.name for i in self.infos.values() if i.source == "entry point"]
-        loaded_eps = [n for n in loaded_eps if self.infos[n].status != "blocked"]
+        # a plugin that failed here is left out: named in ``plugins`` it would count as
+        # explicitly requested in the worker, where the same failure would stop the load
+        loaded_eps = [n for n in loaded_eps if self.infos[n].status not in ("blocked", "failed")]
         return replace(self.selection, plugins=loaded_eps, autoload=True)
 
     def register_object(self, plugin: object, name: str, info: PluginInfo | None = None) -> None:
