@@ -10,8 +10,8 @@ import threading
 import time
 
 import pytest
-
 from slime_hookspecs import hookimpl
+
 from tests.conftest import read_metrics
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from slime_hookspecs import hookimpl
+
 from tests.conftest import read_metrics
 from tests.ray_support import RAY_PLUGINS, ray_config, ray_session, run  # noqa: F401
 
@@ -63,8 +63,8 @@ def test_grpo_two_trainer_ranks_one_engine(ray_session, base_config) -> None:  #
     # learning signal: rewards differ within groups, so gradients and weights move
     assert all("rollout/reward_mean" in x and x["train/grad_norm"] > 0 for x in m)
     from slime_core.engine.model_loading import load_causal_lm
-    from slime_core.session import resolve
     from slime_core.plugins import PluginSelection
+    from slime_core.session import resolve
 
     manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), None, (), cfg)
     init = load_causal_lm(config.model, torch.device("cpu"), torch.float32, role="actor",
@@ -124,7 +124,7 @@ def test_local_and_ray_executors_give_the_same_metrics(ray_session, base_config,
                          weights={"transport": "ray", "verify": True})
     a, b = read_metrics(run(local_cfg)), read_metrics(run(ray_cfg))
     assert [x["step"] for x in a] == [x["step"] for x in b] == [1, 2]
-    for ma, mb in zip(a, b):
+    for ma, mb in zip(a, b, strict=True):
         for key in COMPARED:
             assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), (ma["step"], key)
         assert mb["perf/weight_sync_verified"] == 1.0 and mb["perf/weight_sync_buckets"] >= 1

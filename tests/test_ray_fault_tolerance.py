@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from slime_hookspecs import hookimpl
+
 from tests.conftest import read_metrics
 from tests.ray_support import ray_config, ray_session, run  # noqa: F401
 

@@ -39,7 +39,6 @@ def _config(tmp: Path) -> tuple[Any, Any]:
 
 def _batch() -> Any:
     import torch
-
     from slime_hookspecs import TrainBatch
 
     g = torch.Generator().manual_seed(0)
@@ -72,7 +71,12 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     from slime_core.builtin.accelerators import TorchAccelerator
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
-    from slime_core.executors.dist_group import broadcast, connect_store, init_data_parallel, new_group
+    from slime_core.executors.dist_group import (
+        broadcast,
+        connect_store,
+        init_data_parallel,
+        new_group,
+    )
     from slime_core.executors.transports import make_buckets, pack, unpack
     from slime_core.trainer.sharding import shard_by_tokens
     from slime_core.trainer.torch_trainer import TorchTrainer

@@ -12,12 +12,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from slime_hookspecs import AcceleratorRecord
+
 from slime_core.context import set_rollout_manager
 from slime_core.executors.base import check_weight_agreement, engine_weights, weights_digest
 from slime_core.plugins import SlimePluginManager
 from slime_core.runner.components import attach_buffer_filter, has_eval, make_data_source
 from slime_core.runner.rollout import RolloutManager
-from slime_hookspecs import AcceleratorRecord
 
 
 class LocalExecutor:

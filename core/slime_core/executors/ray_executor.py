@@ -30,6 +30,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from slime_hookspecs import AcceleratorRecord, RolloutResult, TrainBatch
 
 from slime_core.executors.base import check_weight_agreement
 from slime_core.executors.dist_group import is_loopback
@@ -44,7 +45,6 @@ from slime_core.executors.ray_workers import (
 from slime_core.plugins import PluginSelection, SlimePluginManager
 from slime_core.runner.components import has_eval
 from slime_core.trainer.sharding import imbalance, shard_by_tokens
-from slime_hookspecs import AcceleratorRecord, RolloutResult, TrainBatch
 
 _Trainer = ray.remote(TrainerWorker)
 _Engine = ray.remote(EngineWorker)
@@ -153,7 +153,7 @@ class RayTrainerGroup:
         self._engines("sleep")  # colocated: give the devices to the trainer
         try:
             results = wait_all([r.train_step.remote(p, rollout_id)
-                                for r, p in zip(self.ranks, parts)],
+                                for r, p in zip(self.ranks, parts, strict=True)],
                                f"train_step of rollout {rollout_id} (trainer ranks)")
         finally:
             self._engines("wake_up")
@@ -168,10 +168,10 @@ class RayTrainerGroup:
     def compute_log_probs(self, batch: TrainBatch, role: str) -> list[Any]:
         shards = self._shards(batch)
         parts = wait_all([r.compute_log_probs.remote(batch.select(s), role)
-                          for r, s in zip(self.ranks, shards)], "compute_log_probs")
+                          for r, s in zip(self.ranks, shards, strict=True)], "compute_log_probs")
         out: list[Any] = [None] * len(batch)
-        for s, lps in zip(shards, parts):
-            for i, lp in zip(s, lps):
+        for s, lps in zip(shards, parts, strict=True):
+            for i, lp in zip(s, lps, strict=True):
                 out[i] = lp
         return out
 

@@ -28,10 +28,11 @@ import threading
 import time
 from typing import Any
 
+from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
+
 from slime_core.context import set_manager, set_rollout_manager
 from slime_core.executors.base import engine_weights, weights_digest
 from slime_core.plugins import PluginSelection, SlimePluginManager
-from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 
 
 def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from slime_core.executors.dist_group import is_loopback
 from slime_core.executors.placement import plan_placement
 from slime_core.executors.ray_cluster import address_host, check_token_auth
@@ -102,3 +101,15 @@ def test_local_executor_refuses_several_ranks_and_ray_transports() -> None:
     cfg = build_test_config(weights={"transport": "ray"})
     with pytest.raises(RuntimeError, match="needs run.executor = 'ray'"):
         RayObjectTransport(cfg).send({"w": torch.zeros(1)}, 0, [object()])
+
+
+def test_snapshot_for_workers_leaves_out_failed_and_blocked_plugins() -> None:
+    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.plugins.manager import PluginInfo
+
+    m = SlimePluginManager(PluginSelection(modules=["my.mod"]))
+    for name, status in (("good", "active"), ("probe", "unavailable"), ("bad", "failed"),
+                         ("off", "blocked")):
+        m.infos[name] = PluginInfo(name=name, source="entry point", module=name, status=status)
+    snap = m.snapshot()
+    assert snap.plugins == ["good", "probe"] and snap.modules == ["my.mod"]
