@@ -8,7 +8,7 @@ Availability (the record's probe) is about *launching* servers here: it says why
 ``sglang`` package is missing or there is no NVIDIA driver. Attaching to running servers
 (``sglang.urls``) needs neither, only HTTP, so once a run's resolved config lists ``urls``
 (seen by ``slime_configure`` in this process) the probe answers "available" for as long as that
-config object lives. ``core plugins`` resolves no config and so shows the launch answer.
+config object lives (its plugin manager keeps it for the run). ``core plugins`` resolves no config and so shows the launch answer.
 Limitation: a Ray engine worker rebuilds its plugins without ``slime_configure``, so attaching
 from Ray workers needs ``sglang`` installed on their hosts (true on GPU nodes).
 """

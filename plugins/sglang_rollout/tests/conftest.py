@@ -24,6 +24,31 @@ def resolve_config(data: dict[str, dict[str, Any]], plugins: tuple[str, ...] = (
     return resolve(PluginSelection(plugins=list(plugins)), None, (), data)
 
 
+ARITH = Path(__file__).resolve().parents[3] / "examples" / "tiny_arith"
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from slime_core.testing import write_char_tokenizer
+
+    return write_char_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture
+def base_config(tokenizer_dir: Path, tmp_path: Path) -> dict[str, dict[str, Any]]:
+    """A 2-step GRPO run of a ~50k-parameter Qwen2 on the tiny arithmetic prompts."""
+    from slime_core.testing import TINY_QWEN2
+
+    return {
+        "run": {"num_rollouts": 2, "run_dir": str(tmp_path / "run"), "progress": False,
+                "loggers": ["jsonl"]},
+        "model": {"tokenizer": str(tokenizer_dir), "init_config": dict(TINY_QWEN2)},
+        "data": {"path": str(ARITH / "train.jsonl")},
+        "rollout": {"batch_size": 2, "n_samples_per_prompt": 4, "max_new_tokens": 6},
+        "train": {"lr": 1e-3},
+    }
+
+
 @pytest.fixture
 def resolve() -> Callable[..., Any]:
     """``resolve(data, plugins=("sglang_rollout",))`` -> ``(manager, config)``."""
