@@ -25,7 +25,9 @@ def problems() -> list[dict[str, str]]:
     return [{"prompt": f"{a}+{b}=", "label": str(a + b)} for a in range(100) for b in range(100)]
 
 
-def split(seed: int = SEED, eval_size: int = EVAL_SIZE) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def split(
+    seed: int = SEED, eval_size: int = EVAL_SIZE
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     rows = problems()
     random.Random(seed).shuffle(rows)
     return rows[eval_size:], rows[:eval_size]
@@ -38,7 +40,9 @@ def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out-dir", type=Path, default=HERE)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--eval-size", type=int, default=EVAL_SIZE)
