@@ -12,8 +12,9 @@ vs transformers' eager attention); the differences measured here are 2e-7 .. 2e-
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -148,7 +149,7 @@ def test_greedy_equals_the_local_engine(config: Any, engine: Any) -> None:
     for a, b in zip(ours, theirs, strict=True):
         assert a.token_ids == b.token_ids
         assert a.finish_reason == b.finish_reason
-        assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs)) < TOL
+        assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs, strict=True)) < TOL
 
 
 def test_seeds_reseed_and_truncated_sampling_follow_the_local_engine_rules(

@@ -11,12 +11,12 @@ import importlib.util
 import json
 import subprocess
 import sys
-import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
+import tomllib
 from slime_core.plugins import UnavailableRecordError
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
