@@ -50,7 +50,3 @@ def run_slime() -> Callable[..., Path]:
         return run_training(manager, config, resume_dir=resume)
 
     return run
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ray: runs on a local Ray instance (select with -m ray)")
