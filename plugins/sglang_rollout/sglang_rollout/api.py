@@ -15,7 +15,9 @@ filtering (greedy: temperature 1), which is the :class:`~slime_hookspecs.Samplin
 convention; ``temperature = 0`` is sent as is (SGLang turns it into top_k = 1).
 
 Weight versions are strings in SGLang; slime's are integers, sent as ``str(version)``. A fresh
-server reports ``"default"``, read here as ``-1`` (no version synced yet).
+server reports ``"default"``, read here as ``-1`` (no version synced yet). The current version is
+read from ``GET /model_info`` (SGLang 0.5.23 removed ``/get_weight_version``, which slime's pinned
+SGLang still has and which is used when ``/model_info`` answers 404).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from slime_hookspecs import SamplingParams
 ENDPOINTS: dict[str, str] = {
     "/generate": "POST",
     "/health_generate": "GET",
-    "/get_weight_version": "GET",
+    "/model_info": "GET",  # carries "weight_version" (SGLang 0.5.23 has no /get_weight_version)
     "/flush_cache": "POST",
     "/pause_generation": "POST",
     "/continue_generation": "POST",
@@ -43,6 +45,9 @@ ENDPOINTS: dict[str, str] = {
     "/release_memory_occupation": "POST",
     "/resume_memory_occupation": "POST",
 }
+
+# older SGLang servers (the ones slime pins) answer the weight version here; used after a 404
+LEGACY_ENDPOINTS: dict[str, str] = {"/get_weight_version": "GET"}
 
 FINISH_REASONS = ("stop", "length", "abort")
 INITIAL_VERSION = "default"  # what SGLang reports before any versioned update

@@ -14,7 +14,7 @@ Implements :class:`slime_hookspecs.RolloutEngine` over SGLang's native HTTP API
   trainer, :meth:`update_weights` with a mapping), ``/init_weights_update_group`` +
   ``/update_weights_from_distributed`` (bodies; the trainer broadcasts), each with
   ``weight_version``, wrapped in ``/pause_generation`` + ``/flush_cache`` ...
-  ``/continue_generation`` as slime does, then checked with ``/get_weight_version``;
+  ``/continue_generation`` as slime does, then checked with ``/model_info`` (``/get_weight_version`` on older SGLang);
 * memory: ``/release_memory_occupation`` / ``/resume_memory_occupation`` for ``sleep`` /
   ``wake_up`` when ``sglang.enable_sleep`` (launched servers then get ``--enable-memory-saver``);
 * health: ``GET /health_generate`` answering 200.
@@ -58,6 +58,7 @@ class SGLangEngine:
         self._abort_epoch = 0
         self._asleep = False
         self._closed = False
+        self._version_endpoint = "/model_info"
         try:
             self.servers = Servers(config, self.sec, engine_index, self._loop)
             self.url = self.servers.url
@@ -194,12 +195,20 @@ class SGLangEngine:
         got = self.weight_version()
         if got != int(version):
             raise RuntimeError(f"SGLang server {self.url}: POST {endpoint} succeeded but "
-                               f"/get_weight_version reports {got}, not {version}")
+                               f"GET {self._version_endpoint} reports {got}, not {version}")
 
     def weight_version(self) -> int:
-        data = self._call("GET", "/get_weight_version", None, self.sec.health_timeout_s * 4)
+        """The server's version: ``GET /model_info`` (``/get_weight_version`` on older SGLang)."""
+        timeout = self.sec.health_timeout_s * 4
+        try:
+            data = self._call("GET", self._version_endpoint, None, timeout)
+        except SGLangHTTPError as exc:
+            if exc.status != 404 or self._version_endpoint != "/model_info":
+                raise
+            self._version_endpoint = "/get_weight_version"
+            data = self._call("GET", self._version_endpoint, None, timeout)
         self._version = api.parse_get_weight_version(
-            f"SGLang server {self.url}: GET /get_weight_version", data)
+            f"SGLang server {self.url}: GET {self._version_endpoint}", data)
         return self._version
 
     # -- generation control ------------------------------------------------------------------

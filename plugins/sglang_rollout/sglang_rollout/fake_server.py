@@ -132,6 +132,7 @@ class FakeSGLangServer:
     port: int = 0
     api_key: str = ""
     startup_delay_s: float = 0.0  # /health_generate answers 503 until then (server starting)
+    legacy: bool = False  # an older SGLang: /get_weight_version, and /model_info answers 404
     requests: list[Logged] = field(default_factory=list)
     fail: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> one-shot answer
     version: str = "default"
@@ -243,10 +244,14 @@ class FakeSGLangServer:
         return web.Response(status=503 if starting else 200)
 
     async def _info(self, request: web.Request) -> web.Response:
+        if self.legacy and request.path == "/model_info":
+            return web.json_response({"detail": "Not Found"}, status=404)
         return web.json_response({"model_path": "fake", "weight_version": self.version,
                                   "is_generation": True, "tp_size": 1, "version": "fake-0.5.23"})
 
     async def _get_weight_version(self, request: web.Request) -> web.Response:
+        if not self.legacy:  # removed in SGLang 0.5.x
+            return web.json_response({"detail": "Not Found"}, status=404)
         return web.json_response({"weight_version": self.version})
 
     async def _generate(self, request: web.Request) -> web.Response:

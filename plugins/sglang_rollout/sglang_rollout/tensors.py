@@ -5,8 +5,8 @@ That serializer is ``ForkingPickler(buf).dump(obj)`` then base64; it is reproduc
 trainer process without the ``sglang`` package can build the payload (a test checks that
 SGLang's own ``MultiprocessingSerializer.deserialize`` reads it back where sglang imports).
 Tensors travel as shared-memory / CUDA-IPC handles, so the server must run on this host
-(colocated). When sglang is importable, its ``monkey_patch_torch_reductions`` is applied first,
-as slime does, so CUDA tensors are named by device UUID rather than by a local index.
+(colocated). For CUDA tensors, when sglang is importable, its ``monkey_patch_torch_reductions``
+is applied first, as slime does, so devices are named by UUID rather than by a local index.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ def serialize_named_tensors(weights: Mapping[str, Any], tp_size: int = 1) -> lis
     import torch
     import torch.multiprocessing  # noqa: F401 - registers the tensor reductions ForkingPickler uses
 
-    try:
-        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
-    except ImportError:  # sglang absent here: CPU tensors need no patch
-        pass
-    else:
-        monkey_patch_torch_reductions()
+    if any(isinstance(v, torch.Tensor) and v.is_cuda for v in weights.values()):
+        try:
+            from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
+        except ImportError:  # sglang absent here: devices stay named by index
+            pass
+        else:
+            # only for CUDA: the patch rewrites argument 6 of every tensor reduction, which CPU
+            # tensors do not have (it breaks their serialization; test_sglang_types.py)
+            monkey_patch_torch_reductions()
     named = []
     for name, value in weights.items():
         if not isinstance(value, torch.Tensor):

@@ -40,11 +40,11 @@ def test_generate_sends_input_ids_and_parses_sglang_answers(fake_server, make_en
 def test_http_errors_name_url_endpoint_and_body(fake_server, make_engine) -> None:
     srv = fake_server()
     eng = make_engine([srv.url])
-    srv.fail["/get_weight_version"] = (500, "scheduler died")
+    srv.fail["/model_info"] = (500, "scheduler died")
     with pytest.raises(SGLangHTTPError) as err:
         eng.weight_version()
     msg = str(err.value)
-    assert srv.url in msg and "GET /get_weight_version" in msg and "HTTP 500" in msg
+    assert srv.url in msg and "GET /model_info" in msg and "HTTP 500" in msg
     assert "scheduler died" in msg
     srv.fail["/generate"] = (200, '{"text": "x", "meta_')
     with pytest.raises(SGLangResponseError) as err:
@@ -60,8 +60,20 @@ def test_http_errors_name_url_endpoint_and_body(fake_server, make_engine) -> Non
 
 def test_unreachable_server_fails_at_start_naming_it(make_engine) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(SGLangConnectionError, match=f"{url}: GET /get_weight_version failed"):
+    with pytest.raises(SGLangConnectionError, match=f"{url}: GET /model_info failed"):
         make_engine([url])
+
+
+def test_older_servers_report_the_version_on_get_weight_version(fake_server, make_engine,
+                                                                tmp_path) -> None:
+    srv = fake_server(legacy=True)
+    eng = make_engine([srv.url])
+    assert eng.weight_version() == -1
+    _write_weights(tmp_path / "v2", 0.5)
+    eng.update_weights_from_disk(str(tmp_path / "v2"), 2)
+    assert eng.weight_version() == 2
+    assert srv.paths().count("/model_info") == 1  # asked once, then remembered
+    assert srv.paths()[-1] == "/get_weight_version"
 
 
 def test_one_url_per_engine(fake_server, make_engine) -> None:
@@ -123,7 +135,7 @@ def test_update_from_disk_pauses_flushes_loads_and_checks_the_version(
     srv.requests.clear()
     eng.update_weights_from_disk(str(tmp_path / "v000003"), 3)
     assert srv.paths() == ["/pause_generation", "/flush_cache", "/update_weights_from_disk",
-                           "/continue_generation", "/get_weight_version"]
+                           "/continue_generation", "/model_info"]
     assert srv.requests[0].body == {"mode": "abort"}
     assert srv.requests[2].body == {"model_path": str(tmp_path / "v000003"),
                                     "weight_version": "3", "flush_cache": True}
