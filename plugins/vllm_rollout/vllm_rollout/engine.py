@@ -47,6 +47,7 @@ import os
 import random
 import shutil
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -118,6 +119,8 @@ class VllmEngine:
         self.section = section
         self.on_cpu = bool(current_platform.is_cpu())
         self.model_dir, self.tokenizer_dir, self._tmp_dir = materialize_model(config)
+        if self._tmp_dir:  # also removed at exit when shutdown() is never called
+            weakref.finalize(self, shutil.rmtree, self._tmp_dir, ignore_errors=True)
         self._shapes, self._tied = checkpoint_shapes(self.model_dir)
         kwargs = self._engine_kwargs()
         try:
