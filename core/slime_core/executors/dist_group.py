@@ -2,8 +2,8 @@
 
 Two kinds of groups exist: the data-parallel default group of the trainer ranks
 (``init_process_group``) and the weight-broadcast group of trainer rank 0 plus the engines,
-constructed directly (``ProcessGroupGloo(store, rank, size, options)``) so it never clashes
-with the default group.
+constructed directly (``ProcessGroupGloo(store, rank, size, options)``, or the creator a device
+plugin registered for its backend) so it never clashes with the default group.
 
 Security: a plain ``TCPStore`` master listens on every interface. Here the master gets a
 socket already bound to ``host`` (``master_listen_fd``), so on the default ``127.0.0.1`` nothing
@@ -99,9 +99,15 @@ def new_group(backend: str, store: Any, prefix: str, rank: int, size: int, host:
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
         return dist.ProcessGroupNCCL(prefixed, rank, size, opts)
+    # a device plugin's own backend (torch_npu's hccl): torch keeps the creator it registered
+    # with Backend.register_backend; init_process_group calls it the same way
+    plugin = dist.Backend._plugins.get(backend.upper())
+    if plugin is not None and not plugin.extended_api:
+        return plugin.creator_fn(prefixed, rank, size, timeout)
     raise ValueError(
-        f"weight broadcast: torch.distributed backend {backend!r} is not supported here "
-        "(gloo or nccl); use weights.transport = 'ray' or 'disk' for this accelerator"
+        f"weight broadcast: torch.distributed backend {backend!r} is neither gloo, nccl nor a "
+        "backend registered with torch.distributed.Backend.register_backend (without "
+        "extended_api); use weights.transport = 'ray' or 'disk' for this accelerator"
     )
 
 
