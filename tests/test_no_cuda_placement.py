@@ -1,0 +1,165 @@
+"""A search of the code for CUDA: nothing outside accelerator records decides placement by it.
+
+Every ``cuda`` / ``nccl`` / ``GPU`` in the code of ``core/`` and ``plugins/`` (comments and
+docstrings left out: they decide nothing) must be on the allow-list below with the reason it
+is not a placement decision. Not searched: the accelerator records themselves (they are where
+CUDA belongs), tests, docs, and the GPU-only check ``gpu_check.py``. An allow-list entry that no
+longer matches anything in a file that still exists fails too, so the list stays honest.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEARCHED = ("core", "plugins")
+NOT_SEARCHED = {
+    "core/slime_core/builtin/accelerators.py": "the cpu and cuda accelerator records",
+    "plugins/ascend_npu/ascend_npu/plugin.py": "the npu accelerator record",
+    "core/slime_core/executors/gpu_check.py": "GPU-only check, run by hand on 2 CUDA devices",
+}
+PATTERN = re.compile(r"(?i:cuda|nccl)|\bGPU\b|num_gpus")
+
+# (path, fragment of the code line, why it does not decide placement)
+ALLOWED: list[tuple[str, str, str]] = [
+    ("core/slime_core/executors/placement.py", '!= "GPU"',
+     "Ray spells its GPU resource num_gpus: the record's ray_resource is translated, not chosen"),
+    ("core/slime_core/executors/placement.py", 'if "GPU" in self.devices',
+     "same translation of the record's ray_resource into Ray's num_gpus option"),
+    ("core/slime_core/executors/placement.py", 'opts["num_gpus"]',
+     "same translation of the record's ray_resource into Ray's num_gpus option"),
+    ("core/slime_core/executors/ray_workers.py", '("CPU", "GPU")',
+     "Ray sets CUDA_VISIBLE_DEVICES for GPU itself; other resources get the record's variable"),
+    ("core/slime_core/executors/dist_group.py", "NCCL_SOCKET_IFNAME",
+     "keeps nccl's sockets on loopback when it is the record's backend; sets nothing else"),
+    ("core/slime_core/executors/dist_group.py", 'backend == "nccl"',
+     "builds the group for the backend the record named (nccl), chosen by the caller"),
+    ("core/slime_core/executors/dist_group.py", "ProcessGroupNCCL",
+     "same: the nccl group, built only when the record's backend is nccl"),
+    ("core/slime_core/engine/local_engine.py", "cuda_graphs",
+     "optional CUDA-graph decoding, only when the record's device is already cuda"),
+    ("core/slime_core/engine/static_decode.py", "torch.cuda",
+     "CUDA-graph capture/replay, entered only on a cuda device (rollout.cuda_graphs)"),
+    ("core/slime_core/observe/config.py", "cuda_time_total",
+     "profiler table sort keys (names of torch profiler columns)"),
+    ("core/slime_core/observe/profiler.py", "torch.cuda.is_available()",
+     "adds the CUDA profiler activity when CUDA exists; profiles, places nothing"),
+    ("core/slime_core/observe/profiler.py", "ProfilerActivity.CUDA",
+     "same profiler activity"),
+    ("plugins/sglang_rollout/sglang_rollout/tensors.py", ".is_cuda",
+     "CUDA tensors need SGLang's IPC reduction patch; reacts to where tensors are"),
+    ("plugins/sglang_rollout/sglang_rollout/engine.py", 'backend: str = "nccl"',
+     "SGLang's own weight-update group (SGLang runs on CUDA only); not slime placement"),
+    ("plugins/sglang_rollout/sglang_rollout/api.py", 'backend: str = "nccl"',
+     "the same SGLang HTTP API default"),
+    ("plugins/sglang_rollout/sglang_rollout/launch.py", "nccl_port",
+     "SGLang's --nccl-port server flag"),
+    ("plugins/sglang_rollout/sglang_rollout/launch.py", "--nccl-port",
+     "SGLang's --nccl-port server flag"),
+    ("plugins/sglang_rollout/sglang_rollout/launch.py", "PYTORCH_CUDA_ALLOC_CONF",
+     "removes an allocator setting from SGLang's child environment"),
+    ("plugins/sglang_rollout/sglang_rollout/servers.py", "nccl_port",
+     "SGLang's --nccl-port server flag"),
+    ("plugins/sglang_rollout/sglang_rollout/fake_server.py", "recapture_cuda_graph",
+     "a field of SGLang's API that the stand-in server accepts"),
+    ("plugins/sglang_rollout/sglang_rollout/probe.py", "cuda",
+     "availability probe of the SGLang engine (it needs CUDA): reports, places nothing"),
+    ("plugins/sglang_rollout/sglang_rollout/probe.py", "CUDA",
+     "the probe's unavailable reason"),
+    ("plugins/vllm_rollout/vllm_rollout/plugin.py", "[cuda]",
+     "install hint naming the package extra"),
+    ("plugins/sglang_rollout/sglang_rollout/plugin.py", "tensors or NCCL",
+     "the record's summary text"),
+    ("core/slime_core/builtin/torch_trainer_plugin.py", "bf16 on GPU",
+     "the record's summary text (the dtype follows the device the record gave)"),
+    ("core/slime_core/builtin/weights_plugin.py", "gloo/nccl",
+     "the record's summary text"),
+    ("core/slime_core/builtin/config_sections.py", "cuda_graphs",
+     "the rollout.cuda_graphs option (used only on a cuda device, see local_engine.py)"),
+    ("core/slime_core/executors/dist_group.py", "neither gloo, nccl",
+     "error message"),
+]
+
+
+def searched_files(root: Path = ROOT) -> list[Path]:
+    out = []
+    for top in SEARCHED:
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root)
+            parts = rel.parts
+            if "tests" in parts or any(p.startswith(".") or p in ("build", "venv") or
+                                       p.endswith(".egg-info") for p in parts):
+                continue
+            if rel.as_posix() not in NOT_SEARCHED:
+                out.append(path)
+    return out
+
+
+def code_lines(source: str) -> dict[int, str]:
+    """Line number -> the line as written, for lines with code; comments cut off, docstrings
+    left out."""
+    docstring_lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                docstring_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+    comment_at: dict[int, int] = {}
+    with_code: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comment_at[tok.start[0]] = tok.start[1]
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                              tokenize.ENDMARKER) and tok.start[0] not in docstring_lines:
+            with_code.update(range(tok.start[0], tok.end[0] + 1))
+    lines = source.splitlines()
+    return {n: lines[n - 1][:comment_at.get(n)] for n in sorted(with_code)}
+
+
+def findings(root: Path = ROOT) -> list[tuple[str, int, str]]:
+    found = []
+    for path in searched_files(root):
+        rel = path.relative_to(root).as_posix()
+        for n, line in sorted(code_lines(path.read_text()).items()):
+            if PATTERN.search(line):
+                found.append((rel, n, line))
+    return found
+
+
+def test_code_lines_leave_out_comments_and_docstrings() -> None:
+    src = '"""cuda here"""\nx = 1  # cuda\ndef f():\n    """nccl"""\n    return "cuda"\n'
+    hits = [line.strip() for line in code_lines(src).values() if PATTERN.search(line)]
+    assert hits == ['return "cuda"']
+
+
+def test_a_hard_coded_device_is_found(tmp_path: Path) -> None:
+    (tmp_path / "core" / "pkg").mkdir(parents=True)
+    (tmp_path / "core" / "pkg" / "m.py").write_text(
+        '"""Runs on CUDA."""\nimport torch\n\n\ndef place(m):  # not on cuda\n'
+        '    return m.to(torch.device("cuda"))\n')
+    (tmp_path / "core" / "pkg" / "tests").mkdir()
+    (tmp_path / "core" / "pkg" / "tests" / "t.py").write_text('x = "cuda"\n')
+    assert findings(tmp_path) == [("core/pkg/m.py", 6, '    return m.to(torch.device("cuda"))')]
+
+
+def test_no_code_decides_placement_by_cuda() -> None:
+    assert searched_files(), "nothing searched: wrong root?"
+    unexplained = []
+    used: set[int] = set()
+    for rel, n, line in findings():
+        hits = [i for i, (p, frag, _) in enumerate(ALLOWED) if p == rel and frag in line]
+        used.update(hits)
+        if not hits:
+            unexplained.append(f"{rel}:{n}: {line.strip()}")
+    assert not unexplained, (
+        "CUDA-specific code outside accelerator records (take it from the selected "
+        "AcceleratorRecord, or allow-list it in tests/test_no_cuda_placement.py with a "
+        "reason):\n" + "\n".join(unexplained))
+    stale = [f"{p}: {frag!r}" for i, (p, frag, _) in enumerate(ALLOWED)
+             if i not in used and (ROOT / p).exists()]
+    assert not stale, "allow-list entries that match nothing any more:\n" + "\n".join(stale)
