@@ -50,7 +50,7 @@ class SGLangSection:
     router_url: str = ""  # generate through this sglang-router
     launch: bool = True  # launch one server per engine when urls is empty
     launch_router: bool = False  # engine 0 starts sglang-router at router_url
-    register_with_router: bool = True  # launched servers join router_url (POST /workers)
+    register_with_router: bool = True  # servers we launch, or all if we launch the router, join it
     router_args: dict[str, Any] = field(default_factory=dict)  # extra --flags for launch_router
     model_path: str = ""  # what launched servers load (empty: model.path)
     python: str = ""  # interpreter for launch_server / the router (empty: this one)

@@ -36,7 +36,7 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 
 from sglang_rollout import api
 from sglang_rollout.config import SGLangSection, section_of
-from sglang_rollout.http import LoopThread, SGLangHTTPError, ServerClient
+from sglang_rollout.http import LoopThread, ServerClient, SGLangHTTPError
 from sglang_rollout.servers import Servers
 
 log = logging.getLogger(__name__)

@@ -30,12 +30,30 @@ from typing import Any
 from aiohttp import web
 from slime_hookspecs import GenerateOutput, SamplingParams
 
-# what this emulation understands of GenerateReqInput and SamplingParams (SGLang 0.5.23 names)
-GENERATE_KEYS = {"input_ids", "sampling_params", "return_logprob", "rid", "stream",
-                 "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs"}
-SAMPLING_KEYS = {"max_new_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k",
-                 "min_p", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-                 "no_stop_trim", "sampling_seed", "n", "min_new_tokens"}
+# field names of GenerateReqInput and SamplingParams in SGLang 0.5.23 (io_struct.py,
+# sampling_params.py), plus "model", which sglang-router adds and SGLang ignores; any other key
+# is refused, so a misspelled field fails here instead of being silently ignored
+GENERATE_KEYS = set("""
+audio_data background bootstrap_host bootstrap_pair_key bootstrap_port bootstrap_room cache_salt
+conversation_id custom_labels custom_logit_processor data_parallel_rank decode_tp_size
+disagg_prefill_dp_rank encoder_urls external_trace_header extra_key http_worker_ipc image_data
+image_max_dynamic_patch images_config input_embeds input_ids kv_hints log_metrics
+logprob_start_len lora_id lora_path max_dynamic_patch max_thinking_tokens min_dynamic_patch
+mm_content_hashes mm_hashes mm_processor_kwargs modalities multi_item_delimiter_indices
+need_wait_for_mm_inputs no_logs num_items_assigned positional_embed_overrides priority
+received_time require_reasoning return_bytes return_entropy return_flat_raw_output_top_logprobs
+return_flat_raw_top_logprobs return_flat_raw_top_logprobs_b64 return_hidden_states
+return_indexer_topk return_logprob return_prompt_token_ids return_routed_experts
+return_sampling_mask return_text_in_logprobs rid routed_dp_rank routed_experts_start_len
+routing_key sampling_logprobs_mode sampling_params session_id session_params stream text
+token_ids_logprob token_indices_to_pool top_logprobs_num use_audio_in_video video_config
+video_data video_max_dynamic_patch watermark model""".split())
+SAMPLING_KEYS = set("""
+beam_width custom_params ebnf ebnf_full_assistant frequency_penalty ignore_eos is_normalized
+json_schema logit_bias max_new_tokens min_new_tokens min_p n no_stop_trim presence_penalty regex
+repetition_penalty sampling_seed skip_special_tokens spaces_between_special_tokens stop
+stop_regex stop_regex_max_len stop_regex_strs stop_str_max_len stop_strs stop_token_ids
+stream_interval structural_tag temperature top_k top_p watermark""".split())
 BODY_KEYS = {  # endpoint -> accepted keys (io_struct fields, minus internal ones)
     "/abort_request": {"rid", "abort_all"},
     "/pause_generation": {"mode"},
@@ -257,9 +275,12 @@ class FakeSGLangServer:
     async def _generate(self, request: web.Request) -> web.Response:
         body = request["body"]
         if not isinstance(body, dict) or set(body) - GENERATE_KEYS:
-            return _error(400, f"/generate: fields outside the emulation: "
+            return _error(400, f"/generate: unknown fields "
                                f"{sorted(set(body or {}) - GENERATE_KEYS)}")
-        ids, sp = body.get("input_ids"), body.get("sampling_params") or {}
+        if body.get("stream") or body.get("text") is not None:
+            return _error(400, "/generate: streaming and text prompts are not emulated")
+        ids = body.get("input_ids")
+        sp = {k: v for k, v in (body.get("sampling_params") or {}).items() if v is not None}
         if (not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids)
                 or set(sp) - SAMPLING_KEYS):
             return _error(400, f"/generate: bad input_ids or sampling_params {sorted(sp)}")

@@ -68,7 +68,9 @@ class Servers:
             self.router = ServerClient(sec.router_url, sec.api_key)
             if sec.launch_router and self.index == 0:
                 self._launch_router(config)
-            if not sec.attach and sec.register_with_router:
+            # a router we launch knows no server yet; an external one is assumed to know the
+            # external servers already (registering them again is harmless, but not ours to do)
+            if sec.register_with_router and (not sec.attach or sec.launch_router):
                 self._register()
 
     def _launch(self, config: Any) -> None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from slime_hookspecs import SamplingParams
-
 from sglang_rollout import api
 from sglang_rollout.config import SGLangSection, normalize_url
+from slime_hookspecs import SamplingParams
 
 W = "SGLang server http://h:1: POST /generate"
 

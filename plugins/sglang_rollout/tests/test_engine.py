@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slime_hookspecs import SamplingParams, hookimpl
-
 from sglang_rollout.api import SGLangResponseError
 from sglang_rollout.engine import SGLangAbortedError
 from sglang_rollout.fake_server import ScriptedEngine
 from sglang_rollout.http import SGLangConnectionError, SGLangHTTPError
 from sglang_rollout.launch import free_port
+from slime_hookspecs import SamplingParams, hookimpl
 
 
 def test_generate_sends_input_ids_and_parses_sglang_answers(fake_server, make_engine) -> None:

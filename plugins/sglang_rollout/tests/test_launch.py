@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slime_hookspecs import SamplingParams
-
 from sglang_rollout import servers
 from sglang_rollout.config import SGLangSection
 from sglang_rollout.engine import SGLangEngine
 from sglang_rollout.launch import ManagedProcess, flag_list, server_command
+from slime_hookspecs import SamplingParams
 
 
 def test_server_command_places_engines_on_their_gpus() -> None:

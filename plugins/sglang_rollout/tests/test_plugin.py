@@ -9,7 +9,6 @@ import sys
 import types
 
 import pytest
-
 from sglang_rollout import plugin, probe
 from sglang_rollout.config import SGLangSection
 

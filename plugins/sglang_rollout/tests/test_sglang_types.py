@@ -81,12 +81,11 @@ def _import_sglang() -> Any:
 io = _import_sglang()
 
 from pydantic import TypeAdapter  # noqa: E402
-from slime_hookspecs import SamplingParams  # noqa: E402
-
 from sglang_rollout import api  # noqa: E402
 from sglang_rollout.config import SGLangSection  # noqa: E402
 from sglang_rollout.launch import server_command  # noqa: E402
 from sglang_rollout.tensors import serialize_named_tensors  # noqa: E402
+from slime_hookspecs import SamplingParams  # noqa: E402
 
 
 def _fields(tp: type) -> set[str]:
@@ -121,10 +120,9 @@ def test_every_endpoint_exists_with_the_method_used() -> None:
                    stop_token_ids=[2, 7], ignore_eos=True, seed=2**40),
 ])
 def test_generate_body(sp: SamplingParams, tokenizer_dir) -> None:
-    from transformers import AutoTokenizer
-
     from sglang.srt.entrypoints.api_contract import generate_contract_error
     from sglang.srt.sampling.sampling_params import SamplingParams as SGLSamplingParams
+    from transformers import AutoTokenizer
 
     body = api.generate_body([3, 1, 4, 1, 5], sp)
     assert generate_contract_error(json.loads(json.dumps(body))) is None
