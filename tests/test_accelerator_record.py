@@ -102,7 +102,6 @@ def fakedev_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_ray_executor_places_everything_through_the_record(
         fakedev_ray: Path, base_config, monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
-
     from slime_core.executors import ray_executor
 
     assert ray.cluster_resources().get("GPU", 0) == 0
