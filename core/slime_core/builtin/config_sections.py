@@ -205,6 +205,9 @@ class RaySection:
     rollout_manager_cpus: float = 1.0
     placement_strategy: str = "PACK"  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD
     num_cpus: int = 0  # logical CPUs of a Ray instance started here (0: max(cores, needed))
+    # custom resources of a Ray instance started here, for a record whose ray_resource Ray does
+    # not detect (e.g. {FAKEDEV = 4}); a cluster declares its own (ray start --resources)
+    resources: dict[str, float] = field(default_factory=dict)
     startup_timeout_s: float = 300.0  # placement group and actor start-up limit
     collective_timeout_s: float = 300.0  # torch.distributed operations (DP, broadcast)
     dist_host: str = ""  # torch.distributed stores: "" = 127.0.0.1; "node" = rank 0's node IP
@@ -219,6 +222,10 @@ class RaySection:
         _need(self.num_devices_per_actor > 0, "ray.num_devices_per_actor", "must be > 0")
         _need(self.rollout_manager_cpus >= 0, "ray.rollout_manager_cpus", "must be >= 0")
         _need(self.num_cpus >= 0, "ray.num_cpus", "must be >= 0")
+        for key, amount in self.resources.items():
+            _need(key not in ("CPU", "GPU"), f"ray.resources.{key}",
+                  "CPU and GPU are not custom resources (ray.num_cpus; Ray detects GPUs)")
+            _need(amount > 0, f"ray.resources.{key}", "must be > 0")
         _need(self.max_engine_restarts >= 0, "ray.max_engine_restarts", "must be >= 0")
         _need(self.health_check_interval_s > 0, "ray.health_check_interval_s", "must be > 0")
 

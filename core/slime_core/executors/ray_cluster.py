@@ -80,7 +80,7 @@ class RayConnection:
             ray.init(address=address, logging_level="WARNING")
         else:
             wanted = config.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpus_needed // 1)))
-            start_local_ray(wanted)
+            start_local_ray(wanted, resources=dict(config.ray.resources) or None)
         self.owned = True
 
     def close(self) -> None:
