@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,18 @@ def test_auto_picks_the_highest_priority_record() -> None:
     assert select_accelerator(manager, "fakedev") is rec
 
 
+@pytest.mark.parametrize(("resources", "message"), [
+    ({"GPU": 1}, "ray.resources.GPU: CPU and GPU are not custom resources"),
+    ({"FAKEDEV": 0}, "ray.resources.FAKEDEV: must be > 0"),
+])
+def test_ray_resources_are_checked(resources: dict[str, float], message: str) -> None:
+    from slime_core.plugins import PluginSelection
+    from slime_core.session import resolve
+
+    with pytest.raises(Exception, match=re.escape(message)):
+        resolve(PluginSelection(plugins=[]), None, (), {"ray": {"resources": resources}})
+
+
 def test_local_executor_places_everything_through_the_record(
         base_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.distributed as dist
@@ -85,17 +98,30 @@ def test_local_executor_places_everything_through_the_record(
 
 @pytest.fixture(scope="module")
 def fakedev_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One local Ray instance with 4 ``FAKEDEV`` units and no GPU; workers record into the
-    returned directory and spy on torch.distributed."""
-    ray = pytest.importorskip("ray")
-    from slime_core.executors.ray_cluster import start_local_ray
+    """One local Ray instance with 4 ``FAKEDEV`` units (declared through ``ray.resources``, the
+    way a run starts it); workers record into the returned directory and spy on
+    torch.distributed (the variables are inherited by the Ray processes started here)."""
+    pytest.importorskip("ray")
+    from slime_core.executors.ray_cluster import RayConnection
+    from slime_core.plugins import PluginSelection
+    from slime_core.session import resolve
 
     out = tmp_path_factory.mktemp("fakedev-records")
-    start_local_ray(num_cpus=6, num_gpus=0, resources={accel_plugin.RESOURCE: 4},
-                    runtime_env={"env_vars": {accel_plugin.DIR_ENV: str(out),
-                                              accel_plugin.SPY_ENV: "1"}})
+    _, config = resolve(PluginSelection(plugins=[]), None, (),
+                        {"ray": {"num_cpus": 6, "resources": {accel_plugin.RESOURCE: 4}}})
+    saved = {k: os.environ.get(k) for k in (accel_plugin.DIR_ENV, accel_plugin.SPY_ENV)}
+    os.environ.update({accel_plugin.DIR_ENV: str(out), accel_plugin.SPY_ENV: "1"})
+    try:
+        conn = RayConnection(config, cpus_needed=6)
+    finally:  # only the Ray processes keep them, not this one
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert conn.owned
     yield out
-    ray.shutdown()
+    conn.close()
 
 
 @pytest.mark.ray
@@ -104,7 +130,7 @@ def test_ray_executor_places_everything_through_the_record(
     import ray
     from slime_core.executors import ray_executor
 
-    assert ray.cluster_resources().get("GPU", 0) == 0
+    assert ray.cluster_resources().get(accel_plugin.RESOURCE) == 4
     options: list[dict[str, Any]] = []
     real_options = ray_executor.RayExecutor._options
 
