@@ -65,8 +65,8 @@ class SGLangSection:
     api_key: str = ""  # sent as "Authorization: Bearer <key>"; passed to launched servers
     startup_timeout_s: float = 900.0  # launched server must answer /health_generate by then
     request_timeout_s: float = 3600.0  # one /generate
-    control_timeout_s: float = 600.0  # weight updates, memory release/resume
-    health_timeout_s: float = 5.0  # one /health_generate
+    control_timeout_s: float = 600.0  # weight updates, memory release/resume, pause/continue
+    health_timeout_s: float = 5.0  # one /health_generate (x4: /abort_request, /model_info)
     flush_cache_timeout_s: float = 60.0  # /flush_cache is retried until it succeeds
     max_concurrency: int = 256  # /generate requests in flight per engine
     pause_during_weight_update: bool = True  # pause_generation + flush_cache around updates

@@ -14,7 +14,8 @@ Implements :class:`slime_hookspecs.RolloutEngine` over SGLang's native HTTP API
   trainer, :meth:`update_weights` with a mapping), ``/init_weights_update_group`` +
   ``/update_weights_from_distributed`` (bodies; the trainer broadcasts), each with
   ``weight_version``, wrapped in ``/pause_generation`` + ``/flush_cache`` ...
-  ``/continue_generation`` as slime does, then checked with ``/model_info`` (``/get_weight_version`` on older SGLang);
+  ``/continue_generation`` as slime does, then checked with ``/model_info``
+  (``/get_weight_version`` on older SGLang);
 * memory: ``/release_memory_occupation`` / ``/resume_memory_occupation`` for ``sleep`` /
   ``wake_up`` when ``sglang.enable_sleep`` (launched servers then get ``--enable-memory-saver``);
 * health: ``GET /health_generate`` answering 200.
@@ -125,8 +126,9 @@ class SGLangEngine:
 
     async def _post_abort(self) -> None:
         try:
+            # bounded by the health timeout: abort() runs on the rollout's event loop
             await self.server.call("POST", "/abort_request", api.abort_all_body(),
-                                   self.sec.control_timeout_s)
+                                   self.sec.health_timeout_s * 4)
         except Exception as exc:  # noqa: BLE001 - best effort, as slime; generate reports failures
             log.warning("abort on %s failed: %s", self.url, exc)
 
