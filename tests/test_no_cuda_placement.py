@@ -82,6 +82,10 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the rollout.cuda_graphs option (used only on a cuda device, see local_engine.py)"),
     ("core/slime_core/executors/dist_group.py", "neither gloo, nccl",
      "error message"),
+    ("core/slime_core/builtin/config_sections.py", '("CPU", "GPU")',
+     "ray.resources validation: refuses Ray's built-in names as custom resources"),
+    ("core/slime_core/builtin/config_sections.py", "Ray detects GPUs",
+     "the same validation's error message"),
 ]
 
 
