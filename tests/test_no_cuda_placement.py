@@ -40,10 +40,6 @@ ALLOWED: list[tuple[str, str, str]] = [
      "builds the group for the backend the record named (nccl), chosen by the caller"),
     ("core/slime_core/executors/dist_group.py", "ProcessGroupNCCL",
      "same: the nccl group, built only when the record's backend is nccl"),
-    ("core/slime_core/engine/local_engine.py", "cuda_graphs",
-     "optional CUDA-graph decoding, only when the record's device is already cuda"),
-    ("core/slime_core/engine/static_decode.py", "torch.cuda",
-     "CUDA-graph capture/replay, entered only on a cuda device (rollout.cuda_graphs)"),
     ("core/slime_core/observe/config.py", "cuda_time_total",
      "profiler table sort keys (names of torch profiler columns)"),
     ("core/slime_core/observe/profiler.py", "torch.cuda.is_available()",
@@ -78,14 +74,24 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the record's summary text (the dtype follows the device the record gave)"),
     ("core/slime_core/builtin/weights_plugin.py", "gloo/nccl",
      "the record's summary text"),
-    ("core/slime_core/builtin/config_sections.py", "cuda_graphs",
-     "the rollout.cuda_graphs option (used only on a cuda device, see local_engine.py)"),
     ("core/slime_core/executors/dist_group.py", "neither gloo, nccl",
      "error message"),
     ("core/slime_core/builtin/config_sections.py", '("CPU", "GPU")',
      "ray.resources validation: refuses Ray's built-in names as custom resources"),
     ("core/slime_core/builtin/config_sections.py", "Ray detects GPUs",
      "the same validation's error message"),
+]
+
+# rollout.cuda_graphs (static KV cache + CUDA-graph decoding) was being written alongside this
+# test: matched like ALLOWED, but not reported as stale while it is absent from the code. Move
+# these into ALLOWED once it has landed.
+IN_FLIGHT: list[tuple[str, str, str]] = [
+    ("core/slime_core/engine/local_engine.py", "cuda_graphs",
+     "optional CUDA-graph decoding, only when the record's device is already cuda"),
+    ("core/slime_core/engine/static_decode.py", "torch.cuda",
+     "CUDA-graph capture/replay, entered only on a cuda device (rollout.cuda_graphs)"),
+    ("core/slime_core/builtin/config_sections.py", "cuda_graphs",
+     "the rollout.cuda_graphs option (used only on a cuda device, see local_engine.py)"),
 ]
 
 
@@ -156,7 +162,8 @@ def test_no_code_decides_placement_by_cuda() -> None:
     unexplained = []
     used: set[int] = set()
     for rel, n, line in findings():
-        hits = [i for i, (p, frag, _) in enumerate(ALLOWED) if p == rel and frag in line]
+        hits = [i for i, (p, frag, _) in enumerate(ALLOWED + IN_FLIGHT)
+                if p == rel and frag in line]
         used.update(hits)
         if not hits:
             unexplained.append(f"{rel}:{n}: {line.strip()}")
