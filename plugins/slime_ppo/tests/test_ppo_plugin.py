@@ -110,3 +110,24 @@ def test_configure_accepts_a_plain_ppo_config(make_config) -> None:
     _configure(
         make_config(algorithm={"advantage_estimator": "grpo"})
     )  # no critic, nothing to check
+
+
+def test_tiny_arith_ppo_config_matches_grpo_but_for_the_estimator() -> None:
+    """The learning comparison's fairness: same model, data, samples and actor optimiser."""
+    from pathlib import Path
+
+    from slime_core.plugins import PluginSelection
+    from slime_core.session import resolve
+
+    root = Path(__file__).resolve().parents[3] / "examples" / "tiny_arith"
+    sel = PluginSelection(plugins=["slime_grpo", "slime_ppo"])
+    _, ppo = resolve(sel, root / "ppo.toml")
+    _, grpo = resolve(sel, root / "grpo.toml")
+    assert (
+        ppo.algorithm.advantage_estimator == "gae" and grpo.algorithm.advantage_estimator == "grpo"
+    )
+    a, b = ppo.to_dict(), grpo.to_dict()
+    a["run"].pop("name"), b["run"].pop("name")
+    a["algorithm"].pop("advantage_estimator"), b["algorithm"].pop("advantage_estimator")
+    for section in ("run", "model", "data", "rollout", "eval", "train", "algorithm"):
+        assert a[section] == b[section], section
