@@ -1,0 +1,119 @@
+"""What the benchmarks add to a slime run, through slime's public hooks only.
+
+* forced completion length: ``slime_generate`` wraps the built-in single-turn generate with
+  ``SamplingParams.ignore_eos`` (EOS may be sampled but never ends a row), so every sample
+  has exactly ``rollout.max_new_tokens`` tokens;
+* the reward: the share of digit characters in the completion (cheap, the same in TRL);
+* timing: a timestamp (wall and process CPU time) at the end of every weight sync (the initial one and the one that ends
+  each step) and the wall time of each phase; with ``cuda=True`` every timestamp is taken after
+  ``torch.cuda.synchronize()`` so queued GPU work is counted in the phase that queued it;
+* the trained tokens per step (prompt + response of every sample), for FLOP counts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from slime_hookspecs import hookimpl
+
+
+def plugin_selection() -> Any:
+    """``slime_grpo`` by its entry point when installed, else by module path (a machine where the
+    repository is only on ``PYTHONPATH``, e.g. the GPU host, which cannot pip-install)."""
+    from importlib.metadata import entry_points
+
+    from slime_core.plugins import PluginSelection
+
+    if any(ep.name == "slime_grpo" for ep in entry_points(group="slime")):
+        return PluginSelection(plugins=["slime_grpo"])
+    return PluginSelection(plugins=[], modules=["slime_grpo.plugin"])
+
+
+def digit_share(text: str) -> float:
+    """The reward of every framework benchmarked: share of digit characters in the text."""
+    return sum(c.isdigit() for c in text) / max(1, len(text))
+
+
+def prompt_texts(n: int = 512) -> list[str]:
+    return [f"Question {i}: what is {i % 97} plus {(i * 7) % 13}? Answer:" for i in range(n)]
+
+
+class BenchPlugin:
+    def __init__(self, cuda: bool = False) -> None:
+        self.cuda = cuda
+        self.sync_ends: list[float] = []
+        self.cpu_ends: list[float] = []  # process CPU time (all threads) at the same moments
+        self.phases: dict[str, list[float]] = {"rollout": [], "train": [], "weight_sync": []}
+        self.train_tokens: list[int] = []
+        self.response_tokens: list[int] = []
+        self.phase_cpu: dict[str, list[float]] = {k: [] for k in self.phases}
+        self._t0: dict[str, float] = {}
+        self._c0: dict[str, float] = {}
+
+    def _now(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _start(self, phase: str) -> None:
+        self._t0[phase] = self._now()
+        self._c0[phase] = time.process_time()
+
+    def _stop(self, phase: str) -> float:
+        t = self._now()
+        self.phases[phase].append(t - self._t0.pop(phase))
+        self.phase_cpu[phase].append(time.process_time() - self._c0.pop(phase))
+        return t
+
+    @hookimpl(tryfirst=True)
+    async def slime_generate(self, config: Any, sample: Any, sampling_params: Any,
+                             engine: Any) -> Any:
+        from slime_core.runner.rollout import default_generate
+
+        return await default_generate(config, sample, sampling_params.replace(ignore_eos=True),
+                                      engine)
+
+    @hookimpl
+    def slime_reward(self, config: Any, sample: Any) -> float:
+        return digit_share(sample.response)
+
+    @hookimpl
+    def slime_before_rollout(self, config: Any, rollout_id: int) -> None:
+        self._start("rollout")
+
+    @hookimpl
+    def slime_after_rollout(self, config: Any, rollout_id: int, result: Any) -> None:
+        self._stop("rollout")
+
+    @hookimpl
+    def slime_rollout_data_postprocess(self, config: Any, rollout_id: int, batch: Any) -> None:
+        self.train_tokens.append(sum(len(t) for t in batch.tokens))
+        self.response_tokens.append(sum(int(n) for n in batch.response_lengths))
+
+    @hookimpl
+    def slime_before_train(self, config: Any, rollout_id: int) -> None:
+        self._start("train")
+
+    @hookimpl
+    def slime_after_train(self, config: Any, rollout_id: int, metrics: Any) -> None:
+        self._stop("train")
+
+    @hookimpl
+    def slime_before_weight_sync(self, config: Any, version: int) -> None:
+        self._start("weight_sync")
+
+    @hookimpl
+    def slime_after_weight_sync(self, config: Any, version: int, stats: Any) -> None:
+        self.sync_ends.append(self._stop("weight_sync"))
+        self.cpu_ends.append(time.process_time())
+
+    def step_walls(self) -> list[float]:
+        """Wall time of each step: from the end of one weight sync to the end of the next."""
+        return [b - a for a, b in zip(self.sync_ends, self.sync_ends[1:])]
+
+    def step_cpu(self) -> list[float]:
+        """CPU seconds (every thread of the process) of each step, same boundaries."""
+        return [b - a for a, b in zip(self.cpu_ends, self.cpu_ends[1:])]

@@ -1,0 +1,254 @@
+"""slime on the anchor GPU workload (../shared/anchors/): one GRPO step against the H200's ceilings.
+
+Workload (as TRL's anchor, ``trl_grpo_h200.py``): a Qwen2-0.5B-shaped model (494M parameters,
+random weights, bf16), a BPE tokenizer trained locally the same way, 16 prompts x 8 samples =
+128 samples per step, 256 completion tokens forced (``ignore_eos``), one optimizer step per
+rollout, lr 1e-6, temperature 1, no KL term. Everything runs through slime's public API
+(``slime_core.session.resolve`` + ``run_training``) with the ``local`` engine and the
+``torch`` trainer on one GPU; ``bench_plugin.BenchPlugin`` forces the length and times each
+phase after ``torch.cuda.synchronize()``.
+
+Measured in the same process first: the bf16 matmul peak (8192^3, mean of 10 after 3 warm-ups)
+and the device-to-device copy bandwidth (bytes read + written). Then per variant (a separate
+process each): seconds per step, rollout tokens/s, training tokens/s, training MFU (model
+FLOPs 6 N T + attention, over the train phase, against the measured peak) and the weight-sync
+time against its memory-bound floor (each byte read once and written once at the measured
+copy bandwidth).
+
+    python bench/gpu_anchor.py --out results.json            # every variant
+    python bench/gpu_anchor.py --variants graphs --steps 4
+
+Needs CUDA; prints one JSON line per measurement and a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench_plugin import BenchPlugin, plugin_selection, prompt_texts
+
+QWEN2_05B = {
+    "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+    "max_position_embeddings": 4096, "tie_word_embeddings": True, "eos_token_id": 2,
+    "pad_token_id": 1,
+}
+PROMPTS, GROUP, NEW = 16, 8, 256
+TRL_ANCHOR_S = 5.57  # median of TRL's steady steps 2-4 (anchors README)
+
+# name -> rollout / train overrides
+VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    "eager": {"rollout": {"cuda_graphs": False}, "train": {"micro_batch_tokens": 8192}},
+    "graphs": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 8192}},
+    "graphs_mb16k": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 16384}},
+}
+
+
+def emit(log: Any, **kw: Any) -> None:
+    line = json.dumps(kw)
+    print(line, flush=True)
+    if log is not None:
+        log.write(line + "\n")
+        log.flush()
+
+
+# -- ceilings --------------------------------------------------------------------------------
+def ceilings() -> dict[str, float]:
+    import torch
+
+    def timed(fn: Any, warm: int, reps: int) -> float:
+        for _ in range(warm):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1000 / reps
+
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    mm = timed(lambda: a @ b, 3, 10)
+    src = torch.randn(2**30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+    dst = torch.empty_like(src)
+    cp = timed(lambda: dst.copy_(src), 3, 10)
+    del a, b, src, dst
+    torch.cuda.empty_cache()
+    return {"bf16_tflops": 2 * n**3 / mm / 1e12,
+            "copy_bytes_per_s": 2 * 2**30 * 2 / cp}  # read + write
+
+
+# -- inputs ----------------------------------------------------------------------------------
+def write_inputs(work: Path) -> tuple[Path, Path]:
+    """The anchor's tokenizer recipe (BPE, vocab 1000, trained here) and 512 prompts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok_dir = work / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists():
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        text = [f"Question {i}: what is {i} plus {i * 7 % 13}? Answer: {i + i * 7 % 13}."
+                for i in range(2000)]
+        tok.train_from_iterator(text, trainers.BpeTrainer(
+            vocab_size=1000, special_tokens=["<unk>", "<pad>", "<eos>"]))
+        PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
+                                eos_token="<eos>").save_pretrained(str(tok_dir))
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p, "label": "0"}) + "\n"
+                               for p in prompt_texts(512)))
+    return tok_dir, prompts
+
+
+def train_flops(tokens_per_sample: list[int]) -> float:
+    """Model FLOPs of one forward + backward: 6 N per token (N: every weight used in a matmul,
+    the tied LM head included, the embedding lookup not double counted) plus causal attention
+    (QK^T and AV: 4 d_attn FLOPs per key forward, x3 with backward, half the keys on average)."""
+    c = QWEN2_05B
+    d, inter, layers, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    head = d // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * head
+    per_layer = d * d + 2 * d * kv + d * d + 3 * d * inter  # q, k, v, o, gate/up/down
+    n_matmul = layers * per_layer + v * d  # + LM head
+    flops = 0.0
+    for t in tokens_per_sample:
+        flops += 6 * n_matmul * t + 3 * 4 * layers * d * t * t / 2
+    return flops
+
+
+# -- one variant (own process) ---------------------------------------------------------------
+def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> dict[str, Any]:
+    import torch
+
+    from slime_core.runner.driver import run_training
+    from slime_core.session import resolve
+
+    tok_dir, prompts = write_inputs(work)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"slime-gpu-{variant}-")) / "run"
+    over = VARIANTS[variant]
+    model = dict(QWEN2_05B)
+    if smoke:  # plumbing check on a CPU: a tiny model of the same family, few tokens
+        model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, vocab_size=1000)
+    data = {
+        "run": {"num_rollouts": warmup + steps, "run_dir": str(run_dir), "progress": False,
+                "loggers": ["jsonl"], "seed": 1},
+        "model": {"init_config": model, "tokenizer": str(tok_dir),
+                  "dtype": "float32" if smoke else "bfloat16"},
+        "data": {"path": str(prompts)},
+        "rollout": {"batch_size": 2 if smoke else PROMPTS, "n_samples_per_prompt": GROUP,
+                    "max_new_tokens": 8 if smoke else NEW,
+                    "temperature": 1.0, "top_p": 1.0, "top_k": -1, **over["rollout"]},
+        "train": {"lr": 1e-6, "grad_clip": 1.0, **over["train"]},
+        "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2},
+    }
+    manager, config = resolve(plugin_selection(), None, (), data)
+    bench = BenchPlugin(cuda=not smoke)
+    manager.register_object(bench, "bench_gpu_anchor")
+    if not smoke:
+        torch.cuda.reset_peak_memory_stats()
+    run_training(manager, config)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # per-sample token counts of the last step (all steps have the same shape up to prompt length)
+    return {
+        "variant": variant, "walls": bench.step_walls(), "phases": bench.phases,
+        "train_tokens": bench.train_tokens, "response_tokens": bench.response_tokens,
+        "sync_bytes": [r.get("perf/weight_sync_bytes") for r in rows],
+        "metrics_step_time": [r.get("perf/step_time") for r in rows],
+        "peak_mem_gb": 0.0 if smoke else torch.cuda.max_memory_allocated() / 2**30,
+        "samples": (2 if smoke else PROMPTS) * GROUP,
+    }
+
+
+def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[str, Any]:
+    sl = slice(warmup, None)
+    med = statistics.median
+    walls = res["walls"][sl]
+    roll = res["phases"]["rollout"][sl]
+    train = res["phases"]["train"][sl]
+    sync = res["phases"]["weight_sync"][1:][sl]  # [0] is the initial sync
+    tokens = res["train_tokens"][sl]
+    resp = res["response_tokens"][sl]
+    n = res["samples"]
+    per_sample = [t / n for t in tokens]
+    flops = [train_flops([int(round(p))] * n) for p in per_sample]
+    mfu = [f / t / (peak["bf16_tflops"] * 1e12) for f, t in zip(flops, train)]
+    sync_bytes = float(res["sync_bytes"][-1] or 0)
+    bound = 2 * sync_bytes / peak["copy_bytes_per_s"]
+    return {
+        "variant": res["variant"], "s_per_step": med(walls), "steps": walls,
+        "rollout_s": med(roll), "rollout_tok_per_s": med(r / t for r, t in zip(resp, roll)),
+        "train_s": med(train), "train_tok_per_s": med(k / t for k, t in zip(tokens, train)),
+        "train_tflops": med(f / t / 1e12 for f, t in zip(flops, train)), "train_mfu": med(mfu),
+        "sync_s": med(sync), "sync_share_of_step": med(sync) / med(walls),
+        "sync_bytes": sync_bytes, "sync_bound_s": bound,
+        "vs_trl": TRL_ANCHOR_S / med(walls), "peak_mem_gb": res["peak_mem_gb"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per variant")
+    ap.add_argument("--warmup", type=int, default=2, help="discarded steps per variant")
+    ap.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "slime-gpu-bench"))
+    ap.add_argument("--out", help="JSON lines of every measurement")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true",
+                    help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
+    a = ap.parse_args()
+    work = Path(a.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    if a.worker:
+        print("RESULT " + json.dumps(worker(a.worker, work, a.steps, a.warmup, a.smoke)),
+              flush=True)
+        return
+    log = open(a.out, "a") if a.out else None  # noqa: SIM115 - closed at exit
+    import torch
+
+    gpu = "cpu (smoke)" if a.smoke else torch.cuda.get_device_name()
+    emit(log, what="device", gpu=gpu, torch=torch.__version__,
+         transformers=__import__("transformers").__version__)
+    peak = {"bf16_tflops": 1.0, "copy_bytes_per_s": 1e10} if a.smoke else ceilings()
+    emit(log, what="ceilings", **peak)
+    write_inputs(work)
+    table = []
+    for name in a.variants.split(","):
+        cmd = [sys.executable, __file__, "--worker", name, "--work-dir", str(work),
+               "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--smoke"] if a.smoke else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            emit(log, what="variant_failed", variant=name, rc=proc.returncode,
+                 stderr=proc.stderr[-6000:])
+            continue
+        res = json.loads(lines[-1][len("RESULT "):])
+        emit(log, what="variant_raw", **res)
+        s = summarize(res, peak, a.warmup)
+        emit(log, what="variant", **s)
+        table.append(s)
+    print(f"\npeak bf16 {peak['bf16_tflops']:.0f} TFLOP/s, copy {peak['copy_bytes_per_s'] / 1e12:.2f} TB/s;"
+          f" TRL anchor {TRL_ANCHOR_S} s/step")
+    print("variant        s/step  rollout_s  rollout_tok/s  train_s  train_tok/s  MFU    sync_ms"
+          "  sync_bound_ms  sync/step  xTRL")
+    for s in table:
+        print(f"{s['variant']:13s} {s['s_per_step']:6.3f}  {s['rollout_s']:8.3f}  "
+              f"{s['rollout_tok_per_s']:12.0f}  {s['train_s']:7.3f}  {s['train_tok_per_s']:10.0f}"
+              f"  {s['train_mfu']:5.1%}  {s['sync_s'] * 1e3:7.2f}  {s['sync_bound_s'] * 1e3:12.3f}"
+              f"  {s['sync_share_of_step']:8.2%}  {s['vs_trl']:4.1f}")
+
+
+if __name__ == "__main__":
+    main()
