@@ -2,7 +2,8 @@
 
 One prefill of the left-padded prompts (attention mask and position ids follow the padding;
 only the last position's logits are computed), then one forward pass per new token through a
-``DynamicCache``. Everything per step stays in tensors; the host learns only whether any row
+``DynamicCache`` whose layers write into one preallocated buffer each
+(:mod:`slime_core.engine.kv_cache`). Everything per step stays in tensors; the host learns only whether any row
 is still running (one boolean a step). Rows that are done are dropped from the batch (cache
 included) once they are at least half of it, so a batch whose answers are short stops paying
 for its longest member.
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 
+from slime_core.engine.kv_cache import buffer_layers
 from slime_core.engine.sampler import GroupSampler
 from slime_core.engine.stopping import StopStrings
 
@@ -169,6 +171,7 @@ def decode(
     string_rows = any(r.stop_strings is not None for r in requests)
     results: dict[int, Result] = {}
     cache = make_cache()
+    buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
     logits = _forward(model, ids, full_mask[:, :width] if padded else None, pos, cache)
     pos = lens_t.unsqueeze(1)  # next position of each row (padding does not count)
 
