@@ -37,14 +37,23 @@ def response_log_probs(
     temperature: float,
     pad_id: int,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
     Convention (matches the engines): ``log_softmax(logits / T)`` of the full distribution,
-    with ``T = temperature`` when it is > 0 and 1 for greedy. Entropy is of that distribution.
+    with ``T = temperature`` when it is > 0 and 1 for greedy. Entropy is of that distribution
+    (no autograd graph is built for it when ``entropy_grad`` is False).
+
+    The logits of every response position of the batch are gathered into one [R, V] tensor
+    (R = total response tokens) and reduced together: each row's values are those of a per-row
+    computation, but the backward pass scatters once into the logits' gradient instead of
+    allocating and adding a full-size zero gradient per sample (which per sample cost as much
+    memory traffic as the whole micro-batch's logits).
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
+    resp = [int(r) for r in response_lengths]
     width = max(lengths)
     ids = torch.full((len(tokens), width), pad_id, dtype=torch.long, device=device)
     attn = torch.zeros((len(tokens), width), dtype=torch.long, device=device)
@@ -52,19 +61,23 @@ def response_log_probs(
         ids[row, : lengths[row]] = t.to(device)
         attn[row, : lengths[row]] = 1
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    # position p predicts token p + 1: row i's response is predicted at [n - r - 1, n - 1)
+    rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))
+    cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
+    rows, cols = rows.to(device), cols.to(device)
+    lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
-    out: list[torch.Tensor] = []
-    ents: list[torch.Tensor] | None = [] if with_entropy else None
-    for row in range(len(tokens)):
-        n, r = lengths[row], response_lengths[row]
-        lg = logits[row, n - r - 1 : n - 1].float()
-        if temp != 1.0:
-            lg = lg / temp
-        logp = torch.log_softmax(lg, dim=-1)
-        target = ids[row, n - r : n]
-        out.append(logp.gather(-1, target.unsqueeze(-1)).squeeze(-1))
-        if ents is not None:
-            ents.append(-(logp.exp() * logp).sum(-1))
+    if temp != 1.0:
+        lg = lg / temp
+    logp = torch.log_softmax(lg, dim=-1)
+    target = ids[rows, cols + 1]
+    lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    out = list(lp.split(resp))
+    ents: list[torch.Tensor] | None = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = -(logp.exp() * logp).sum(-1)
+        ents = list(ent.split(resp))
     return out, ents
 
 

@@ -164,7 +164,7 @@ class TorchTrainer:
                 _to_device(mb, self.device)
             lps, ents = response_log_probs(
                 self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
-                self.pad_id, with_entropy=True,
+                self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad,
             )
             if ents is not None and not want_entropy_grad:
                 ents = [e.detach() for e in ents]
