@@ -104,6 +104,7 @@ class RolloutSection:
     partial_rollout: bool = False
     mask_offpolicy_in_partial_rollout: bool = False
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
+    cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
     max_concurrency: int = 64
 
     def __post_init__(self) -> None:

@@ -3,14 +3,18 @@
 One prefill of the left-padded prompts (attention mask and position ids follow the padding;
 only the last position's logits are computed), then one forward pass per new token through a
 ``DynamicCache`` whose layers write into one preallocated buffer each
-(:mod:`slime_core.engine.kv_cache`). Everything per step stays in tensors; the host learns only whether any row
-is still running (one boolean a step). Rows that are done are dropped from the batch (cache
-included) once they are at least half of it, so a batch whose answers are short stops paying
-for its longest member.
+(:mod:`slime_core.engine.kv_cache`). Everything per step stays in tensors; the host learns
+only whether any row is still running (one boolean a step). Rows that are done are dropped
+from the batch (cache included) once they are at least half of it, so a batch whose answers
+are short stops paying for its longest member.
 
 Decode steps of a padded batch pass a ready 4-D boolean mask (a view that grows by one column
 a step) where the model uses SDPA over full attention only, instead of having transformers
 rebuild the mask from the 2-D one every step.
+
+With ``static`` decoders (``rollout.cuda_graphs`` on a CUDA device, same SDPA-only condition)
+the prefill and steps go through :mod:`slime_core.engine.static_decode` instead: a static KV
+cache and one replayed CUDA graph per step; rows are then never dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 from slime_core.engine.kv_cache import buffer_layers
 from slime_core.engine.sampler import GroupSampler
+from slime_core.engine.static_decode import StaticDecoders
 from slime_core.engine.stopping import StopStrings
 
 RUNNING, STOP, LENGTH, ABORT = 0, 1, 2, 3
@@ -148,6 +153,7 @@ def decode(
     pad_id: int,
     aborted: Callable[[], bool],
     make_cache: Callable[[], Any],
+    static: StaticDecoders | None = None,
 ) -> list[Result]:
     """Generate for every request; one :class:`Result` each, in order."""
     device = next(model.parameters()).device
@@ -170,9 +176,15 @@ def decode(
     batch = _Batch(requests, device, max_new)
     string_rows = any(r.stop_strings is not None for r in requests)
     results: dict[int, Result] = {}
-    cache = make_cache()
-    buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
-    logits = _forward(model, ids, full_mask[:, :width] if padded else None, pos, cache)
+    fixed = None
+    if static is not None and prebuilt_mask_ok(model.config):
+        fixed = static.get(model, n, width, max_new)
+        cache = None
+        logits = fixed.prefill(ids, full_mask[:, :width], pos)
+    else:
+        cache = make_cache()
+        buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
+        logits = _forward(model, ids, full_mask[:, :width] if padded else None, pos, cache)
     pos = lens_t.unsqueeze(1)  # next position of each row (padding does not count)
 
     for step in range(max_new):
@@ -198,6 +210,10 @@ def decode(
             batch.status = torch.where(still, ABORT, batch.status)
             break
         next_ids = tokens.unsqueeze(1)
+        if fixed is not None:  # a fixed batch: finished rows go on, their extra tokens unused
+            logits = fixed.step(next_ids, pos, width + step)
+            pos = pos + 1
+            continue
         if remaining * 2 <= len(batch.rows) and len(batch.rows) > 1:  # drop finished rows
             keep = still.nonzero().squeeze(1)
             batch.keep(keep, results)

@@ -39,6 +39,7 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 from slime_core.engine.decoding import Request, decode
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.engine.sampler import GroupSampler, SamplingKey
+from slime_core.engine.static_decode import StaticDecoders
 from slime_core.engine.stopping import StopStrings
 
 
@@ -79,6 +80,12 @@ class LocalEngine:
         self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
         self.generate_batch_size = int(getattr(config.rollout, "generate_batch_size", 0) or 0)
+        # rollout.cuda_graphs: static KV cache + one CUDA graph per decode step (CUDA only;
+        # the CPU keeps the dynamic cache, which drops finished rows and attends no further
+        # than the longest row)
+        self._static: StaticDecoders | None = None
+        if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
+            self._static = StaticDecoders(capture=True)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(config.run.seed) + int(engine_index))
         self._version = 0
@@ -118,7 +125,7 @@ class LocalEngine:
                             results[i] = ([], [], "abort")
                         continue
                     outs = decode(model, [requests[i] for i in chunk], self.pad_token_id,
-                                  aborted, self._new_cache)
+                                  aborted, self._new_cache, self._static)
                     for i, out in zip(chunk, outs, strict=True):
                         results[i] = (out.token_ids, out.log_probs, out.finish_reason)
         return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
@@ -241,6 +248,7 @@ class LocalEngine:
         with self._lock:
             if self._model is None or self.device.type == "cpu" or self._asleep:
                 return
+            self._drop_static()
             self._model.to("cpu")
             self._asleep = True
             self._empty_cache()
@@ -249,14 +257,21 @@ class LocalEngine:
         with self._lock:
             if self._model is None or not self._asleep:
                 return
+            self._drop_static()
             self._model.to(self.device)
             self._asleep = False
 
     def shutdown(self) -> None:
         with self._lock:
+            self._drop_static()
             self._model = None
             gc.collect()
             self._empty_cache()
+
+    def _drop_static(self) -> None:
+        """Captured graphs and static caches hold the model's device addresses: drop them."""
+        if self._static is not None:
+            self._static.clear()
 
     def _empty_cache(self) -> None:
         if self.device.type != "cpu" and self.accelerator is not None:

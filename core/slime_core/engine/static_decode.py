@@ -1,0 +1,181 @@
+"""Decode steps over a static KV cache, replayed from a captured CUDA graph (``rollout.cuda_graphs``).
+
+The eager loop of :mod:`slime_core.engine.decoding` pays Python and one kernel launch per
+operation of every layer for each new token: hundreds of launches a step, which on a GPU cost
+far more than the step's arithmetic. Here a batch's decode forward runs against a transformers
+``StaticCache`` whose key/value tensors, write position (each layer's ``cumulative_length``
+tensor, advanced in place by the cache itself), input ids, position ids and attention mask
+all live in fixed buffers, so one captured CUDA graph replays a whole step.
+
+Layout: cache length ``L`` = prompt width + ``max_new`` rounded up to a multiple of 64 (so the
+graphs of similar calls are shared). The decode mask [B, 1, 1, L] holds each row's prompt
+padding; column ``width + s`` is switched on before step ``s``, so a row attends to its prompt
+and its tokens so far and never to the unwritten cache beyond. The prefill (eager) writes the
+prompt with the [B, 1, W, L] causal-and-padding mask transformers itself builds for SDPA.
+
+Attention of a decode step: grouped-query heads are computed as ``n_rep`` queries against
+their key/value head (one SDPA call over [B, H_kv, n_rep, D]) instead of transformers'
+``repeat_kv`` copy of the whole cache per layer and step; the same sums, without the copy.
+
+Rows are never dropped (a graph has a fixed batch): finished rows keep computing and their
+extra tokens are discarded by the caller. Graphs are kept per (batch, L) and reused across
+``generate`` calls; weight updates copy in place, so a graph reads the current weights.
+Moving the model (sleep, wake_up) must drop them (:meth:`StaticDecoders.clear`).
+
+Without CUDA (tests) the same static path runs eagerly (``capture=False``), which is how its
+results are checked against the dynamic-cache loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+ATTENTION_NAME = "slime_grouped_decode_sdpa"
+BUCKET = 64
+
+
+def grouped_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, attention_mask: torch.Tensor | None,
+                             dropout: float = 0.0, scaling: float | None = None,
+                             **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers attention function: SDPA, with one-token GQA queries grouped per KV head.
+
+    Query head ``h`` uses key/value head ``h // n_rep`` (transformers' ``repeat_kv`` order), so
+    viewing the queries [B, H, 1, D] as [B, H_kv, n_rep, D] gives the same attention without
+    repeating the keys and values. Anything else goes to transformers' own SDPA function.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    b, h, q_len, d = query.shape
+    if q_len != 1 or groups == 1 or dropout or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, **kwargs)
+    q = query.view(b, h // groups, groups, d)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, grouped_decode_attention)
+
+
+@contextlib.contextmanager
+def _attention(model: Any, name: str) -> Iterator[None]:
+    """Use attention function ``name`` for the forwards inside (restored afterwards)."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def cache_length(width: int, max_new: int) -> int:
+    return -(-(width + max_new) // BUCKET) * BUCKET
+
+
+class StaticDecoder:
+    """One batch size and cache length: static buffers, the cache and (on CUDA) the graph."""
+
+    def __init__(self, model: Any, batch: int, length: int, capture: bool) -> None:
+        from transformers import StaticCache
+
+        self.model, self.batch, self.length = model, batch, length
+        self.capture = capture
+        device = next(model.parameters()).device
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
+        self.pos = torch.zeros((batch, 1), dtype=torch.long, device=device)
+        self.mask = torch.zeros((batch, 1, 1, length), dtype=torch.bool, device=device)
+        self.graph: Any = None
+        self.logits: torch.Tensor | None = None
+
+    def _layers(self) -> list[Any]:
+        return list(self.cache.layers)
+
+    def _set_written(self, n: int) -> None:
+        for layer in self._layers():
+            if getattr(layer, "is_initialized", False):
+                layer.cumulative_length.fill_(n)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Write the left-padded prompts ``ids`` [B, W] (``prompt_mask`` [B, W], 1 = token)."""
+        width = ids.shape[1]
+        self._set_written(0)
+        valid = torch.zeros((self.batch, self.length), dtype=torch.bool, device=ids.device)
+        valid[:, :width] = prompt_mask.bool()
+        q = torch.arange(width, device=ids.device)
+        k = torch.arange(self.length, device=ids.device)
+        causal = k.unsqueeze(0) <= q.unsqueeze(1)  # [W, L]
+        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, W, L]
+        self.mask.copy_(valid[:, None, None, :])
+        with _attention(self.model, "sdpa"):
+            return self._forward(ids, mask.unsqueeze(1), pos)
+
+    def step(self, next_ids: torch.Tensor, pos: torch.Tensor, column: int) -> torch.Tensor:
+        """Logits [B, V] after feeding ``next_ids`` [B, 1] at positions ``pos`` [B, 1]; the
+        token goes to cache column ``column`` (= prompt width + step)."""
+        self.ids.copy_(next_ids)
+        self.pos.copy_(pos)
+        self.mask[..., column] = True
+        if not self.capture:
+            with _attention(self.model, ATTENTION_NAME):
+                return self._forward(self.ids, self.mask, self.pos)
+        if self.graph is None:
+            self._capture(column)
+        self.graph.replay()
+        assert self.logits is not None
+        return self.logits
+
+    def _capture(self, column: int) -> None:
+        """Warm up on a side stream (this writes one throwaway entry at ``column``, which the
+        replay overwrites), rewind the write position, then capture one step."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), _attention(self.model, ATTENTION_NAME):
+            for _ in range(2):
+                self._set_written(column)
+                self._forward(self.ids, self.mask, self.pos)
+        torch.cuda.current_stream().wait_stream(stream)
+        self._set_written(column)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"), \
+                _attention(self.model, ATTENTION_NAME):
+            self.logits = self._forward(self.ids, self.mask, self.pos)
+        self.graph = graph
+
+
+class StaticDecoders:
+    """The decoders of one engine, by (batch, cache length)."""
+
+    def __init__(self, capture: bool) -> None:
+        self.capture = capture
+        self._by_shape: dict[tuple[int, int], StaticDecoder] = {}
+        _register_attention()
+
+    def get(self, model: Any, batch: int, width: int, max_new: int) -> StaticDecoder:
+        key = (batch, cache_length(width, max_new))
+        dec = self._by_shape.get(key)
+        if dec is None or dec.model is not model:
+            dec = StaticDecoder(model, key[0], key[1], self.capture)
+            self._by_shape[key] = dec
+        return dec
+
+    def clear(self) -> None:
+        self._by_shape.clear()
+        if self.capture and torch.cuda.is_available():
+            torch.cuda.empty_cache()
