@@ -112,8 +112,8 @@ class BenchPlugin:
 
     def step_walls(self) -> list[float]:
         """Wall time of each step: from the end of one weight sync to the end of the next."""
-        return [b - a for a, b in zip(self.sync_ends, self.sync_ends[1:])]
+        return [b - a for a, b in zip(self.sync_ends, self.sync_ends[1:], strict=False)]
 
     def step_cpu(self) -> list[float]:
         """CPU seconds (every thread of the process) of each step, same boundaries."""
-        return [b - a for a, b in zip(self.cpu_ends, self.cpu_ends[1:])]
+        return [b - a for a, b in zip(self.cpu_ends, self.cpu_ends[1:], strict=False)]

@@ -18,7 +18,13 @@ copy bandwidth).
     python bench/gpu_anchor.py --out results.json            # every variant
     python bench/gpu_anchor.py --variants graphs --steps 4
 
-Needs CUDA; prints one JSON line per measurement and a table last.
+Correctness of each variant's engine: the median ``train/mismatch_abs_logprob_diff`` (mean
+|rollout log-prob - training log-prob| over the same tokens) is reported next to its speed, so
+a decoding path that computes wrong log-probs shows up against ``eager``. ``--check-graphs``
+also compares eager and graph decoding on the same seeded requests (rows with identical
+tokens; in bf16 sampled rows drift apart after a few tokens, so few rows match). Needs CUDA
+(``--smoke`` runs the plumbing on a CPU with a tiny model); prints one JSON line per
+measurement and a table last.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "eager": {"rollout": {"cuda_graphs": False}, "train": {"micro_batch_tokens": 8192}},
     "graphs": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 8192}},
     "graphs_mb16k": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 16384}},
+    "compiled_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
+                       "train": {"micro_batch_tokens": 16384}},
 }
 
 
@@ -79,11 +87,11 @@ def ceilings() -> dict[str, float]:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    mm = timed(lambda: a @ b, 3, 10)
+    mm = timed(lambda: torch.matmul(a, b), 3, 10)
     src = torch.randn(2**30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
     dst = torch.empty_like(src)
     cp = timed(lambda: dst.copy_(src), 3, 10)
-    del a, b, src, dst
+    a = b = src = dst = torch.empty(0)
     torch.cuda.empty_cache()
     return {"bf16_tflops": 2 * n**3 / mm / 1e12,
             "copy_bytes_per_s": 2 * 2**30 * 2 / cp}  # read + write
@@ -128,10 +136,64 @@ def train_flops(tokens_per_sample: list[int]) -> float:
     return flops
 
 
+# -- the CUDA-graph decode against the eager one (own process) ------------------------------
+def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
+    """Same seeded requests through an eager and a ``rollout.cuda_graphs`` engine (the 0.5B
+    model, 128 rows x 64 tokens, twice so the second call replays the cached graph): share of
+    rows with identical tokens, largest log-prob gap on those rows, time per call."""
+    import time
+
+    import torch
+    from slime_core.builtin.accelerators import TorchAccelerator
+    from slime_core.engine.local_engine import LocalEngine
+    from slime_core.testing import build_test_config
+    from slime_hookspecs import SamplingParams
+
+    tok_dir, _ = write_inputs(work)
+    model = dict(QWEN2_05B)
+    rows, new = (8, 8) if smoke else (128, 64)
+    if smoke:
+        model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, vocab_size=1000)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in prompt_texts(rows)]
+    params = [SamplingParams(temperature=1.0, max_new_tokens=new, ignore_eos=True, seed=7)] * rows
+    accel = None if smoke else TorchAccelerator("cuda")
+    out: dict[str, Any] = {}
+    results = {}
+    for name, graphs in [("eager", False), ("graphs", True)]:
+        cfg = build_test_config(model={"init_config": model, "tokenizer": str(tok_dir),
+                                       "dtype": "float32" if smoke else "bfloat16"},
+                                rollout={"cuda_graphs": graphs})
+        engine = LocalEngine(cfg, 0, accel)
+        times = []
+        for _ in range(2):
+            if not smoke:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            results[name] = engine.generate(prompts, params)
+            if not smoke:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        out[f"{name}_s"] = times
+        engine.shutdown()
+    same = [a.token_ids == b.token_ids for a, b in zip(results["eager"], results["graphs"],
+                                                       strict=True)]
+    gaps = [max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs, strict=True))
+            for a, b, ok in zip(results["eager"], results["graphs"], same, strict=True) if ok]
+    first = [a.token_ids[0] == b.token_ids[0]
+             for a, b in zip(results["eager"], results["graphs"], strict=True)]
+    out.update(rows=rows, new_tokens=new, same_rows=sum(same), same_first_token=sum(first),
+               max_logprob_gap_same_rows=max(gaps) if gaps else None,
+               all_lengths_ok=all(len(o.token_ids) == new for o in results["graphs"]))
+    return out
+
+
 # -- one variant (own process) ---------------------------------------------------------------
 def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> dict[str, Any]:
     import torch
-
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
@@ -167,6 +229,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> di
         "train_tokens": bench.train_tokens, "response_tokens": bench.response_tokens,
         "sync_bytes": [r.get("perf/weight_sync_bytes") for r in rows],
         "metrics_step_time": [r.get("perf/step_time") for r in rows],
+        # rollout vs training log-probs of the same tokens: the engine's correctness check
+        "mismatch": [r.get("train/mismatch_abs_logprob_diff") for r in rows],
         "peak_mem_gb": 0.0 if smoke else torch.cuda.max_memory_allocated() / 2**30,
         "samples": (2 if smoke else PROMPTS) * GROUP,
     }
@@ -184,23 +248,27 @@ def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[
     n = res["samples"]
     per_sample = [t / n for t in tokens]
     flops = [train_flops([int(round(p))] * n) for p in per_sample]
-    mfu = [f / t / (peak["bf16_tflops"] * 1e12) for f, t in zip(flops, train)]
+    mfu = [f / t / (peak["bf16_tflops"] * 1e12) for f, t in zip(flops, train, strict=True)]
     sync_bytes = float(res["sync_bytes"][-1] or 0)
     bound = 2 * sync_bytes / peak["copy_bytes_per_s"]
     return {
         "variant": res["variant"], "s_per_step": med(walls), "steps": walls,
-        "rollout_s": med(roll), "rollout_tok_per_s": med(r / t for r, t in zip(resp, roll)),
-        "train_s": med(train), "train_tok_per_s": med(k / t for k, t in zip(tokens, train)),
-        "train_tflops": med(f / t / 1e12 for f, t in zip(flops, train)), "train_mfu": med(mfu),
+        "rollout_s": med(roll), "rollout_tok_per_s": med(r / t for r, t in zip(resp, roll, strict=True)),
+        "train_s": med(train), "train_tok_per_s": med(k / t for k, t in zip(tokens, train, strict=True)),
+        "train_tflops": med(f / t / 1e12 for f, t in zip(flops, train, strict=True)), "train_mfu": med(mfu),
         "sync_s": med(sync), "sync_share_of_step": med(sync) / med(walls),
         "sync_bytes": sync_bytes, "sync_bound_s": bound,
         "vs_trl": TRL_ANCHOR_S / med(walls), "peak_mem_gb": res["peak_mem_gb"],
+        "mismatch": med(m for m in res.get("mismatch", [])[warmup:] if m is not None)
+        if any(m is not None for m in res.get("mismatch", [])) else None,
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--check-graphs", action="store_true",
+                    help="first compare eager and graph decoding on the same seeded requests")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per variant")
     ap.add_argument("--warmup", type=int, default=2, help="discarded steps per variant")
     ap.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "slime-gpu-bench"))
@@ -211,6 +279,9 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(a.work_dir)
     work.mkdir(parents=True, exist_ok=True)
+    if a.worker == "check_graphs":
+        print("RESULT " + json.dumps(check_graphs(work, a.smoke)), flush=True)
+        return
     if a.worker:
         print("RESULT " + json.dumps(worker(a.worker, work, a.steps, a.warmup, a.smoke)),
               flush=True)
@@ -225,7 +296,7 @@ def main() -> None:
     emit(log, what="ceilings", **peak)
     write_inputs(work)
     table = []
-    for name in a.variants.split(","):
+    for name in (["check_graphs"] if a.check_graphs else []) + a.variants.split(","):
         cmd = [sys.executable, __file__, "--worker", name, "--work-dir", str(work),
                "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--smoke"] if a.smoke else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -235,6 +306,9 @@ def main() -> None:
                  stderr=proc.stderr[-6000:])
             continue
         res = json.loads(lines[-1][len("RESULT "):])
+        if name == "check_graphs":
+            emit(log, what="check_graphs", **res)
+            continue
         emit(log, what="variant_raw", **res)
         s = summarize(res, peak, a.warmup)
         emit(log, what="variant", **s)
@@ -242,12 +316,12 @@ def main() -> None:
     print(f"\npeak bf16 {peak['bf16_tflops']:.0f} TFLOP/s, copy {peak['copy_bytes_per_s'] / 1e12:.2f} TB/s;"
           f" TRL anchor {TRL_ANCHOR_S} s/step")
     print("variant        s/step  rollout_s  rollout_tok/s  train_s  train_tok/s  MFU    sync_ms"
-          "  sync_bound_ms  sync/step  xTRL")
+          "  sync_bound_ms  sync/step  xTRL  |dlogp|")
     for s in table:
         print(f"{s['variant']:13s} {s['s_per_step']:6.3f}  {s['rollout_s']:8.3f}  "
               f"{s['rollout_tok_per_s']:12.0f}  {s['train_s']:7.3f}  {s['train_tok_per_s']:10.0f}"
               f"  {s['train_mfu']:5.1%}  {s['sync_s'] * 1e3:7.2f}  {s['sync_bound_s'] * 1e3:12.3f}"
-              f"  {s['sync_share_of_step']:8.2%}  {s['vs_trl']:4.1f}")
+              f"  {s['sync_share_of_step']:8.2%}  {s['vs_trl']:4.1f}  {s['mismatch'] or 0:.4f}")
 
 
 if __name__ == "__main__":

@@ -74,9 +74,8 @@ def tiny_model_dir(work: Path) -> Path:
     if (out / "config.json").exists():
         return out
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
     from slime_core.testing import write_char_tokenizer
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     tmp = work / "tiny_qwen2.tmp"
     write_char_tokenizer(tmp)
@@ -201,8 +200,8 @@ def run_trl(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> dict
     trainer._generate_and_score_completions = timed_rollout
     torch.set_num_threads(threads)  # again: nothing above may have changed it
     trainer.train()
-    return {"wall": [b - a for a, b in zip(ends, ends[1:])],
-            "cpu": [b - a for a, b in zip(cpu, cpu[1:])], "response_len_mean": lengths,
+    return {"wall": [b - a for a, b in zip(ends, ends[1:], strict=False)],
+            "cpu": [b - a for a, b in zip(cpu, cpu[1:], strict=False)], "response_len_mean": lengths,
             "rollout": rollout, "rollout_cpu": rollout_cpu}
 
 

@@ -105,6 +105,7 @@ class RolloutSection:
     mask_offpolicy_in_partial_rollout: bool = False
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
+    compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture
     max_concurrency: int = 64
 
     def __post_init__(self) -> None:

@@ -88,7 +88,8 @@ class LocalEngine:
         # than the longest row)
         self._static: StaticDecoders | None = None
         if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
-            self._static = StaticDecoders(capture=True)
+            self._static = StaticDecoders(
+                capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)))
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(config.run.seed) + int(engine_index))
         self._version = 0
@@ -220,7 +221,10 @@ class LocalEngine:
                         f"{tuple(state[name].shape)}"
                     )
                 tensors[name] = tensor
-            model.load_state_dict(tensors, strict=False)
+            # one multi-tensor copy: load_state_dict walks every module and copies tensor by
+            # tensor (12 ms for a 0.5B model on an H200 against a 0.6 ms bandwidth bound)
+            with torch.no_grad():
+                torch._foreach_copy_([state[n] for n in tensors], list(tensors.values()))
             self._version = int(version)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

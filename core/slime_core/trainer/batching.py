@@ -55,11 +55,14 @@ def response_log_probs(
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
     width = max(lengths)
-    ids = torch.full((len(tokens), width), pad_id, dtype=torch.long, device=device)
-    attn = torch.zeros((len(tokens), width), dtype=torch.long, device=device)
+    # Built on the host and moved in one copy each: per-row copies to a GPU each wait for the
+    # device queue to drain.
+    ids = torch.full((len(tokens), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(tokens), width), dtype=torch.long)
     for row, t in enumerate(tokens):
-        ids[row, : lengths[row]] = t.to(device)
+        ids[row, : lengths[row]] = t.detach().cpu()
         attn[row, : lengths[row]] = 1
+    ids, attn = ids.to(device), attn.to(device)
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     # position p predicts token p + 1: row i's response is predicted at [n - r - 1, n - 1)
     rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 
@@ -9,9 +10,9 @@ LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 N = 40000
 
 
-def draw(temperature, top_k=-1, top_p=1.0, seed=0):
+def draw(temperature, top_k=-1, top_p=1.0, seed=0, race=None):
     gen = torch.Generator().manual_seed(seed)
-    sampler = GroupSampler(SamplingKey(temperature, top_k, top_p, None), gen)
+    sampler = GroupSampler(SamplingKey(temperature, top_k, top_p, None), gen, race=race)
     tokens, lp = sampler(LOGITS.repeat(N, 1))
     return tokens, lp
 
@@ -26,8 +27,9 @@ def test_greedy_takes_argmax_and_reports_t1_log_prob():
     torch.testing.assert_close(lp, torch.log_softmax(LOGITS, -1)[0].expand(N))
 
 
-def test_full_sampling_matches_the_tempered_softmax():
-    tokens, lp = draw(0.8)
+@pytest.mark.parametrize("race", [False, True], ids=["cdf_inversion", "exponential_race"])
+def test_full_sampling_matches_the_tempered_softmax(race):
+    tokens, lp = draw(0.8, race=race)
     p = torch.softmax(LOGITS / 0.8, -1)
     torch.testing.assert_close(frequencies(tokens), p, atol=0.01, rtol=0)
     torch.testing.assert_close(lp, torch.log_softmax(LOGITS / 0.8, -1)[tokens])
@@ -49,6 +51,7 @@ def test_top_p_keeps_at_least_one_token():
     assert set(tokens.tolist()) == {0}
 
 
-def test_generator_makes_draws_reproducible():
-    assert torch.equal(draw(1.0, seed=3)[0], draw(1.0, seed=3)[0])
-    assert not torch.equal(draw(1.0, seed=3)[0], draw(1.0, seed=4)[0])
+@pytest.mark.parametrize("race", [False, True], ids=["cdf_inversion", "exponential_race"])
+def test_generator_makes_draws_reproducible(race):
+    assert torch.equal(draw(1.0, seed=3, race=race)[0], draw(1.0, seed=3, race=race)[0])
+    assert not torch.equal(draw(1.0, seed=3, race=race)[0], draw(1.0, seed=4, race=race)[0])

@@ -106,3 +106,18 @@ def test_grouped_decode_attention_equals_repeated_heads():
 
 def test_cuda_graphs_flag_is_off_on_the_cpu(make_engine):
     assert make_engine(rollout={"cuda_graphs": True})._static is None
+
+
+def test_compiled_decode_step_matches_the_dynamic_cache(make_engine):
+    """``rollout.compile_decode``: the torch.compile'd step (inductor's CPU backend here; on
+    CUDA the compiled step is what the graph captures) gives the eager loop's tokens and
+    log-probs."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5, ignore_eos=True)
+    dynamic = make_engine().generate(PROMPTS, [params] * len(PROMPTS))
+    engine = make_engine()
+    engine._static = StaticDecoders(capture=False, compile_step=True)
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    for d, s in zip(dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)

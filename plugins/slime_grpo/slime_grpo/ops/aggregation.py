@@ -98,7 +98,8 @@ def get_reducer(
         unit = torch.unique(torch.as_tensor(list(rollout_ids)).long(), return_inverse=True)[1]
     num_units = int(unit.max().item()) + 1 if num_samples else 0
     mask_counts = (
-        torch.stack([m.sum().cpu() for m in denom_masks]) if num_samples else torch.zeros(0)
+        # one device-to-host copy for the batch, not one per sample
+        torch.stack([m.sum() for m in denom_masks]).cpu() if num_samples else torch.zeros(0)
     )
     unit_counts = torch.zeros(num_units).index_add_(0, unit, mask_counts)
     total_tokens = mask_counts.sum()
