@@ -8,8 +8,8 @@
   the first EVAL_SIZE are held out for evaluation, the next TRAIN_SIZE are the training set.
 * ``sft.jsonl``: demonstrations for the warm start (prompts from train.jsonl only), a mix of
   three behaviours: TOOL_SHARE call the calculator and copy its result; BAD_CALL_SHARE call
-  it with a wrong argument name (``expr``), get the tool's error and answer directly; the rest
-  answer directly. The direct answers are right, but a ~130k-parameter model cannot learn
+  a tool that does not exist (``calc``), get the executor's error and answer directly; the
+  rest answer directly. The direct answers are right, but a ~130k-parameter model cannot learn
   3-digit products, so imitating them gives wrong answers. The warm-started model therefore
   samples all three behaviours, its tool-call success rate is well below 1, and RL has to find
   out that a correct call pays. Each demonstration is exactly what a multi-turn rollout
@@ -40,7 +40,7 @@ EVAL_SIZE = 200
 TRAIN_SIZE = 20000
 SFT_ROWS = 20000
 TOOL_SHARE = 0.45  # demonstrations that call the calculator correctly and copy its result
-BAD_CALL_SHARE = 0.25  # ... that call it with a wrong argument name, then answer directly
+BAD_CALL_SHARE = 0.25  # ... that call a tool that does not exist, then answer directly
 TAGS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<answer>",
         "</answer>"]
 # a few merges, as a BPE vocabulary has them, so a call is ~15 tokens instead of ~60 characters
@@ -57,7 +57,7 @@ def problems() -> list[dict[str, str]]:
 
 
 @functools.lru_cache(maxsize=1)
-def executor() -> Any:
+def executor() -> Any:  # the rollout's own executor, with the calculator enabled
     from slime_core.agent.executor import ToolExecutor
     from slime_core.agent.tools import tool_records
 
@@ -65,18 +65,18 @@ def executor() -> Any:
     return ToolExecutor(None, {"calculator": record}, timeout=5.0)
 
 
-def observation(arguments: dict[str, str]) -> str:
-    """What the rollout's tool executor answers to a calculator call with ``arguments``."""
+def observation(name: str, arguments: dict[str, str]) -> str:
+    """What the rollout's tool executor answers to the call ``name(**arguments)``."""
     from slime_core.agent.parsers import ToolCall
 
-    return asyncio.run(executor().run(ToolCall("calculator", arguments), None)).text
+    return asyncio.run(executor().run(ToolCall(name, arguments), None)).text
 
 
-def tool_demo(prompt: str, label: str, key: str = "expression") -> str:
-    args = {key: prompt.rstrip("=")}
-    call = {"name": "calculator", "arguments": args}
-    result = observation(args)
-    if key == "expression":
+def tool_demo(prompt: str, label: str, name: str = "calculator") -> str:
+    args = {"expression": prompt.rstrip("=")}
+    call = {"name": name, "arguments": args}
+    result = observation(name, args)
+    if name == "calculator":
         assert result == label, (prompt, result, label)
     return ("<tool_call>" + json.dumps(call, separators=(",", ":")) + "</tool_call>"
             + OBSERVATION.format(observation=result) + f"<answer>{label}</answer>")
@@ -124,7 +124,7 @@ def main() -> None:
         if u < TOOL_SHARE:
             target = tool_demo(r["prompt"], r["label"])
         elif u < TOOL_SHARE + BAD_CALL_SHARE:
-            target = tool_demo(r["prompt"], r["label"], key="expr")
+            target = tool_demo(r["prompt"], r["label"], name="calc")
         else:
             target = direct_demo(r["label"])
         sft.append({"prompt": r["prompt"], "label": target})
@@ -134,8 +134,8 @@ def main() -> None:
     write_jsonl(out / "eval.jsonl", evaluation)
     write_jsonl(out / "sft.jsonl", sft)
     write_tokenizer(out / "tokenizer")
-    good = sum('"expression"' in r["label"] for r in sft)
-    bad = sum('"expr"' in r["label"] for r in sft)
+    good = sum('"calculator"' in r["label"] for r in sft)
+    bad = sum('"calc"' in r["label"] for r in sft)
     print(f"wrote {len(train)} train, {len(evaluation)} eval and {len(sft)} SFT rows "
           f"({good} correct calls, {bad} bad calls) and tokenizer/ to {out}")
 
