@@ -11,6 +11,7 @@ import math
 import os
 import random
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -51,6 +52,7 @@ class TorchTrainer:
         self.config = config
         self.rank, self.world_size = rank, world_size
         self.data_parallel = data_parallel.active(world_size)
+        self.accelerator = accelerator
         self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
         self.dtype = resolve_dtype(config.model.dtype, self.device)
         self.pm = get_manager()
@@ -207,6 +209,9 @@ class TorchTrainer:
                 "scheduler": self.scheduler.state_dict(),
                 "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
+                # the device generators (dropout, sampling on the device), from the record
+                "device_rng": (self.accelerator.get_rng_state()
+                               if self.accelerator is not None else None),
             }, os.path.join(path, "trainer_state.pt"))
         self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
 
@@ -222,7 +227,19 @@ class TorchTrainer:
         self.scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["torch_rng"])
         random.setstate(extra["python_rng"])
+        self._load_device_rng(path, extra.get("device_rng"))
         self.pm.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
+
+    def _load_device_rng(self, path: str, state: Any) -> None:
+        """Restore the device generators saved with the checkpoint, when this run has the same
+        kind of device (a checkpoint moved between hardware resumes with fresh device RNG)."""
+        if state is None or self.accelerator is None:
+            return
+        try:
+            self.accelerator.set_rng_state(state)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            warnings.warn(f"checkpoint {path}: device RNG state not restored ({exc}); the run "
+                          "continues with this process's device generators", stacklevel=2)
 
 
 def _to_device(batch: TrainBatch, device: torch.device) -> None:
