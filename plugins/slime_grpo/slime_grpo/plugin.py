@@ -17,6 +17,43 @@ from slime_hookspecs import (
     hookimpl,
 )
 
+# -- configuration ---------------------------------------------------------------------------
+
+_GROUP_ESTIMATORS = {
+    "grpo": "group mean baseline / (group std + 1e-6); singleton groups get 0",
+    "dr_grpo": "group mean baseline, no std division (Dr. GRPO)",
+    "gspo": "GRPO advantages, for the gspo policy loss",
+    "cispo": "GRPO advantages, for the cispo policy loss",
+    "rloo": "leave-one-out baseline r_i - mean_{j != i} r_j",
+}
+# estimators whose statistics span the whole batch, not one group
+_BATCH_WIDE = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+_ESTIMATORS = (*_GROUP_ESTIMATORS, *_BATCH_WIDE)
+
+
+@hookimpl
+def slime_configure(config: Any) -> None:
+    """Refuse what would silently differ under data parallelism: each trainer rank computes
+    advantages on its own share of the groups, so batch-wide whitening would use per-rank
+    statistics (group estimators are exact: a group never spans ranks)."""
+    alg, train = config.algorithm, config.train
+    if train.num_ranks <= 1 or train.loss == "sft" or alg.advantage_estimator not in _ESTIMATORS:
+        return
+    if alg.advantage_estimator in _BATCH_WIDE:
+        raise ValueError(
+            f"algorithm.advantage_estimator = {alg.advantage_estimator!r} whitens over the whole "
+            f"batch, but with train.num_ranks = {train.num_ranks} each rank would whiten its own "
+            "share (not implemented across ranks yet); use train.num_ranks = 1 or a group "
+            "estimator (grpo, dr_grpo, rloo, ...)"
+        )
+    if alg.whiten_advantages:
+        raise ValueError(
+            f"algorithm.whiten_advantages = true with train.num_ranks = {train.num_ranks}: each "
+            "rank would whiten its own share of the batch (not implemented across ranks yet); "
+            "set algorithm.whiten_advantages = false or train.num_ranks = 1"
+        )
+
+
 # -- advantages ------------------------------------------------------------------------------
 
 
@@ -74,15 +111,8 @@ def _whiten(adv: list[Any], masks: list[Any]) -> list[Any]:
 
 @hookimpl
 def slime_register_advantage_estimators() -> list[AdvantageEstimatorRecord]:
-    doc = {
-        "grpo": "group mean baseline / (group std + 1e-6); singleton groups get 0",
-        "dr_grpo": "group mean baseline, no std division (Dr. GRPO)",
-        "gspo": "GRPO advantages, for the gspo policy loss",
-        "cispo": "GRPO advantages, for the cispo policy loss",
-        "rloo": "leave-one-out baseline r_i - mean_{j != i} r_j",
-    }
     recs = [AdvantageEstimatorRecord(name=n, factory=_group_estimator(n), summary=s)
-            for n, s in doc.items()]
+            for n, s in _GROUP_ESTIMATORS.items()]
     recs += [
         AdvantageEstimatorRecord(
             name="reinforce_plus_plus", factory=_reinforce(False),

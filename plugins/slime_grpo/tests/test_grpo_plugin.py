@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from slime_core.plugins import PluginSelection, SlimePluginManager
@@ -80,3 +81,20 @@ def pytest_approx(x: float):  # noqa: ANN201 - tiny local helper keeps the asser
     import pytest
 
     return pytest.approx(x)
+
+
+@pytest.mark.parametrize("algorithm,match", [
+    ({"advantage_estimator": "reinforce_plus_plus"}, "whitens over the whole batch"),
+    ({"advantage_estimator": "reinforce_plus_plus_baseline"}, "whitens over the whole batch"),
+    ({"advantage_estimator": "grpo", "whiten_advantages": True}, "whiten_advantages = true"),
+])
+def test_batch_wide_whitening_under_data_parallel_is_refused(algorithm, match) -> None:
+    from slime_core.session import resolve
+
+    data = {"train": {"num_ranks": 2}, "algorithm": algorithm}
+    with pytest.raises(ValueError, match=match):
+        resolve(PluginSelection(plugins=["slime_grpo"], autoload=False), data=data)
+    resolve(PluginSelection(plugins=["slime_grpo"], autoload=False),
+            data={"train": {"num_ranks": 1}, "algorithm": algorithm})  # one rank: fine
+    resolve(PluginSelection(plugins=["slime_grpo"], autoload=False),
+            data={"train": {"num_ranks": 2}, "algorithm": {"advantage_estimator": "grpo"}})
