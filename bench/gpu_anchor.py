@@ -57,6 +57,8 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "graphs_mb16k": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 16384}},
     "compiled_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
                        "train": {"micro_batch_tokens": 16384}},
+    "compiled_all_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
+                           "train": {"micro_batch_tokens": 16384, "compile": True}},
 }
 
 

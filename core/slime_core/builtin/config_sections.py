@@ -144,6 +144,7 @@ class TrainSection:
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False
+    compile: bool = False  # torch.compile the policy's forward (dynamic shapes; first steps compile)
 
     def __post_init__(self) -> None:
         _need(self.lr >= 0, "train.lr", "must be >= 0")

@@ -61,6 +61,10 @@ class TorchTrainer:
         self.model.train()
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             self.model.gradient_checkpointing_enable()
+        if config.train.compile:
+            # in place (Module.compile): parameter names, checkpoints and weight export are
+            # unchanged; dynamic shapes, since micro-batch shapes change every step
+            self.model.compile(dynamic=True)
         self.ref_model: torch.nn.Module | None = None
         tok = load_tokenizer(config.model)
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
