@@ -4,9 +4,9 @@ One prefill of the left-padded prompts (attention mask and position ids follow t
 only the last position's logits are computed), then one forward pass per new token through a
 ``DynamicCache`` whose layers write into one preallocated buffer each
 (:mod:`slime_core.engine.kv_cache`). Everything per step stays in tensors; the host learns
-only whether any row is still running (one boolean a step). Rows that are done are dropped
-from the batch (cache included) once they are at least half of it, so a batch whose answers
-are short stops paying for its longest member.
+only whether any row is still running (one boolean a step; every 8 steps for a fixed batch).
+Rows that are done are dropped from the batch (cache included) once they are at least half of
+it, so a batch whose answers are short stops paying for its longest member.
 
 Decode steps of a padded batch pass a ready 4-D boolean mask (a view that grows by one column
 a step) where the model uses SDPA over full attention only, instead of having transformers
@@ -31,6 +31,7 @@ from slime_core.engine.static_decode import StaticDecoders
 from slime_core.engine.stopping import StopStrings
 
 RUNNING, STOP, LENGTH, ABORT = 0, 1, 2, 3
+SYNC_EVERY = 8  # decode steps between "is any row still running?" checks of a fixed batch
 REASONS = {STOP: "stop", LENGTH: "length", ABORT: "abort"}
 
 
@@ -203,9 +204,13 @@ def decode(
         finished = running & (hit | done)
         batch.status = torch.where(finished, torch.where(hit, STOP, LENGTH), batch.status)
         still = running & ~finished
-        remaining = int(still.sum())  # the step's only host sync
-        if remaining == 0:
-            break
+        # The step's only host sync. A fixed batch keeps computing finished rows anyway, so it
+        # asks only every SYNC_EVERY steps and lets the device run ahead in between (a sync
+        # per step left the GPU idle while the host queued the next step).
+        if fixed is None or string_rows or step % SYNC_EVERY == SYNC_EVERY - 1:
+            remaining = int(still.sum())
+            if remaining == 0:
+                break
         if aborted():
             batch.status = torch.where(still, ABORT, batch.status)
             break
