@@ -30,6 +30,9 @@ from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
 
 
+INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of an async run's in-flight rollout
+
+
 class Driver:
     def __init__(self, manager: SlimePluginManager, config: Any, resume_dir: str | None = None):
         import torch
@@ -82,21 +85,38 @@ class Driver:
         self.train_source.load_state_dict(json.loads((last / "data_source.json").read_text()))
         random.setstate(_tuple_state(state["python_rng"]))
         self.step, self.version = state["step"], state["version"]
+        inflight = state.get("inflight_rollout")
+        if inflight is not None and self._async is not None:
+            from slime_core.observe.dumps import dump_path, read_dump
+
+            _, result = read_dump(dump_path(last / INFLIGHT_DIR, inflight, evaluation=False))
+            self._async.restore(int(inflight), result)
         print(f"resumed {self.run_dir} at step {self.step} from {last.name}", file=sys.stderr)
 
     def save(self) -> None:
         path = self.run_dir / "checkpoints" / ckpt.step_name(self.step)
         self.pm.slime_before_save(config=self.config, rollout_id=self.step, path=str(path))
 
+        inflight = None
+        if self._async is not None:  # keep the in-flight rollout (see runner/pipeline.py)
+            self._async.drain()
+            inflight = self._async.finished()
+
         def write(tmp: Path) -> None:
             self.trainer.save(str(tmp / "trainer"))
-            # with a rollout in flight, the source as it was before that rollout was taken
-            source = self._async.source_state() if self._async is not None else None
-            if source is None:
-                source = self.train_source.state_dict()
+            if inflight is not None:
+                from slime_core.observe.dumps import write_dump
+
+                write_dump(tmp / INFLIGHT_DIR, inflight[0], inflight[1])
+                source = self.train_source.state_dict()  # after the in-flight rollout
+            else:  # none, or it failed: the source as it was before it was submitted
+                source = self._async.source_state() if self._async is not None else None
+                if source is None:
+                    source = self.train_source.state_dict()
             (tmp / "data_source.json").write_text(json.dumps(source))
 
-        state = {"step": self.step, "version": self.version, "python_rng": random.getstate()}
+        state = {"step": self.step, "version": self.version, "python_rng": random.getstate(),
+                 "inflight_rollout": inflight[0] if inflight is not None else None}
         # engines get re-synced from the trainer at resume, so synced_version is not saved
         final = ckpt.save_checkpoint(self.run_dir, self.step, write, state,
                                      self.config.run.keep_checkpoints)
