@@ -120,14 +120,28 @@ def test_local_and_ray_executors_give_the_same_metrics(ray_session, base_config,
     local_cfg = copy.deepcopy(base_config)
     local_cfg["run"].update(common, run_dir=str(tmp_path / "local"))
     local_cfg["rollout"]["reward"] = "digit_fraction"
+    local_cfg["debug"] = {"save_rollouts": str(tmp_path / "dumps")}
     ray_cfg = ray_config(local_cfg, run={"run_dir": str(tmp_path / "ray")}, ray={"colocate": True},
-                         weights={"transport": "ray", "verify": True})
+                         weights={"transport": "ray", "verify": True},
+                         debug={"save_rollouts": ""})
     a, b = read_metrics(run(local_cfg)), read_metrics(run(ray_cfg))
     assert [x["step"] for x in a] == [x["step"] for x in b] == [1, 2]
     for ma, mb in zip(a, b, strict=True):
         for key in COMPARED:
             assert mb[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), (ma["step"], key)
         assert mb["perf/weight_sync_verified"] == 1.0 and mb["perf/weight_sync_buckets"] >= 1
+
+    # the local run's dumps replayed under the ray executor (the rollout manager actor serves
+    # them, no engine generates): the same training metrics
+    replay_cfg = ray_config(local_cfg, run={"run_dir": str(tmp_path / "replay")},
+                            debug={"save_rollouts": "", "replay_rollouts": str(tmp_path / "dumps")})
+    replay_dir = run(replay_cfg)
+    assert 'engine = "replay"' in (replay_dir / "config.toml").read_text()
+    c = read_metrics(replay_dir)
+    assert [x["step"] for x in c] == [1, 2]
+    for ma, mc in zip(a, c, strict=True):
+        for key in COMPARED:
+            assert mc[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), (ma["step"], key)
 
 
 def test_async_one_step_off_records_staleness(ray_session, base_config) -> None:  # noqa: F811
