@@ -123,3 +123,30 @@ def test_plugins_new_scaffold_passes_its_own_test(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "already exists" in res.output
     res = CliRunner().invoke(cli, ["plugins", "new", "9bad name", "--dir", str(tmp_path)])
     assert res.exit_code == 2 and "must start with a letter" in res.output
+
+
+def test_run_reports_bad_inputs_in_one_line(tmp_path: Path) -> None:
+    """A missing model directory, an existing run directory and a configuration a plugin
+    refuses end with ``Error: ...`` naming the key or path, not a traceback."""
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'[run]\nrun_dir = "{tmp_path / "run"}"\n'
+                   f'[model]\npath = "{tmp_path / "no_model"}"\n')
+    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])
+    assert res.exit_code == 1, res.output
+    assert "Error: FileNotFoundError: model.path:" in res.output and "no_model" in res.output
+    assert "Traceback" not in res.output
+
+    # the failed start left only config.toml and plugins.json: a retry may reuse the directory
+    assert sorted(x.name for x in (tmp_path / "run").iterdir()) == ["config.toml", "plugins.json"]
+    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])
+    assert "Error: FileNotFoundError: model.path:" in res.output, res.output
+    # a directory that holds anything more is refused and left as it is
+    (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
+    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])
+    assert "Error: FileExistsError: run directory" in res.output and "--resume" in res.output
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == "{}\n"
+
+    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo",
+                                   "-o", "train.num_ranks=2", "-o", "algorithm.whiten_advantages=true"])
+    assert res.exit_code == 1 and "Error: config" in res.output
+    assert "whiten_advantages = true" in res.output

@@ -42,6 +42,8 @@ def run_command(config_path: str | None, overrides: tuple[str, ...], resume: str
         raise click.UsageError(str(exc)) from exc
     except (PluginLoadError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except ValueError as exc:  # a plugin's slime_configure refusing the configuration
+        raise click.ClickException(f"config {config_path}: {exc}") from exc
     estimators = manager.registries.advantage_estimator
     if len(estimators) == 0:
         raise click.ClickException(
@@ -53,7 +55,8 @@ def run_command(config_path: str | None, overrides: tuple[str, ...], resume: str
 
     try:
         run_training(manager, config, resume_dir=resume)
-    except (ConfigError, KeyError, RuntimeError, ValueError) as exc:
-        if isinstance(exc, (KeyboardInterrupt,)):
-            raise
+    except (ConfigError, KeyError, RuntimeError, ValueError, FileNotFoundError,
+            FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
+        # a bad input named by its message (missing model directory, existing run directory,
+        # unreadable data file...): one line, no traceback
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc

@@ -66,7 +66,10 @@ def make_run_dir(config: Config) -> Path:
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         path = Path(config.run.output_dir) / f"{config.run.name}-{stamp}"
-    if path.exists() and any(path.iterdir()):
+    # a start that failed before anything ran (bad model path, ...) leaves only these two
+    # files; a retry may reuse the directory, anything else there is kept and refused
+    entries = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    if entries - {"config.toml", "plugins.json"}:
         raise FileExistsError(
             f"run directory {path} already exists and is not empty; use --resume {path} to "
             "continue it, or choose another run.run_dir"
