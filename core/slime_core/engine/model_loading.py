@@ -29,11 +29,11 @@ def resolve_dtype(name: str, device: Any) -> torch.dtype:
         ) from None
 
 
-def _check_dir(path: str, key: str) -> None:
+def _check_dir(path: str, key: str, holds: str = "a local model directory with config.json") -> None:
     if not os.path.isdir(path):
         raise FileNotFoundError(
-            f"{key}: {path!r} is not a directory (expected a local model directory with "
-            "config.json; hub names are not downloaded)"
+            f"{key}: {path!r} is not a directory (expected {holds}; hub names are not "
+            "downloaded)"
         )
 
 
@@ -104,7 +104,8 @@ def load_tokenizer(model_cfg: Any, required: bool = True) -> Any:
             "model.tokenizer: no tokenizer configured; set model.tokenizer (or model.path) to a "
             "local directory with the tokenizer files"
         )
-    _check_dir(path, "model.tokenizer" if model_cfg.tokenizer else "model.path")
+    _check_dir(path, "model.tokenizer" if model_cfg.tokenizer else "model.path",
+               "a local directory with the tokenizer files")
     return AutoTokenizer.from_pretrained(
         path, trust_remote_code=bool(getattr(model_cfg, "trust_remote_code", False))
     )
