@@ -26,6 +26,9 @@ class EngineClient:
         self._flusher: asyncio.Task[None] | None = None
         self.requests = 0
         self.calls = 0
+        # where blocking generate calls run: a CallerThreadHost while a rollout driven from
+        # the main thread is in progress, else a worker thread (asyncio.to_thread)
+        self.host: Any = None
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerateOutput:
         fut: asyncio.Future[GenerateOutput] = asyncio.get_running_loop().create_future()
@@ -52,9 +55,11 @@ class EngineClient:
             self.requests += len(live)
             self.calls += 1
             try:
-                outs = await asyncio.to_thread(
-                    self.engine.generate, [p for p, _, _ in live], [sp for _, sp, _ in live]
-                )
+                prompts, params = [p for p, _, _ in live], [sp for _, sp, _ in live]
+                if self.host is not None:
+                    outs = await self.host.call(self.engine.generate, prompts, params)
+                else:
+                    outs = await asyncio.to_thread(self.engine.generate, prompts, params)
             except BaseException as exc:  # noqa: BLE001 - delivered to every waiter
                 for _, _, f in live:
                     if not f.done():

@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import threading
 import time
 from typing import Any
 
 from slime_core.context import get_manager
 from slime_core.observe.trace import span
 from slime_core.runner.engine_client import EngineClient
+from slime_core.runner.engine_host import CallerThreadHost
 from slime_hookspecs import (
     DataSource,
     RolloutResult,
@@ -118,7 +120,18 @@ class RolloutManager:
         return result
 
     def default_rollout(self, rollout_id: int, source: DataSource, evaluation: bool) -> RolloutResult:
-        return asyncio.run(self._rollout(rollout_id, source, evaluation))
+        if threading.current_thread() is not threading.main_thread():
+            return asyncio.run(self._rollout(rollout_id, source, evaluation))
+        # On the main thread (synchronous runs, evaluations): the engine calls run here and
+        # the event loop on a helper thread (see runner/engine_host.py for why).
+        host = CallerThreadHost()
+        for client in self.clients:
+            client.host = host
+        try:
+            return host.run(lambda: self._rollout(rollout_id, source, evaluation))
+        finally:
+            for client in self.clients:
+                client.host = None
 
     async def _rollout(self, rollout_id: int, source: DataSource, evaluation: bool) -> RolloutResult:
         cfg = self.config
