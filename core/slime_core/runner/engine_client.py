@@ -2,9 +2,10 @@
 
 Per-sample ``slime_generate`` coroutines each ask for one completion; the client gathers the
 requests submitted while the event loop is busy and sends them to the engine as one batched
-``generate`` call (in a worker thread, so abort and other coroutines keep running). Engines
-therefore see large batches both for single-turn rollouts and for interleaved multi-turn
-episodes.
+``generate`` call off the event loop's thread (a worker thread, or the main thread while the
+loop runs on a helper thread: :mod:`slime_core.runner.engine_host`), so abort and other
+coroutines keep running. Engines therefore see large batches both for single-turn rollouts
+and for interleaved multi-turn episodes.
 """
 
 from __future__ import annotations
