@@ -25,7 +25,8 @@ What is the same for both frameworks (per workload):
   (``--omp-wait-policy``, default ``PASSIVE``): on a shared 2-core machine whose load is above
   2, OpenMP threads that spin at every barrier make each small kernel 10-100x slower
   (measured: a 2-layer forward 0.7 s spinning, 0.01-0.03 s passive), which would measure the
-  machine's load rather than the frameworks. Use ``ACTIVE`` on an idle machine;
+  machine's load rather than the frameworks. ``unset`` leaves the runtime's default (spin
+  briefly, then sleep), which is what a user gets; ``ACTIVE`` spins forever;
 * TRL's ``gradient_checkpointing`` is turned off (its default is on; slime does not
   recompute activations), so TRL is not charged for a memory-saving choice.
 
@@ -227,6 +228,8 @@ def spawn(framework: str, workload: str, work: Path, threads: int,
         cmd += [f"--{k}", str(v)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
            "OMP_WAIT_POLICY": wait_policy}
+    if wait_policy == "unset":  # the OpenMP runtime's default (spin briefly, then sleep)
+        env.pop("OMP_WAIT_POLICY")
     load = os.getloadavg()[0]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -273,7 +276,7 @@ def main() -> None:
     ap.add_argument("--workload", choices=["tiny", "smollm2", "both"], default="both")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--omp-wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"])
+    ap.add_argument("--omp-wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE", "unset"])
     ap.add_argument("--steps", type=int, help="timed steps per repetition (default per workload)")
     ap.add_argument("--warmup", type=int, help="discarded steps per repetition")
     ap.add_argument("--prompts", type=int, help="prompts per step")
