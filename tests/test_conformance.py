@@ -28,6 +28,28 @@ def test_docs_hooks_md_is_current() -> None:
     assert text == render(), "docs/hooks.md drifted: run `python -m slime_core.hookdocs > docs/hooks.md`"
 
 
+def test_docs_config_md_is_current() -> None:
+    from slime_core.configdocs import render as render_config
+
+    text = (REPO / "docs" / "config.md").read_text()
+    assert text == render_config(), (
+        "docs/config.md drifted: run `python -m slime_core.configdocs > docs/config.md`")
+
+
+def test_config_docs_read_the_comment_after_each_field() -> None:
+    from dataclasses import dataclass
+
+    from slime_core.configdocs import field_comments
+
+    @dataclass
+    class Section:
+        plain: int = 1
+        documented: str = "x"  # what it means
+        also: bool = False  # one | two
+
+    assert field_comments(Section) == {"documented": "what it means", "also": "one | two"}
+
+
 @pytest.mark.parametrize("name", hook_names())
 def test_hookspec_has_a_contract(name: str) -> None:
     spec = _specs()[name]

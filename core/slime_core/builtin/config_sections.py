@@ -20,18 +20,18 @@ def _need(cond: bool, key: str, msg: str) -> None:
 @dataclass
 class RunSection:
     name: str = "slime"  # run name; the run directory is output_dir/name-<timestamp>
-    output_dir: str = "runs"
+    output_dir: str = "runs"  # parent directory of run directories (name-<timestamp>)
     run_dir: str = ""  # exact run directory (overrides output_dir/name)
-    seed: int = 1
+    seed: int = 1  # seeds torch, Python's random, the engines' sampling and the data order
     num_rollouts: int = 10  # training steps (one rollout + one train phase each)
     executor: str = "local"  # local | ray
     ray_address: str = ""  # empty: start a local Ray instance on 127.0.0.1
     accelerator: str = "auto"  # accelerator record name, or auto (highest available priority)
     save_interval: int = 0  # checkpoint every N steps (0: only at the end)
-    keep_checkpoints: int = 2
-    required_plugins: list[str] = field(default_factory=list)
+    keep_checkpoints: int = 2  # complete checkpoints kept; older ones go once a new one is in place
+    required_plugins: list[str] = field(default_factory=list)  # a missing one is fatal
     plugin_modules: list[str] = field(default_factory=list)  # extra plugin modules by import path
-    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # logger records
     progress: bool = True  # progress bar while rollouts and training run
     num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
     async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains
@@ -52,7 +52,7 @@ class ModelSection:
     tokenizer: str = ""  # defaults to path
     init_config: dict[str, Any] = field(default_factory=dict)  # build from a config (tests)
     dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16
-    trust_remote_code: bool = False
+    trust_remote_code: bool = False  # passed to transformers when loading model and tokenizer
 
     def __post_init__(self) -> None:
         _need(
@@ -66,47 +66,46 @@ class DataSection:
     source: str = "jsonl"  # data source record: jsonl | parquet | reasoning_gym | ...
     path: str = ""  # training prompts (jsonl / parquet)
     eval_path: str = ""  # held-out prompts for evaluation
-    input_key: str = "prompt"
-    label_key: str = "label"
-    metadata_key: str = "metadata"
+    input_key: str = "prompt"  # key of the prompt in each data row
+    label_key: str = "label"  # key of the label (what the reward checks against)
+    metadata_key: str = "metadata"  # key of a row's metadata (kept on its samples)
     tools_key: str = ""  # per-prompt tool list (multi-turn)
-    apply_chat_template: bool = False
-    system_prompt: str = ""
+    apply_chat_template: bool = False  # prompt -> one user message
+    system_prompt: str = ""  # system message placed before it (with apply_chat_template)
     prompt_template: str = "{prompt}"  # applied to the raw prompt text before tokenization
-    shuffle: bool = True
+    shuffle: bool = True  # permute the training prompts every epoch (seeded by seed + epoch)
     task: str = ""  # reasoning_gym: dataset name (basic_arithmetic, chain_sum, ...)
-    task_kwargs: dict[str, Any] = field(default_factory=dict)
+    task_kwargs: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: create_dataset kwargs
     size: int = 10000  # reasoning_gym: number of procedural train tasks
-    eval_size: int = 100
-    eval_seed: int = 12345
+    eval_size: int = 100  # reasoning_gym source: tasks in the eval split
+    eval_seed: int = 12345  # reasoning_gym: eval split seed
 
 
 @dataclass
 class RolloutSection:
     engine: str = "local"  # rollout engine record
-    num_engines: int = 1
+    num_engines: int = 1  # rollout engines; groups round-robin across them
     batch_size: int = 8  # prompts (groups) per training step
-    n_samples_per_prompt: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_new_tokens: int = 64
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
+    n_samples_per_prompt: int = 8  # samples per prompt (one group)
+    temperature: float = 1.0  # sampling temperature; training log-probs use the same (0: greedy)
+    top_p: float = 1.0  # nucleus sampling (1: off); log-probs stay those of the full distribution
+    top_k: int = -1  # top-k sampling (-1: off)
+    max_new_tokens: int = 64  # per sample (whole episode if multi-turn)
+    stop: list[str] = field(default_factory=list)  # stop strings
+    stop_token_ids: list[int] = field(default_factory=list)  # stop token ids (besides eos)
     reward: str = "exact"  # reward function record
     reward_key: str = ""  # when the reward is a dict, the key used as the scalar
-    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)  # reward record options
     dynamic_sampling_filter: str = ""  # filter record (stage dynamic_sampling), e.g. nonzero_std
     over_sampling_batch_size: int = 0  # groups requested per round (0: batch_size)
-    max_sampling_rounds: int = 8
-    buffer_filter: str = ""
-    sample_filter: str = ""
-    partial_rollout: bool = False
-    mask_offpolicy_in_partial_rollout: bool = False
+    max_sampling_rounds: int = 8  # dynamic sampling: rounds before giving up on a full batch
+    buffer_filter: str = ""  # filter record choosing which returned groups the buffer serves first
+    sample_filter: str = ""  # filter record applied to the kept groups' samples
+    partial_rollout: bool = False  # aborted groups continue later
+    mask_offpolicy_in_partial_rollout: bool = False  # mask older-weight tokens
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
     compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture
-    max_concurrency: int = 64
 
     def __post_init__(self) -> None:
         _need(self.batch_size >= 1, "rollout.batch_size", "must be >= 1")
@@ -132,19 +131,19 @@ class EvalSection:
 class TrainSection:
     backend: str = "torch"  # trainer backend record
     loss: str = "policy"  # policy (RL) | sft
-    lr: float = 1e-6
-    min_lr: float = 0.0
+    lr: float = 1e-6  # peak learning rate (AdamW)
+    min_lr: float = 0.0  # floor of the decay
     lr_decay: str = "constant"  # constant | linear | cosine
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0
+    warmup_steps: int = 0  # linear warm-up steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
+    adam_eps: float = 1e-8  # AdamW epsilon
+    grad_clip: float = 1.0  # gradient-norm clip (0: off)
     micro_batch_tokens: int = 8192  # token budget of one micro-batch (packed)
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
     num_ranks: int = 1  # data-parallel trainer ranks
-    gradient_checkpointing: bool = False
-    compile: bool = False  # torch.compile the policy's forward (dynamic shapes; first steps compile)
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
+    compile: bool = False  # torch.compile the policy forward (dynamic shapes)
 
     def __post_init__(self) -> None:
         _need(self.lr >= 0, "train.lr", "must be >= 0")
@@ -162,20 +161,20 @@ class AlgorithmSection:
     advantage_estimator: str = "grpo"  # advantage estimator record
     policy_loss: str = "ppo"  # policy loss record
     loss_reducer: str = "seq_mean_token_mean"  # loss aggregation record
-    eps_clip: float = 0.2
+    eps_clip: float = 0.2  # PPO clip range of the ratio (lower side; upper: eps_clip_high)
     eps_clip_high: float = 0.0  # 0: same as eps_clip (clip-higher when larger)
     eps_clip_c: float = 0.0  # dual-clip constant (> 1); 0: off
-    kl_estimator: str = "k3"
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.0
+    kl_estimator: str = "k3"  # k1, k2, k3 or low_var_kl (docs/algorithms.md)
+    use_kl_loss: bool = False  # add kl_loss_coef x KL(policy, reference) to the loss
+    kl_loss_coef: float = 0.0  # weight of that KL term
     kl_in_reward_coef: float = 0.0  # KL penalty placed in the reward (PPO, REINFORCE++)
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.0  # entropy bonus weight (0: entropy is only logged)
     normalize_std: bool = True  # GRPO: divide by the group std
-    whiten_advantages: bool = False
+    whiten_advantages: bool = False  # whiten advantages over the batch's loss-masked tokens
     is_correction: str = ""  # mismatch correction record: tis, icepop, ... (empty: off)
-    is_kwargs: dict[str, float] = field(default_factory=dict)
-    gamma: float = 1.0
-    lam: float = 1.0
+    is_kwargs: dict[str, float] = field(default_factory=dict)  # bounds of the is_correction record (docs/algorithms.md)
+    gamma: float = 1.0  # discount (REINFORCE++, GAE)
+    lam: float = 1.0  # GAE lambda
     opsm_delta: float = 0.0  # OPSM threshold (0: off)
     max_response_length: int = 0  # Dr. GRPO constant denominator (0: rollout.max_new_tokens)
 

@@ -1,0 +1,81 @@
+"""Generate ``docs/config.md``: every configuration key of the core and the first-party plugins.
+
+Regenerate with ``python -m slime_core.configdocs > docs/config.md``; a test fails when the
+checked-in file drifts from this output. Each key's line comes from its dataclass field (type
+and default) and the comment written after it in the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import textwrap
+import tokenize
+from typing import Any
+
+# the first-party plugins that contribute sections (load without their optional backends)
+FIRST_PARTY = ["slime_grpo", "slime_ppo", "vllm_rollout", "sglang_rollout"]
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """``name -> comment`` for the fields of dataclass ``cls`` that have a trailing comment."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))  # fields at column 4
+    except (OSError, TypeError):
+        return {}
+    out: dict[str, str] = {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    line_name: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME and tok.string in names and tok.start[1] == 4:
+            line_name.setdefault(tok.start[0], tok.string)
+        elif tok.type == tokenize.COMMENT and tok.start[0] in line_name:
+            out[line_name[tok.start[0]]] = tok.string.lstrip("#").strip()
+    return out
+
+
+def _default(f: dataclasses.Field[Any]) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "(required)"
+    return repr(value).replace("|", "\\|")
+
+
+def render() -> str:
+    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.session import build_schema
+
+    manager = SlimePluginManager(PluginSelection(plugins=FIRST_PARTY, autoload=False)).load()
+    schema = build_schema(manager)
+    out = [
+        "# Configuration reference",
+        "",
+        "Every key of the core's sections and of the first-party plugins' sections, generated",
+        "by `python -m slime_core.configdocs > docs/config.md`. Set keys in the run's TOML file",
+        "(`[section]` tables) or with `-o section.key=value`; an unknown key fails naming the",
+        "closest valid one. A plugin's section exists only when the plugin is loaded.",
+        "",
+    ]
+    for name in schema.sections():
+        sec = schema.get(name)
+        owner = f" (plugin `{sec.owner}`)" if sec.owner and not sec.owner.startswith("core") else ""
+        out += [f"## `[{name}]`{owner}", ""]
+        if sec.summary:
+            out += [sec.summary[0].upper() + sec.summary[1:] + ".", ""]
+        comments = field_comments(sec.schema)
+        out += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        hints = {f.name: f.type for f in dataclasses.fields(sec.schema)}
+        for f in dataclasses.fields(sec.schema):
+            kind = str(hints[f.name]).replace("|", "or")
+            note = comments.get(f.name, "").replace("|", "\\|")
+            out.append(f"| `{f.name}` | {kind} | `{_default(f)}` | {note} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
