@@ -46,8 +46,16 @@ def test_config_docs_read_the_comment_after_each_field() -> None:
         plain: int = 1
         documented: str = "x"  # what it means
         also: bool = False  # one | two
+        # explained above,
+        # on two lines
+        above: int = 2
+        wrapped: int = (
+            3  # on a continuation line
+        )
 
-    assert field_comments(Section) == {"documented": "what it means", "also": "one | two"}
+    assert field_comments(Section) == {
+        "documented": "what it means", "also": "one | two",
+        "above": "explained above, on two lines", "wrapped": "on a continuation line"}
 
 
 @pytest.mark.parametrize("name", hook_names())

@@ -19,19 +19,33 @@ FIRST_PARTY = ["slime_grpo", "slime_ppo", "vllm_rollout", "sglang_rollout"]
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """``name -> comment`` for the fields of dataclass ``cls`` that have a trailing comment."""
+    """``name -> comment`` for the fields of dataclass ``cls``: the comment on the field's own
+    lines, else the comment lines right above it."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))  # fields at column 4
     except (OSError, TypeError):
         return {}
-    out: dict[str, str] = {}
     names = {f.name for f in dataclasses.fields(cls)}
-    line_name: dict[int, str] = {}
+    out: dict[str, str] = {}
+    above: list[str] = []  # comment lines since the last statement
+    current: str | None = None  # the field whose statement is being read
+    trailing: list[str] = []
+    skip = (tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING)
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NAME and tok.string in names and tok.start[1] == 4:
-            line_name.setdefault(tok.start[0], tok.string)
-        elif tok.type == tokenize.COMMENT and tok.start[0] in line_name:
-            out[line_name[tok.start[0]]] = tok.string.lstrip("#").strip()
+        if current is None:
+            if tok.type == tokenize.COMMENT:
+                above.append(tok.string.lstrip("#").strip())
+            elif tok.type == tokenize.NAME and tok.string in names and tok.start[1] == 4:
+                current, trailing = tok.string, []
+            elif tok.type not in skip:
+                above = []
+        elif tok.type == tokenize.COMMENT:
+            trailing.append(tok.string.lstrip("#").strip())
+        elif tok.type == tokenize.NEWLINE:  # end of the field's statement
+            note = " ".join(trailing) or " ".join(above)
+            if note:
+                out[current] = note
+            current, above = None, []
     return out
 
 

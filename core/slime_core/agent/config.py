@@ -77,7 +77,7 @@ class ToolsSection:
 class AgentApiSection:
     """The OpenAI-compatible endpoint in front of the rollout engines."""
 
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # bind address (loopback unless allow_remote)
     port: int = 0  # 0: any free port (the URL is printed and handed to rollout-buffer workers)
     token: str = ""  # bearer token; empty: a random one per run
     allow_remote: bool = False  # allow a non-loopback host
@@ -103,7 +103,7 @@ class RolloutBufferSection:
     host: str = "127.0.0.1"  # bind address of the in-process service
     port: int = 0  # 0: any free port
     token: str = ""  # bearer token; required with url (or SLIME_ROLLOUT_BUFFER_TOKEN)
-    allow_remote: bool = False
+    allow_remote: bool = False  # allow a non-loopback host
     prompt_source: str = "jsonl"  # data-source record that supplies the prompts
     serve_engine_api: bool = True  # start [agent_api] and hand its URL and token to workers
     task_type: str = ""  # free-form, handed to workers with every job

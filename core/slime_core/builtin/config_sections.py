@@ -119,9 +119,9 @@ class RolloutSection:
 @dataclass
 class EvalSection:
     interval: int = 0  # evaluate every N steps (0: never); also before step 0 and at the end
-    n_samples_per_prompt: int = 1
+    n_samples_per_prompt: int = 1  # samples per eval prompt
     temperature: float = 0.0  # greedy by default
-    top_p: float = 1.0
+    top_p: float = 1.0  # nucleus sampling of evaluations (1: off)
     max_new_tokens: int = 0  # 0: rollout.max_new_tokens
     reward: str = ""  # empty: rollout.reward
     max_prompts: int = 0  # 0: all
@@ -204,7 +204,7 @@ class RaySection:
     colocate: bool = False  # trainer rank i and engine(s) share bundle i; engines sleep while training
     num_cpus_per_actor: float = 1.0  # CPUs of each trainer rank / engine actor
     num_devices_per_actor: float = 1.0  # accelerator units (the record's ray_resource) per actor
-    rollout_manager_cpus: float = 1.0
+    rollout_manager_cpus: float = 1.0  # CPUs of the RolloutManager actor
     placement_strategy: str = "PACK"  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD
     num_cpus: int = 0  # logical CPUs of a Ray instance started here (0: max(cores, needed))
     # custom resources of a Ray instance started here, for a record whose ray_resource Ray does

@@ -27,11 +27,11 @@ class TraceSection:
 class ProfileSection:
     steps: list[int] = field(default_factory=list)  # [a, b]: profile training of rollouts a..b
     scope: str = "train"  # train: only training phases | all: everything from a's to b's training
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
+    record_shapes: bool = False  # torch.profiler option of the same name
+    profile_memory: bool = False  # torch.profiler option of the same name
+    with_stack: bool = False  # torch.profiler option of the same name
     sort_by: str = "self_cpu_time_total"  # column of the key_averages table
-    row_limit: int = 40
+    row_limit: int = 40  # rows of the key_averages table
 
     def __post_init__(self) -> None:
         if self.steps:

@@ -30,7 +30,7 @@ def _need(cond: bool, key: str, msg: str) -> None:
 @dataclass
 class PPOSection:
     critic_lr: float = 1e-5  # AdamW learning rate of the critic (constant)
-    critic_weight_decay: float = 0.0
+    critic_weight_decay: float = 0.0  # AdamW weight decay of the critic
     # policy: backbone = a copy of the policy's architecture and weights (OpenRLHF, slime);
     # random: the policy's architecture, freshly initialised (seeded with run.seed + 1)
     critic_init: str = "policy"

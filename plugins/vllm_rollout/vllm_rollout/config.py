@@ -31,7 +31,7 @@ class VllmSection:
     kv_cache_memory_mb: int = 0
     gpu_memory_utilization: float = 0.5  # GPU hosts: share of device memory for weights + KV
     enable_prefix_caching: bool = True  # the cache is reset after every weight update
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 1  # vLLM's tensor parallelism per engine
     # false: vLLM's engine core runs in this process (weights are copied in memory, nothing
     # is serialized); true: in a child process (vLLM's default for servers)
     multiprocessing: bool = False
