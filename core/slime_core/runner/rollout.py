@@ -79,6 +79,7 @@ class RolloutManager:
         self.pm = get_manager()
         batch = config.rollout.generate_batch_size
         self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
+        self._host: CallerThreadHost | None = None  # set while a main-thread rollout runs
         self.train_source = train_source
         self.eval_source = eval_source
         self._next_engine = 0
@@ -125,13 +126,23 @@ class RolloutManager:
         # On the main thread (synchronous runs, evaluations): the engine calls run here and
         # the event loop on a helper thread (see runner/engine_host.py for why).
         host = CallerThreadHost()
+        self._host = host
         for client in self.clients:
             client.host = host
         try:
             return host.run(lambda: self._rollout(rollout_id, source, evaluation))
         finally:
+            self._host = None
             for client in self.clients:
                 client.host = None
+
+    async def _on_caller(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the thread that drives the rollout when it serves engine calls
+        (built-in rewards: math-verify's signal-based timeouts work on the main thread only),
+        else right here on the event loop."""
+        if self._host is None:
+            return fn(*args)
+        return await self._host.call(fn, *args)
 
     async def _rollout(self, rollout_id: int, source: DataSource, evaluation: bool) -> RolloutResult:
         cfg = self.config
@@ -301,7 +312,7 @@ class RolloutManager:
         fn, is_group = self.reward_fn(evaluation)
         if is_group:
             try:
-                rewards = await _maybe_await(fn(todo))
+                rewards = await _maybe_await(await self._on_caller(fn, todo))
                 for s, r in zip(todo, rewards):
                     s.reward = r
             except Exception as exc:  # noqa: BLE001
@@ -314,7 +325,7 @@ class RolloutManager:
                 with span("reward", sample=s):  # the hook and the registry function alike
                     r = await _maybe_await(self.pm.hook.slime_reward(config=cfg, sample=s))
                     if r is None:
-                        r = await _maybe_await(fn(s))
+                        r = await _maybe_await(await self._on_caller(fn, s))
                 s.reward = r
             except Exception as exc:  # noqa: BLE001 - the sample fails, the step goes on
                 s.status, s.error = Status.FAILED, f"reward: {type(exc).__name__}: {exc}"

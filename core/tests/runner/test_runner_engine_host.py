@@ -51,3 +51,52 @@ def test_an_engine_error_reaches_the_coroutine_and_a_loop_error_the_caller() -> 
 
     with pytest.raises(ValueError, match="bad sample"):
         host.run(fails)
+
+
+def test_builtin_rewards_of_a_main_thread_rollout_run_on_the_main_thread(tmp_path) -> None:
+    """math-verify's timeouts use signal.alarm (main thread only): registry reward functions
+    of a rollout driven from the main thread run there, not on the loop's helper thread."""
+    from slime_core.context import set_manager, set_rollout_manager
+    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.runner.rollout import RolloutManager
+    from slime_core.testing import build_test_config, write_char_tokenizer
+    from slime_hookspecs import GenerateOutput, RewardFunctionRecord, hookimpl
+
+    threads: list[bool] = []
+
+    def reward(sample) -> float:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return 1.0
+
+    class Rewards:
+        @hookimpl
+        def slime_register_reward_functions(self):
+            return [RewardFunctionRecord(name="where", factory=lambda config: reward)]
+
+    class Engine:
+        def generate(self, prompts, params):
+            assert threading.current_thread() is threading.main_thread()
+            return [GenerateOutput(token_ids=[5], log_probs=[-0.1], finish_reason="length",
+                                   weight_version=0) for _ in prompts]
+
+        def weight_version(self) -> int:
+            return 0
+
+        def abort(self) -> None:
+            pass
+
+    manager = SlimePluginManager(PluginSelection(autoload=False)).load()
+    manager.register_object(Rewards(), "where_rewards")
+    set_manager(manager)
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "a", "label": "1"}\n{"prompt": "b", "label": "2"}\n')
+    tok = write_char_tokenizer(tmp_path / "tok")
+    config = build_test_config(model={"tokenizer": str(tok)}, data={"path": str(data)},
+                               rollout={"reward": "where", "batch_size": 2,
+                                        "n_samples_per_prompt": 2})
+
+    source = manager.registries.data_source.get("jsonl").factory(config, "train")
+    rollouts = RolloutManager(config, [Engine()], source, None)
+    set_rollout_manager(rollouts)
+    result = rollouts.rollout(0)
+    assert len(list(result.samples())) == 4 and threads == [True] * 4
