@@ -82,9 +82,8 @@ def render() -> str:
             out += [sec.summary[0].upper() + sec.summary[1:] + ".", ""]
         comments = field_comments(sec.schema)
         out += ["| key | type | default | meaning |", "|---|---|---|---|"]
-        hints = {f.name: f.type for f in dataclasses.fields(sec.schema)}
         for f in dataclasses.fields(sec.schema):
-            kind = str(hints[f.name]).replace("|", "or")
+            kind = str(f.type).replace("|", "or")
             note = comments.get(f.name, "").replace("|", "\\|")
             out.append(f"| `{f.name}` | {kind} | `{_default(f)}` | {note} |")
         out.append("")

@@ -5,6 +5,7 @@ Like pytest's ``pytester``, this ships with the core so plugin authors can use i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ TINY_QWEN2: dict[str, Any] = {
 """A ~50k-parameter Qwen2 built from config (``model.init_config``) for fast tests."""
 
 
-def write_char_tokenizer(path: Path) -> Path:
+def write_char_tokenizer(path: Path, extra_tokens: Sequence[str] = (),
+                         chat_template: str | None = CHAT_TEMPLATE) -> Path:
     """Save a character-level ``PreTrainedTokenizerFast`` (printable ASCII, ``<eos>``, chat
-    template) under ``path``; no network needed."""
+    template) under ``path``; no network needed. ``extra_tokens`` are added as ordinary (not
+    special) tokens after the characters, so decoded text still shows them."""
     import string
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -39,7 +42,10 @@ def write_char_tokenizer(path: Path) -> Path:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
     )
-    fast.chat_template = CHAT_TEMPLATE
+    if chat_template is not None:
+        fast.chat_template = chat_template
+    if extra_tokens:
+        fast.add_tokens(list(extra_tokens))
     fast.save_pretrained(str(path))
     return path
 

@@ -30,7 +30,6 @@ import asyncio
 import functools
 import json
 import random
-import string
 from pathlib import Path
 from typing import Any
 
@@ -87,20 +86,10 @@ def direct_demo(label: str) -> str:
 
 
 def write_tokenizer(out: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from slime_core.testing import write_char_tokenizer
 
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
-    for ch in string.printable:
-        vocab.setdefault(ch, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>",
-                                   unk_token="<unk>")
-    # not special: stop strings and the parser see them in the decoded text
-    fast.add_tokens(TAGS + MERGES)
-    fast.save_pretrained(str(out))
+    # the tags are not special: stop strings and the parser see them in the decoded text
+    write_char_tokenizer(out, extra_tokens=TAGS + MERGES, chat_template=None)
 
 
 def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
