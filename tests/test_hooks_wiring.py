@@ -226,7 +226,11 @@ def test_buffer_filter_sees_surplus_groups(base_config, run_slime) -> None:
     buf = Buffer()
     base_config["rollout"]["over_sampling_batch_size"] = 4
     run_dir = run_slime(base_config, [buf])
-    assert read_metrics(run_dir)[0]["rollout/surplus_groups"] == 2.0
+    m = read_metrics(run_dir)[0]
+    # The two extra groups either finished after the batch was full (surplus) or were
+    # still generating and got aborted; which one depends on engine timing, but both
+    # paths return the prompts to the buffer the next step's filter sees.
+    assert m.get("rollout/surplus_groups", 0.0) + m.get("rollout/aborted_groups", 0.0) == 2.0
     assert buf.sizes and buf.sizes[0] == 2
 
 

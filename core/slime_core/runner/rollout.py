@@ -172,7 +172,7 @@ class RolloutManager:
         everything: list[list[Sample]] = []
         dropped: dict[str, int] = {}
         surplus: list[list[Sample]] = []
-        rounds = 0
+        rounds = aborted = 0
         while len(kept) < target:
             rounds += 1
             if rounds > cfg.max_sampling_rounds:
@@ -203,20 +203,23 @@ class RolloutManager:
                     else:
                         surplus.append(group)
             if pending:
-                await self._abort(pending, source)
+                aborted += await self._abort(pending, source)
         if surplus:
             # Finished after the batch was full: the prompts go back, the generation is
             # discarded so the next step stays on-policy.
             source.add_samples([[self._reset_for_buffer(s, fresh=True) for s in g] for g in surplus])
             metrics["rollout/surplus_groups"] = float(len(surplus))
+        if aborted:
+            metrics["rollout/aborted_groups"] = float(aborted)
         metrics["rollout/sampling_rounds"] = float(rounds)
         metrics["rollout/groups_generated"] = float(len(everything))
         for reason, n in dropped.items():
             metrics[f"rollout/dropped/{reason}"] = float(n)
         return kept, everything
 
-    async def _abort(self, pending: set[asyncio.Future[Any]], source: DataSource) -> None:
-        """Batch is full: abort surplus requests; their groups return to the data source."""
+    async def _abort(self, pending: set[asyncio.Future[Any]], source: DataSource) -> int:
+        """Batch is full: abort surplus requests; their groups return to the data source.
+        Returns how many groups went back."""
         for c in self.clients:
             c.abort()
         results = await asyncio.gather(*pending, return_exceptions=True)
@@ -227,6 +230,7 @@ class RolloutManager:
             back.append([self._reset_for_buffer(s) for s in res])
         if back:
             source.add_samples(back)
+        return len(back)
 
     def _reset_for_buffer(self, s: Sample, fresh: bool = False) -> Sample:
         """Aborted samples keep their partial response with ``rollout.partial_rollout``
