@@ -14,7 +14,10 @@ rebuild the mask from the 2-D one every step.
 
 With ``static`` decoders (``rollout.cuda_graphs`` on a CUDA device, same SDPA-only condition)
 the prefill and steps go through :mod:`slime_core.engine.static_decode` instead: a static KV
-cache and one replayed CUDA graph per step; rows are then never dropped.
+cache and one replayed CUDA graph per step; rows are then never dropped. Otherwise, with a
+``fused`` decoder (Llama-family models, ``rollout.fused_decoder``), the prefill and steps run
+through :mod:`slime_core.engine.fused_decoder` and its own KV buffers instead of the model's
+forward; rows are dropped the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import torch
 
+from slime_core.engine.fused_decoder import FusedDecoder
 from slime_core.engine.kv_cache import buffer_layers
 from slime_core.engine.sampler import GroupSampler
 from slime_core.engine.static_decode import StaticDecoders
@@ -155,6 +159,7 @@ def decode(
     aborted: Callable[[], bool],
     make_cache: Callable[[], Any],
     static: StaticDecoders | None = None,
+    fused: FusedDecoder | None = None,
 ) -> list[Result]:
     """Generate for every request; one :class:`Result` each, in order."""
     device = next(model.parameters()).device
@@ -182,6 +187,11 @@ def decode(
         fixed = static.get(model, n, width, max_new)
         cache = None
         logits = fixed.prefill(ids, full_mask[:, :width], pos)
+    elif fused is not None:
+        cache = None
+        fused.start(n, width + max_new, device, next(model.parameters()).dtype,
+                    full_mask.bool() if padded else None)
+        logits = fused.prefill(ids, pos)
     else:
         cache = make_cache()
         buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
@@ -222,15 +232,21 @@ def decode(
         if remaining * 2 <= len(batch.rows) and len(batch.rows) > 1:  # drop finished rows
             keep = still.nonzero().squeeze(1)
             batch.keep(keep, results)
-            cache.batch_select_indices(keep)
+            if fused is not None:
+                fused.select(keep)
+            else:
+                cache.batch_select_indices(keep)
             next_ids, pos, step_mask = next_ids[keep], pos[keep], step_mask[keep]
-        mask = None
-        if padded:
-            mask = step_mask[..., : width + step + 1]
-        logits = _forward(model, next_ids, mask, pos, cache)
+        if fused is not None:
+            logits = fused.step(next_ids, pos)
+        else:
+            mask = step_mask[..., : width + step + 1] if padded else None
+            logits = _forward(model, next_ids, mask, pos, cache)
         pos = pos + 1
 
     del cache
+    if fused is not None:
+        fused.release()
     batch.finalise_all(results)
     return [results[i] for i in range(n)]
 

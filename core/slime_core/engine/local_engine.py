@@ -37,6 +37,7 @@ import torch
 from slime_hookspecs import GenerateOutput, SamplingParams
 
 from slime_core.engine.decoding import Request, decode
+from slime_core.engine.fused_decoder import FusedDecoder, unsupported
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.engine.output_head import block_output_head
 from slime_core.engine.sampler import GroupSampler, SamplingKey
@@ -90,6 +91,13 @@ class LocalEngine:
         if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
             self._static = StaticDecoders(
                 capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)))
+        # rollout.fused_decoder: Llama-family forward passes with fused projections (the
+        # model's q/k/v and gate/up weights become views of the fused tensors)
+        self._fused: FusedDecoder | None = None
+        self.fused_unsupported: str | None = "rollout.fused_decoder is off"
+        if getattr(config.rollout, "fused_decoder", True):
+            self.fused_unsupported = unsupported(model)
+            self._fuse()
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(config.run.seed) + int(engine_index))
         self._version = 0
@@ -129,7 +137,7 @@ class LocalEngine:
                             results[i] = ([], [], "abort")
                         continue
                     outs = decode(model, [requests[i] for i in chunk], self.pad_token_id,
-                                  aborted, self._new_cache, self._static)
+                                  aborted, self._new_cache, self._static, self._fused)
                     for i, out in zip(chunk, outs, strict=True):
                         results[i] = (out.token_ids, out.log_probs, out.finish_reason)
         return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
@@ -256,6 +264,7 @@ class LocalEngine:
             if self._model is None or self.device.type == "cpu" or self._asleep:
                 return
             self._drop_static()
+            self._fused = None  # it holds the device tensors the model's views shared
             self._model.to("cpu")
             self._asleep = True
             self._empty_cache()
@@ -266,6 +275,7 @@ class LocalEngine:
                 return
             self._drop_static()
             self._model.to(self.device)
+            self._fuse()  # moving the model replaced the tensors the fused views shared
             self._asleep = False
 
     def shutdown(self) -> None:
@@ -274,6 +284,10 @@ class LocalEngine:
             self._model = None
             gc.collect()
             self._empty_cache()
+
+    def _fuse(self) -> None:
+        if self._model is not None and self.fused_unsupported is None:
+            self._fused = FusedDecoder(self._model)
 
     def _drop_static(self) -> None:
         """Captured graphs and static caches hold the model's device addresses: drop them."""
