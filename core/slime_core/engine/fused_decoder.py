@@ -105,23 +105,47 @@ class _Layer:
         self.gu_w, self.gu_b = _fuse([mlp.gate_proj, mlp.up_proj])
         # transposed views made once: a step calls the BLAS product directly
         self.qkv_t, self.gu_t = self.qkv_w.t(), self.gu_w.t()
-        self.o_t, self.o_b = attn.o_proj.weight.detach().t(), attn.o_proj.bias
-        self.down_t, self.down_b = mlp.down_proj.weight.detach().t(), mlp.down_proj.bias
+        self.o_w, self.o_b = attn.o_proj.weight.detach(), attn.o_proj.bias
+        self.down_w, self.down_b = mlp.down_proj.weight.detach(), mlp.down_proj.bias
+        self.o_t, self.down_t = self.o_w.t(), self.down_w.t()
         self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
         self.scaling = float(attn.scaling)
         self.inter = mlp.gate_proj.weight.shape[0]
 
 
-def _project(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+# Decode-sized products whose weights stream from memory run as ``(W @ x^T)^T``: MKL's
+# small-M kernels read a [N, K] weight 1.5-2x faster in that orientation than as ``x @ W^T``
+# once it no longer fits in cache (measured for SmolLM2's shapes, 8 rows: the 576 x 3072
+# gate/up product 1.26 ms vs 2.1 ms, the 49152-row head 17 ms vs 36 ms). Same sums, other
+# summation order.
+SMALL_ROWS = 64
+STREAM_BYTES = 2 << 20
+
+
+def _streamed(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Measured on the CPU only; accelerators keep ``x @ W^T``."""
+    return (x.device.type == "cpu" and x.shape[0] <= SMALL_ROWS
+            and weight.numel() * weight.element_size() >= STREAM_BYTES)
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
+             bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight^T (+ bias)``; ``weight_t`` is ``weight.t()``."""
+    if _streamed(x, weight):
+        if bias is None:
+            return torch.mm(weight, x.t()).t()
+        return torch.addmm(bias.unsqueeze(1), weight, x.t()).t()
     return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
-def _project_add(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None,
-                 residual: torch.Tensor) -> torch.Tensor:
-    """``residual + x @ weight_t (+ bias)``, one product when there is no bias."""
-    if bias is None:
-        return torch.addmm(residual, x, weight_t)
-    return torch.addmm(bias, x, weight_t).add_(residual)
+def _project_add(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
+                 bias: torch.Tensor | None, residual: torch.Tensor) -> torch.Tensor:
+    """``residual + x @ weight^T (+ bias)``, one product when there is no bias."""
+    if bias is not None:
+        return _project(x, weight, weight_t, bias).add_(residual)
+    if _streamed(x, weight):
+        return torch.addmm(residual.t(), weight, x.t()).t()
+    return torch.addmm(residual, x, weight_t)
 
 
 class FusedDecoder:
@@ -203,11 +227,15 @@ class FusedDecoder:
             eye = torch.eye(t, dtype=torch.bool, device=ids.device)
             mask = (causal & self.key_mask[:, None, None, :t]) | eye
         last = self._forward(ids, pos, mask)[:, -1]
-        return self.head(last)
+        return self._logits(last)
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``ids`` [B, 1], ``pos`` [B, 1] -> logits [B, V]."""
-        return self.head(self._forward(ids, pos, None)[:, -1])
+        return self._logits(self._forward(ids, pos, None)[:, -1])
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        w = self.head.weight
+        return _project(h, w, w.t(), self.head.bias)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t = ids.shape
@@ -219,7 +247,7 @@ class FusedDecoder:
         sin = self.sin[pos].reshape(b * t, 1, d)
         bias = None if self.bias is None else self.bias[:, :, :end]
         for i, layer in enumerate(self.layers):
-            qkv = _project(_rms(x, layer.ln1), layer.qkv_t, layer.qkv_b)
+            qkv = _project(_rms(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b).contiguous()
             qk = qkv[:, : (h + hkv) * d].view(b * t, h + hkv, d)
             v = qkv[:, (h + hkv) * d:].view(b, t, hkv, d)
             if layer.q_norm is not None:
@@ -238,12 +266,12 @@ class FusedDecoder:
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                      scale=layer.scaling)
                 out = out.transpose(1, 2).reshape(b * t, h * d)
-            x = _project_add(out, layer.o_t, layer.o_b, x)
-            gu = _project(_rms(x, layer.ln2), layer.gu_t, layer.gu_b)
-            x = _project_add(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_t,
-                             layer.down_b, x)
+            x = _project_add(out, layer.o_w, layer.o_t, layer.o_b, x)
+            gu = _project(_rms(x, layer.ln2), layer.gu_w, layer.gu_t, layer.gu_b)
+            x = _project_add(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_w,
+                             layer.down_t, layer.down_b, x)
         self.length = end
-        return _rms(x, self.norm).view(b, t, -1)
+        return _rms(x, self.norm).reshape(b, t, -1)
 
     def _decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                           bias: torch.Tensor | None, scale: float) -> torch.Tensor:

@@ -39,7 +39,7 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 from slime_core.engine.decoding import Request, decode
 from slime_core.engine.fused_decoder import FusedDecoder, unsupported
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
-from slime_core.engine.output_head import block_output_head
+from slime_core.engine.output_head import stream_output_head
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 from slime_core.engine.static_decode import StaticDecoders
 from slime_core.engine.stopping import StopStrings
@@ -76,7 +76,7 @@ class LocalEngine:
                                seed=config.run.seed)
         model.requires_grad_(False)
         if self.device.type == "cpu":  # same logits, faster decode-sized LM head products
-            block_output_head(model)
+            stream_output_head(model)
         self._model: torch.nn.Module | None = model
         self.tokenizer = load_tokenizer(config.model, required=False)
         self.eos_token_ids = _eos_ids(self.tokenizer, model)

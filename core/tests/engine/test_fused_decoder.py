@@ -75,8 +75,13 @@ def _run_fused(model, prompts: list[list[int]], new: list[list[int]]):
     return out
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["x@Wt", "(W@xt)t"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_fused_logits_match_transformers(arch):
+def test_fused_logits_match_transformers(arch, streamed, monkeypatch):
+    from slime_core.engine import fused_decoder
+
+    if streamed:  # every product in the orientation used for weights that stream from memory
+        monkeypatch.setattr(fused_decoder, "STREAM_BYTES", 0)
     model = _model(arch)
     assert unsupported(model) is None
     gen = torch.Generator().manual_seed(1)
