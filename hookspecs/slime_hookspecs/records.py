@@ -65,7 +65,8 @@ class AdvantageEstimatorRecord(Record):
     """``factory(config, batch) -> (advantages, returns)``: per-sample 1-D lists.
 
     ``needs_ref`` / ``needs_critic`` tell the trainer which log-probs and values to compute
-    before calling the estimator.
+    before calling the estimator. Under data parallelism each rank calls it on its share
+    (possibly empty), as for ``slime_compute_advantages``.
     """
 
     kind: ClassVar[str] = "advantage_estimator"

@@ -127,7 +127,9 @@ class TorchTrainer:
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
         t0 = time.perf_counter()
-        if len(batch):  # a data-parallel rank may get an empty share (fewer groups than ranks)
+        # A data-parallel rank may get an empty share (fewer groups than ranks); it still
+        # prepares it, so estimators that sum batch statistics over ranks see every rank.
+        if len(batch) or self.data_parallel:
             self.prepare(batch)
         n_steps = self.config.train.num_steps_per_rollout
         order = list(range(len(batch)))

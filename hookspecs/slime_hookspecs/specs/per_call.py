@@ -225,7 +225,9 @@ def slime_compute_advantages(config: Any, batch: TrainBatch) -> list[Any] | None
 
     **When**: once per training step, after log-probs (policy, old, ref) and values are set on
     ``batch``.
-    **Process**: each trainer rank, on its share of the batch (groups are never split).
+    **Process**: each trainer rank, on its share of the batch (groups are never split); under
+    data parallelism every rank calls it each step, also with an empty share, so an
+    implementation may use collectives on the default process group (batch-wide statistics).
     **Returns**: a list with one 1-D tensor per sample over its response, or ``None`` to use
     ``algorithm.advantage_estimator``. May also set ``batch.returns``, and put float metrics
     in the dict ``batch.metadata["metrics"]``: the trainer merges them into the step's

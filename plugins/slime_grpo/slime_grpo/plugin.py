@@ -17,8 +17,6 @@ from slime_hookspecs import (
     hookimpl,
 )
 
-# -- configuration ---------------------------------------------------------------------------
-
 _GROUP_ESTIMATORS = {
     "grpo": "group mean baseline / (group std + 1e-6); singleton groups get 0",
     "dr_grpo": "group mean baseline, no std division (Dr. GRPO)",
@@ -26,35 +24,31 @@ _GROUP_ESTIMATORS = {
     "cispo": "GRPO advantages, for the cispo policy loss",
     "rloo": "leave-one-out baseline r_i - mean_{j != i} r_j",
 }
-# estimators whose statistics span the whole batch, not one group
-_BATCH_WIDE = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
-_ESTIMATORS = (*_GROUP_ESTIMATORS, *_BATCH_WIDE)
-
-
-@hookimpl
-def slime_configure(config: Any) -> None:
-    """Refuse what would silently differ under data parallelism: each trainer rank computes
-    advantages on its own share of the groups, so batch-wide whitening would use per-rank
-    statistics (group estimators are exact: a group never spans ranks)."""
-    alg, train = config.algorithm, config.train
-    if train.num_ranks <= 1 or train.loss == "sft" or alg.advantage_estimator not in _ESTIMATORS:
-        return
-    if alg.advantage_estimator in _BATCH_WIDE:
-        raise ValueError(
-            f"algorithm.advantage_estimator = {alg.advantage_estimator!r} whitens over the whole "
-            f"batch, but with train.num_ranks = {train.num_ranks} each rank would whiten its own "
-            "share (not implemented across ranks yet); use train.num_ranks = 1 or a group "
-            "estimator (grpo, dr_grpo, rloo, ...)"
-        )
-    if alg.whiten_advantages:
-        raise ValueError(
-            f"algorithm.whiten_advantages = true with train.num_ranks = {train.num_ranks}: each "
-            "rank would whiten its own share of the batch (not implemented across ranks yet); "
-            "set algorithm.whiten_advantages = false or train.num_ranks = 1"
-        )
-
 
 # -- advantages ------------------------------------------------------------------------------
+
+
+def _all_sum(config: Any) -> Any:
+    """Under data parallelism, a callback summing floats over the trainer ranks, so batch-wide
+    whitening uses the whole batch's statistics (each rank holds only its share of groups);
+    None on one rank."""
+    if config.train.num_ranks <= 1:
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            f"train.num_ranks = {config.train.num_ranks} but torch.distributed is not initialised "
+            "on this trainer rank: batch-wide whitening needs the data-parallel process group"
+        )
+
+    def all_sum(values: list[float]) -> list[float]:
+        # objects, not tensors: works on every backend without choosing a device here
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, [float(v) for v in values])
+        return [sum(rank[i] for rank in gathered) for i in range(len(values))]
+
+    return all_sum
 
 
 def _rewards(batch: Any) -> Any:
@@ -72,7 +66,7 @@ def _group_estimator(name: str) -> Any:
             kw["normalize_std"] = config.algorithm.normalize_std
         adv = ops.ADVANTAGE_ESTIMATORS[name](_rewards(batch), batch.response_lengths, **kw)
         if config.algorithm.whiten_advantages:
-            adv = _whiten(adv, batch.loss_masks)
+            adv = _whiten(adv, batch.loss_masks, _all_sum(config))
         return adv, adv
 
     return estimate
@@ -87,7 +81,8 @@ def _reinforce(baseline: bool) -> Any:
         if alg.kl_in_reward_coef > 0 and batch.ref_log_probs is not None:
             lps = batch.old_log_probs or batch.rollout_log_probs
             kl = ops.compute_approx_kl_per_sample(lps, batch.ref_log_probs, alg.kl_estimator)
-        kw: dict[str, Any] = {"kl": kl, "kl_coef": alg.kl_in_reward_coef, "gamma": alg.gamma}
+        kw: dict[str, Any] = {"kl": kl, "kl_coef": alg.kl_in_reward_coef, "gamma": alg.gamma,
+                              "all_sum": _all_sum(config)}
         if baseline:
             kw["group_ids"] = list(batch.group_indices)
             fn = ops.reinforce_plus_plus_baseline_advantages
@@ -99,14 +94,10 @@ def _reinforce(baseline: bool) -> Any:
     return estimate
 
 
-def _whiten(adv: list[Any], masks: list[Any]) -> list[Any]:
-    import torch
-
+def _whiten(adv: list[Any], masks: list[Any], all_sum: Any) -> list[Any]:
     from slime_grpo import ops
 
-    lengths = [int(a.numel()) for a in adv]
-    flat = ops.whiten(torch.cat(adv), torch.cat([m.float() for m in masks]))
-    return list(torch.split(flat, lengths))
+    return list(ops.whiten(list(adv), [m.float() for m in masks], all_sum=all_sum))
 
 
 @hookimpl

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -83,18 +85,72 @@ def pytest_approx(x: float):  # noqa: ANN201 - tiny local helper keeps the asser
     return pytest.approx(x)
 
 
-@pytest.mark.parametrize("algorithm,match", [
-    ({"advantage_estimator": "reinforce_plus_plus"}, "whitens over the whole batch"),
-    ({"advantage_estimator": "reinforce_plus_plus_baseline"}, "whitens over the whole batch"),
-    ({"advantage_estimator": "grpo", "whiten_advantages": True}, "whiten_advantages = true"),
-])
-def test_batch_wide_whitening_under_data_parallel_is_refused(algorithm, match) -> None:
+WHITENING = {
+    "reinforce_plus_plus": {"advantage_estimator": "reinforce_plus_plus", "gamma": 0.9},
+    "reinforce_plus_plus_baseline": {"advantage_estimator": "reinforce_plus_plus_baseline"},
+    "grpo_whitened": {"advantage_estimator": "grpo", "whiten_advantages": True},
+}
+# 4 groups of 2 over 3 ranks: shares of 2, 2 and 0 groups (the last rank's share is empty)
+SHARES = [[0, 1, 2, 3], [4, 5, 6, 7], []]
+
+
+def _whitening_batch(idx: list[int]) -> TrainBatch:
+    lengths = [3, 5, 2, 4, 6, 1, 3, 2]
+    rewards = [1.0, 0.0, 0.5, 0.5, 1.0, 1.0, 0.0, 0.25]
+    masks = [torch.tensor([1.0] * (n - 1) + [0.0]) if n > 1 else torch.ones(1) for n in lengths]
+    return TrainBatch(
+        tokens=[torch.arange(lengths[i] + 2) for i in idx],
+        response_lengths=[lengths[i] for i in idx], loss_masks=[masks[i] for i in idx],
+        rewards=[rewards[i] for i in idx], raw_rewards=[rewards[i] for i in idx],
+        group_indices=[i // 2 for i in idx],
+    )
+
+
+def _estimate(algorithm: dict, num_ranks: int, idx: list[int]) -> list:
+    from slime_core.context import set_manager
     from slime_core.session import resolve
 
-    data = {"train": {"num_ranks": 2}, "algorithm": algorithm}
-    with pytest.raises(ValueError, match=match):
-        resolve(PluginSelection(plugins=["slime_grpo"], autoload=False), data=data)
-    resolve(PluginSelection(plugins=["slime_grpo"], autoload=False),
-            data={"train": {"num_ranks": 1}, "algorithm": algorithm})  # one rank: fine
-    resolve(PluginSelection(plugins=["slime_grpo"], autoload=False),
-            data={"train": {"num_ranks": 2}, "algorithm": {"advantage_estimator": "grpo"}})
+    manager, config = resolve(PluginSelection(plugins=["slime_grpo"], autoload=False),
+                              data={"train": {"num_ranks": num_ranks}, "algorithm": algorithm})
+    set_manager(manager)
+    rec = manager.registries.advantage_estimator.get(algorithm["advantage_estimator"])
+    adv, _ = rec.factory(config, _whitening_batch(idx))
+    return [a.tolist() for a in adv]
+
+
+def _rank(rank: int, world: int, init: str, algorithm: dict, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        adv = _estimate(algorithm, world, SHARES[rank])
+    finally:
+        dist.destroy_process_group()
+    Path(f"{out}.{rank}").write_text(json.dumps(adv))
+
+
+@pytest.mark.parametrize("name", sorted(WHITENING))
+def test_batch_wide_whitening_across_data_parallel_ranks_equals_one_process(name, tmp_path):
+    """Three gloo ranks (one with an empty share) whiten with the whole batch's statistics:
+    each rank's advantages equal the single-process ones for its samples."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    algorithm = WHITENING[name]
+    whole = _estimate(algorithm, 1, list(range(8)))
+    out = str(tmp_path / "adv")
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.start_processes(_rank, args=(3, init, algorithm, out), nprocs=3, join=True,
+                       start_method="spawn")
+    for rank, idx in enumerate(SHARES):
+        got = json.loads(Path(f"{out}.{rank}").read_text())
+        assert len(got) == len(idx)
+        for i, adv in zip(idx, got, strict=True):
+            torch.testing.assert_close(torch.tensor(adv), torch.tensor(whole[i]),
+                                       rtol=1e-5, atol=1e-6)
+    # and per-rank statistics would differ: the test can tell the two apart
+    alone = _estimate(algorithm, 1, SHARES[0])
+    assert any(abs(a - b) > 1e-3 for x, y in zip(alone, whole[:4]) for a, b in zip(x, y))

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ._batch import as_float_rewards, float_masks, group_index, group_mean_std, last_masked_index
-from .whiten import WHITEN_EPS, whiten
+from .whiten import WHITEN_EPS, AllSum, whiten
 
 GRPO_STD_EPS = 1e-6
 
@@ -193,6 +193,7 @@ def reinforce_plus_plus_advantages(
     gamma: float = 1.0,
     whiten_advantages: bool = True,
     eps: float = WHITEN_EPS,
+    all_sum: AllSum | None = None,
 ) -> list[Tensor]:
     """REINFORCE++ (https://arxiv.org/abs/2501.03262).
 
@@ -209,8 +210,9 @@ def reinforce_plus_plus_advantages(
     if r.numel() != len(masks):
         raise ValueError(f"{r.numel()} rewards for {len(masks)} loss masks")
     returns = discounted_returns(_token_rewards(r, masks, kl, kl_coef), masks, gamma)
-    if whiten_advantages and returns:
-        returns = whiten(returns, masks, shift_mean=True, eps=eps)  # type: ignore[assignment]
+    if whiten_advantages and (returns or all_sum is not None):  # every rank joins the sums
+        returns = whiten(returns, masks, shift_mean=True, eps=eps,  # type: ignore[assignment]
+                         all_sum=all_sum)
     return [
         torch.where(m != 0, g, torch.zeros_like(g)) for g, m in zip(returns, masks, strict=True)
     ]
@@ -229,6 +231,7 @@ def reinforce_plus_plus_baseline_advantages(
     whiten_advantages: bool = True,
     cumulative_kl: bool = True,
     eps: float = WHITEN_EPS,
+    all_sum: AllSum | None = None,
 ) -> list[Tensor]:
     """REINFORCE++-baseline: group-mean baseline, KL in the reward, then batch whitening.
 
@@ -251,13 +254,15 @@ def reinforce_plus_plus_baseline_advantages(
             gamma=gamma,
             whiten_advantages=whiten_advantages,
             eps=eps,
+            all_sum=all_sum,
         )
     masks = float_masks(loss_masks, like=b)
     adv = [b[i] * torch.ones_like(m) for i, m in enumerate(masks)]
     if kl is not None and kl_coef != 0.0:
         adv = [a - kl_coef * k.to(a.dtype) for a, k in zip(adv, kl, strict=True)]
-    if whiten_advantages and adv:
-        adv = whiten(adv, masks, shift_mean=True, eps=eps)  # type: ignore[assignment]
+    if whiten_advantages and (adv or all_sum is not None):
+        adv = whiten(adv, masks, shift_mean=True, eps=eps,  # type: ignore[assignment]
+                     all_sum=all_sum)
     return [torch.where(m != 0, a, torch.zeros_like(a)) for a, m in zip(adv, masks, strict=True)]
 
 

@@ -1,13 +1,15 @@
-"""Masked advantage whitening (slime's ``distributed_masked_whiten`` on one process)."""
+"""Masked advantage whitening (slime's ``distributed_masked_whiten``), on one process or over
+data-parallel ranks through an ``all_sum`` callback."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 WHITEN_EPS = 1e-8
+AllSum = Callable[[list[float]], list[float]]
 
 
 def whiten(
@@ -15,6 +17,7 @@ def whiten(
     mask: Tensor | Sequence[Tensor],
     shift_mean: bool = True,
     eps: float = WHITEN_EPS,
+    all_sum: AllSum | None = None,
 ) -> Tensor | list[Tensor]:
     """Whiten ``values`` with statistics taken over the positions where ``mask`` is non-zero.
 
@@ -28,6 +31,12 @@ def whiten(
     Every position is transformed (masked ones too: they are expected to be ignored by the
     loss). Shapes: a packed ``[T]`` tensor with a ``[T]`` mask, or per-sample lists of ``[T_i]``
     tensors (the statistics are pooled over all samples; a list comes back as a list).
+
+    ``all_sum``: under data parallelism, a callback that sums a list of floats over every rank
+    (each rank calls it the same number of times, also a rank whose share is empty). The
+    statistics are then those of the whole batch: the mean from the summed ``sum(m * x)`` and
+    ``n``, then the variance from the summed ``sum(m * (x - mu)^2)`` (two rounds, the same
+    two-pass formula as on one process).
 
     Raises:
         ValueError: when the mask selects no position (slime raises too: the mean is undefined).
@@ -47,11 +56,21 @@ def whiten(
         )
     m = flat_mask.to(flat.device, torch.float32)
     x = flat.float()
-    n = m.sum()
-    if n.item() == 0:
-        raise ValueError("whiten: the mask selects no token, mean and variance are undefined")
-    mean = (x * m).sum() / n
-    var = ((x - mean) ** 2 * m).sum() / (n - 1 if n.item() >= 2 else n)
+    if all_sum is None:
+        n = m.sum()
+        if n.item() == 0:
+            raise ValueError("whiten: the mask selects no token, mean and variance are undefined")
+        mean = (x * m).sum() / n
+        var = ((x - mean) ** 2 * m).sum() / (n - 1 if n.item() >= 2 else n)
+    else:
+        total, count = all_sum([float((x * m).sum()), float(m.sum())])
+        if count == 0:
+            raise ValueError("whiten: the mask selects no token on any rank, mean and variance "
+                             "are undefined")
+        mean = torch.tensor(total / count, dtype=torch.float32, device=x.device)
+        (squares,) = all_sum([float(((x - mean) ** 2 * m).sum())])
+        var = torch.tensor(squares / (count - 1 if count >= 2 else count),
+                           dtype=torch.float32, device=x.device)
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
