@@ -146,7 +146,8 @@ def test_run_reports_bad_inputs_in_one_line(tmp_path: Path) -> None:
     assert "Error: FileExistsError: run directory" in res.output and "--resume" in res.output
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == "{}\n"
 
-    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo",
-                                   "-o", "train.num_ranks=2", "-o", "algorithm.whiten_advantages=true"])
-    assert res.exit_code == 1 and "Error: config" in res.output
-    assert "whiten_advantages = true" in res.output
+    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_ppo",
+                                   "-o", "algorithm.advantage_estimator=gae",
+                                   "-o", "train.num_ranks=2"])
+    assert res.exit_code == 1 and "Error: config" in res.output, res.output
+    assert "train.num_ranks = 2" in res.output and "slime_ppo critic" in res.output
