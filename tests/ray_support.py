@@ -39,13 +39,15 @@ def ray_config(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, An
     return cfg
 
 
-def run(data: dict[str, Any], plugins: list[Any] = (), resume: str | None = None) -> Path:
-    """Like the ``run_slime`` fixture; ``plugins`` are driver-side observers."""
+def run(data: dict[str, Any], plugins: list[Any] = (), resume: str | None = None,
+        selected: tuple[str, ...] = ("slime_grpo",)) -> Path:
+    """Like the ``run_slime`` fixture; ``plugins`` are driver-side observers, ``selected``
+    the external plugins of the run."""
     from slime_core.plugins import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
-    manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), None, (), data)
+    manager, config = resolve(PluginSelection(plugins=list(selected)), None, (), data)
     for i, p in enumerate(plugins):
         manager.register_object(p, f"test_plugin_{i}")
     return run_training(manager, config, resume_dir=resume)

@@ -104,6 +104,27 @@ def test_grpo_two_trainer_ranks_one_engine(ray_session, base_config) -> None:  #
                                    rtol=1e-4, atol=1e-6 * scale)
 
 
+def test_ppo_with_two_trainer_ranks(ray_session, base_config) -> None:  # noqa: F811
+    """slime_ppo's critic under data parallelism: both ranks run the critic each step (the
+    whitening and critic collectives meet), rank 0 checkpoints it."""
+    cfg = ray_config(
+        base_config,
+        run={"num_rollouts": 2, "save_interval": 2},
+        train={"num_ranks": 2},
+        rollout={"reward": "digit_fraction"},
+        algorithm={"advantage_estimator": "gae"},
+        ppo={"critic_lr": 1e-3},
+    )
+    run_dir = run(cfg, selected=("slime_grpo", "slime_ppo"))
+    m = read_metrics(run_dir)
+    assert [x["step"] for x in m] == [1, 2]
+    for x in m:
+        assert x["train/critic_grad_norm"] > 0 and x["train/grad_norm"] > 0
+        assert -10 < x["train/explained_variance"] <= 1
+    critic = run_dir / "checkpoints" / "step_000002" / "trainer" / "critic"
+    assert (critic / "critic.safetensors").is_file()
+
+
 def test_local_and_ray_executors_give_the_same_metrics(ray_session, base_config,  # noqa: F811
                                                        tmp_path: Path) -> None:
     """1 trainer rank, colocated engine, ``ray`` transport vs everything in-process.

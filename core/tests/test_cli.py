@@ -148,6 +148,7 @@ def test_run_reports_bad_inputs_in_one_line(tmp_path: Path) -> None:
 
     res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_ppo",
                                    "-o", "algorithm.advantage_estimator=gae",
-                                   "-o", "train.num_ranks=2"])
+                                   "-o", "algorithm.whiten_advantages=true",
+                                   "-o", "ppo.whiten_advantages=false"])
     assert res.exit_code == 1 and "Error: config" in res.output, res.output
-    assert "train.num_ranks = 2" in res.output and "slime_ppo critic" in res.output
+    assert "contradicts ppo.whiten_advantages = false" in res.output

@@ -16,6 +16,7 @@ executor creates it with the accelerator record's backend (gloo on CPU, nccl on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,15 +53,26 @@ def global_totals(samples: float, tokens: float, device: Any) -> tuple[float, fl
 
 def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
     """Sum ``.grad`` over ranks, one flat buffer per dtype (a missing grad counts as zero, so
-    a rank whose share did not touch a parameter still joins the collective)."""
+    a rank whose share did not touch a parameter still joins the collective). A parameter
+    that has no gradient on any rank keeps ``grad = None``, as on one process, so the
+    optimizer skips it (no moment update, no weight decay)."""
     import torch.distributed as dist
 
+    trainable = [p for p in params if p.requires_grad]
+    if not trainable:
+        return
+    device = trainable[0].device
+    present = torch.tensor([p.grad is not None for p in trainable], dtype=torch.float32,
+                           device=device)
+    dist.all_reduce(present, op=dist.ReduceOp.SUM)
     by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
-    for p in params:
-        if p.requires_grad:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            by_dtype.setdefault(p.grad.dtype, []).append(p)
+    for p, seen in zip(trainable, present.tolist(), strict=True):
+        if not seen:
+            p.grad = None
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        by_dtype.setdefault(p.grad.dtype, []).append(p)
     for dtype in sorted(by_dtype, key=str):  # same order on every rank
         group = by_dtype[dtype]
         flat = torch.cat([p.grad.reshape(-1) for p in group])
@@ -70,6 +82,22 @@ def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
             n = p.grad.numel()
             p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
             offset += n
+
+
+def float_all_sum(world_size: int) -> Callable[[list[float]], list[float]] | None:
+    """A callback summing a list of floats over the ranks (None on one rank), for batch-wide
+    statistics such as advantage whitening. It gathers Python objects, so it works on every
+    backend without naming a device; every rank must call it equally often."""
+    if not active(world_size):
+        return None
+    import torch.distributed as dist
+
+    def all_sum(values: list[float]) -> list[float]:
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, [float(v) for v in values])
+        return [sum(rank[i] for rank in gathered) for i in range(len(values))]
+
+    return all_sum
 
 
 def sum_metrics(metrics: dict[str, float]) -> dict[str, float]:

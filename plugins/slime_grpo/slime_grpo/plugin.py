@@ -29,26 +29,11 @@ _GROUP_ESTIMATORS = {
 
 
 def _all_sum(config: Any) -> Any:
-    """Under data parallelism, a callback summing floats over the trainer ranks, so batch-wide
-    whitening uses the whole batch's statistics (each rank holds only its share of groups);
-    None on one rank."""
-    if config.train.num_ranks <= 1:
-        return None
-    import torch.distributed as dist
+    """Under data parallelism, sums over the trainer ranks, so batch-wide whitening uses the
+    whole batch's statistics (each rank holds only its share of groups); None on one rank."""
+    from slime_core.trainer.data_parallel import float_all_sum
 
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError(
-            f"train.num_ranks = {config.train.num_ranks} but torch.distributed is not initialised "
-            "on this trainer rank: batch-wide whitening needs the data-parallel process group"
-        )
-
-    def all_sum(values: list[float]) -> list[float]:
-        # objects, not tensors: works on every backend without choosing a device here
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, [float(v) for v in values])
-        return [sum(rank[i] for rank in gathered) for i in range(len(values))]
-
-    return all_sum
+    return float_all_sum(config.train.num_ranks)
 
 
 def _rewards(batch: Any) -> Any:

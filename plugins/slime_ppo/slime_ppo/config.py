@@ -85,8 +85,3 @@ def check_config(config: Any) -> None:
             "algorithm.whiten_advantages = true contradicts ppo.whiten_advantages = false: the "
             "gae estimator reads ppo.whiten_advantages; set one value"
         )
-    if config.train.num_ranks > 1:
-        raise ValueError(
-            f"train.num_ranks = {config.train.num_ranks}: the slime_ppo critic does not "
-            "synchronise gradients across data-parallel ranks yet; use train.num_ranks = 1"
-        )

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import torch
+from slime_core.trainer import data_parallel
 from slime_core.trainer.batching import micro_batches
 
 from slime_ppo import ops
@@ -70,6 +71,11 @@ class Critic:
         value loss uses ``algorithm.loss_reducer``; micro-batches are weighted by their share
         of masked tokens (``token_mean``) or of samples (the per-sample modes), so the
         accumulated gradient equals that of the whole mini-batch at once.
+
+        Data parallelism (``train.num_ranks > 1``): shares are weighted by the mini-batch's
+        totals over all ranks and the gradients summed over ranks before clipping, as for the
+        actor, so every rank takes the single-process step; every rank runs every step, also
+        with an empty share.
         """
         cfg = self.config
         n_steps = cfg.train.num_steps_per_rollout
@@ -78,20 +84,26 @@ class Critic:
         mode = cfg.algorithm.loss_reducer.replace("-", "_")
         max_len = cfg.algorithm.max_response_length or cfg.rollout.max_new_tokens
         clip = cfg.ppo.value_clip or None
+        dp = data_parallel.active(cfg.train.num_ranks)
+        device = next(self.model.parameters()).device
         sums: dict[str, float] = {}
         done = 0
         for idx in chunks:
-            if not idx:
+            if not idx and not dp:
                 continue
             self.optimizer.zero_grad(set_to_none=True)
-            total_tokens = sum(float(loss_masks[i].sum()) for i in idx) or 1.0
+            total_samples: float = len(idx)
+            total_tokens = sum(float(loss_masks[i].sum()) for i in idx)
+            if dp:
+                total_samples, total_tokens = data_parallel.global_totals(
+                    total_samples, total_tokens, device)
+            total_tokens = total_tokens or 1.0
             step: dict[str, float] = {}
             for mb in micro_batches([int(tokens[i].numel()) for i in idx], self._budget()):
                 ids = [idx[j] for j in mb]
                 lengths = [response_lengths[i] for i in ids]
                 masks = [loss_masks[i] for i in ids]
                 values = response_values(self.model, [tokens[i] for i in ids], lengths)
-                device = values[0].device if values else torch.device("cpu")
                 reducer = ops.get_reducer(mode, lengths, masks, max_response_length=max_len)
                 loss, m = ops.value_loss(
                     values,
@@ -105,10 +117,13 @@ class Critic:
                 if mode == "token_mean":
                     w = sum(float(mk.sum()) for mk in masks) / total_tokens
                 else:
-                    w = len(ids) / len(idx)
+                    w = len(ids) / total_samples
                 (loss * w).backward()
                 for k, v in m.items():
                     step[f"train/{k}"] = step.get(f"train/{k}", 0.0) + float(v) * w
+            if dp:
+                data_parallel.all_reduce_gradients(list(self.model.parameters()))
+                step = data_parallel.sum_metrics(step)
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 self.model.parameters(), cfg.train.grad_clip or float("inf")
             )

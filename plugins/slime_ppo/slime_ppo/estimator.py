@@ -56,7 +56,15 @@ def gae_estimate(
     ``train/returns_mean``, ``train/advantages_mean`` (before whitening),
     ``train/explained_variance`` = ``1 - Var(R - V) / Var(R)`` (population variances; 0 when
     ``Var(R) = 0``), and ``train/kl_in_reward`` when the KL term is on.
+
+    Under data parallelism (``train.num_ranks > 1``) the whitening statistics and the metrics
+    are those of the whole batch: their sums are added over the trainer ranks
+    (:func:`slime_core.trainer.data_parallel.float_all_sum`); every rank must call this, also
+    with an empty share.
     """
+    from slime_core.trainer.data_parallel import float_all_sum
+
+    all_sum = float_all_sum(config.train.num_ranks) or _local
     alg = config.algorithm
     masks = [torch.as_tensor(m).float() for m in batch.loss_masks]
     values = [v.detach().float().cpu() for v in values]
@@ -66,34 +74,42 @@ def gae_estimate(
     rewards = torch.as_tensor(batch.rewards, dtype=torch.float32)
     tok = ops.kl_in_reward(rewards, kl, masks, kl_coef=alg.kl_in_reward_coef)
     adv, ret = ops.gae_advantages_and_returns(tok, values, masks, gamma=alg.gamma, lam=alg.lam)
-    metrics = _metrics(values, ret, adv, masks)
-    if alg.kl_in_reward_coef:
-        metrics["train/kl_in_reward"] = _masked_mean(kl, masks)
-    if config.ppo.whiten_advantages and sum(float(m.sum()) for m in masks) > 0:
-        adv = list(ops.whiten(adv, masks))
+    metrics, n = _metrics(values, ret, adv, kl if alg.kl_in_reward_coef else None, masks, all_sum)
+    if config.ppo.whiten_advantages and n > 0:
+        whitened = ops.whiten(adv, masks, all_sum=None if all_sum is _local else all_sum)
+        adv = list(whitened)
     return adv, ret, metrics
 
 
-def _masked_mean(xs: list[Tensor], masks: list[Tensor]) -> float:
-    n = sum(float(m.sum()) for m in masks)
-    return (
-        sum(float((x.float() * m).sum()) for x, m in zip(xs, masks, strict=True)) / n if n else 0.0
-    )
+def _local(values: list[float]) -> list[float]:
+    return values
+
+
+def _selected(xs: list[Tensor], keep: Tensor) -> Tensor:
+    return torch.cat(xs).double()[keep] if xs else torch.zeros(0, dtype=torch.float64)
 
 
 def _metrics(
-    values: list[Tensor], returns: list[Tensor], adv: list[Tensor], masks: list[Tensor]
-) -> dict[str, float]:
+    values: list[Tensor], returns: list[Tensor], adv: list[Tensor], kl: list[Tensor] | None,
+    masks: list[Tensor], all_sum: Any,
+) -> tuple[dict[str, float], float]:
+    """Token means over loss-masked tokens and the explained variance (two passes: sums, then
+    squared deviations from the means), plus the masked-token count; all over the ranks."""
     keep = torch.cat(masks).bool() if masks else torch.zeros(0, dtype=torch.bool)
-    v = torch.cat(values)[keep] if values else torch.zeros(0)
-    r = torch.cat(returns)[keep] if returns else torch.zeros(0)
+    v, r, a = _selected(values, keep), _selected(returns, keep), _selected(adv, keep)
+    k = _selected(kl, keep) if kl is not None else torch.zeros_like(v)
+    n, sv, sr, sa, sk = all_sum([float(v.numel()), float(v.sum()), float(r.sum()),
+                                 float(a.sum()), float(k.sum())])
+    mean = (lambda s: s / n) if n else (lambda s: 0.0)  # noqa: E731
+    mr, mrv = mean(sr), mean(sr - sv)
+    dev_r, dev_rv = all_sum([float(((r - mr) ** 2).sum()), float(((r - v - mrv) ** 2).sum())])
+    var_r = dev_r / n if n else 0.0
     out = {
-        "train/values_mean": _masked_mean(values, masks),
-        "train/returns_mean": _masked_mean(returns, masks),
-        "train/advantages_mean": _masked_mean(adv, masks),
+        "train/values_mean": mean(sv),
+        "train/returns_mean": mr,
+        "train/advantages_mean": mean(sa),
+        "train/explained_variance": 1.0 - (dev_rv / n) / var_r if var_r > 0 else 0.0,
     }
-    var_r = float(r.var(unbiased=False)) if r.numel() else 0.0
-    out["train/explained_variance"] = (
-        1.0 - float((r - v).var(unbiased=False)) / var_r if var_r > 0 else 0.0
-    )
-    return out
+    if kl is not None:
+        out["train/kl_in_reward"] = mean(sk)
+    return out, n

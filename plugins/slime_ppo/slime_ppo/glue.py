@@ -35,12 +35,6 @@ def init_critic(config: Any, model: torch.nn.Module) -> None:
     """Build the critic next to the actor ``model`` (same device, ``model.dtype``)."""
     global STATE
     STATE = PPOState()
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        raise NotImplementedError(
-            "slime_ppo: the critic does not synchronise gradients across data-parallel ranks yet "
-            f"(world size {dist.get_world_size()})"
-        )
     device = next(model.parameters()).device
     STATE.critic = Critic(config, device, resolve_dtype(config.model.dtype, device), get_manager())
 

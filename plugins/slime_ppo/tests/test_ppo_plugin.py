@@ -97,7 +97,6 @@ def _configure(config) -> None:
             {"algorithm": {"whiten_advantages": True}, "ppo": {"whiten_advantages": False}},
             "contradicts ppo.whiten_advantages = false",
         ),
-        ({"train": {"num_ranks": 2}}, "train.num_ranks = 2: the slime_ppo critic"),
     ],
 )
 def test_configure_rejects_what_the_critic_cannot_do(make_config, sections, message) -> None:

@@ -1,64 +1,6 @@
-"""Masked advantage whitening (slime's ``distributed_masked_whiten`` on one process).
+"""Masked advantage whitening: the one implementation in :mod:`slime_core.algo.whiten`
+(formula, epsilon and the data-parallel ``all_sum`` are documented there)."""
 
-A local copy of ``slime_grpo.ops.whiten``: slime_ppo does not depend on slime_grpo.
-"""
+from slime_core.algo.whiten import WHITEN_EPS, AllSum, whiten
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-
-import torch
-from torch import Tensor
-
-WHITEN_EPS = 1e-8
-
-
-def whiten(
-    values: Tensor | Sequence[Tensor],
-    mask: Tensor | Sequence[Tensor],
-    shift_mean: bool = True,
-    eps: float = WHITEN_EPS,
-) -> Tensor | list[Tensor]:
-    """Whiten ``values`` with statistics taken over the positions where ``mask`` is non-zero.
-
-    Formula (n = sum(mask) over the whole batch)::
-
-        mu  = sum(m * x) / n
-        var = sum(m * (x - mu)^2) / (n - 1)                 # Bessel's correction; / n when n == 1
-        out = (x - mu) / sqrt(var + eps)                    # eps = 1e-8, added to the variance
-        if not shift_mean: out = out + mu                   # slime keeps the mean in that case
-
-    Every position is transformed (masked ones too: they are expected to be ignored by the
-    loss). Shapes: a packed ``[T]`` tensor with a ``[T]`` mask, or per-sample lists of ``[T_i]``
-    tensors (the statistics are pooled over all samples; a list comes back as a list).
-
-    Raises:
-        ValueError: when the mask selects no position (slime raises too: the mean is undefined).
-    """
-    lengths: list[int] | None = None
-    if isinstance(values, Tensor):
-        flat = values
-        flat_mask = torch.as_tensor(mask if isinstance(mask, Tensor) else torch.cat(list(mask)))
-    else:
-        lengths = [int(v.numel()) for v in values]
-        masks = [mask] if isinstance(mask, Tensor) else list(mask)
-        flat = torch.cat(list(values)) if lengths else torch.zeros(0)
-        flat_mask = torch.cat([torch.as_tensor(m) for m in masks]) if lengths else torch.zeros(0)
-    if flat.shape != flat_mask.shape:
-        raise ValueError(
-            f"values {tuple(flat.shape)} and mask {tuple(flat_mask.shape)} differ in shape"
-        )
-    m = flat_mask.to(flat.device, torch.float32)
-    x = flat.float()
-    n = m.sum()
-    if n.item() == 0:
-        raise ValueError("whiten: the mask selects no token, mean and variance are undefined")
-    mean = (x * m).sum() / n
-    var = ((x - mean) ** 2 * m).sum() / (n - 1 if n.item() >= 2 else n)
-    out = (x - mean) * torch.rsqrt(var + eps)
-    if not shift_mean:
-        out = out + mean
-    out = out.to(flat.dtype)
-    if lengths is not None:
-        return list(torch.split(out, lengths))
-    return out
+__all__ = ["WHITEN_EPS", "AllSum", "whiten"]
