@@ -191,7 +191,15 @@ def decode(
         cache = None
         fused.start(n, width + max_new, device, next(model.parameters()).dtype,
                     full_mask.bool() if padded else None)
-        logits = fused.prefill(ids, pos)
+        distinct: dict[tuple[int, ...], int] = {}
+        of_row = [distinct.setdefault(tuple(r.prompt), i) for i, r in enumerate(requests)]
+        if len(distinct) < n:  # a group's samples share their prompt: compute it once
+            keep = torch.tensor(sorted(distinct.values()), dtype=torch.long, device=device)
+            slot = {row: j for j, row in enumerate(sorted(distinct.values()))}
+            rows = torch.tensor([slot[r] for r in of_row], dtype=torch.long, device=device)
+            logits = fused.prefill(ids.index_select(0, keep), pos.index_select(0, keep), rows)
+        else:
+            logits = fused.prefill(ids, pos)
     else:
         cache = make_cache()
         buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache

@@ -25,6 +25,9 @@ rotary embedding that does not depend on the sequence length (not ``dynamic`` / 
 forward. Same inputs give the logits of the transformers forward up to float rounding
 (checked in ``core/tests/engine/test_fused_decoder.py``).
 
+Shared prompts: the samples of a group arrive as rows with the same prompt; the prefill
+computes each distinct prompt once and copies its keys and values to every row holding it.
+
 Padding: prompts are left-padded; the caller passes position ids that skip padding and a
 key mask. In the prefill each query also attends to itself, so a padding query (which has no
 valid key) stays finite; real queries never see padding keys.
@@ -218,16 +221,39 @@ class FusedDecoder:
         self.key_mask = self.bias = None
 
     # -- forward ---------------------------------------------------------------------------
-    def prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """``ids`` [B, T] left-padded, ``pos`` [B, T] -> logits [B, V] of the last position."""
+    def prefill(self, ids: torch.Tensor, pos: torch.Tensor,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``ids`` [U, T] left-padded prompts, ``pos`` [U, T] -> logits [B, V] of the last
+        position. ``rows`` [B] (None: U = B, row i is prompt i): batch row i holds prompt
+        ``rows[i]``, so a prompt shared by several rows (the samples of a group) is computed
+        once and its keys and values copied to each of them."""
+        if rows is None:
+            return self._logits(self._prefill(ids, pos, self.key_mask)[:, -1])
+        u, t = ids.shape
+        first = torch.empty(u, dtype=torch.long, device=ids.device)
+        first.scatter_(0, rows, torch.arange(rows.numel(), device=ids.device))
+        full_k, full_v = self.k, self.v
+        shape = (u, self.hkv, t, self.d)
+        self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
+        self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
+        mask = None if self.key_mask is None else self.key_mask.index_select(0, first)
+        try:
+            last = self._prefill(ids, pos, mask)[:, -1]
+            for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
+                big[:, :, :t] = small.index_select(0, rows)
+        finally:
+            self.k, self.v = full_k, full_v
+        return self._logits(last).index_select(0, rows)
+
+    def _prefill(self, ids: torch.Tensor, pos: torch.Tensor,
+                 key_mask: torch.Tensor | None) -> torch.Tensor:
         b, t = ids.shape
         causal = torch.ones((t, t), dtype=torch.bool, device=ids.device).tril()
         mask = causal.expand(b, 1, t, t)
-        if self.key_mask is not None:
+        if key_mask is not None:
             eye = torch.eye(t, dtype=torch.bool, device=ids.device)
-            mask = (causal & self.key_mask[:, None, None, :t]) | eye
-        last = self._forward(ids, pos, mask)[:, -1]
-        return self._logits(last)
+            mask = (causal & key_mask[:, None, None, :t]) | eye
+        return self._forward(ids, pos, mask)
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``ids`` [B, 1], ``pos`` [B, 1] -> logits [B, V]."""

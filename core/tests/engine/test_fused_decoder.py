@@ -175,3 +175,35 @@ def test_engine_weight_update_reaches_the_fused_decoder(make_engine):
     for prompt, out in zip(PROMPTS, outs, strict=True):
         ref = full_forward_log_probs(engine._model, prompt, out.token_ids, 1.0)
         torch.testing.assert_close(torch.tensor(out.log_probs), ref, atol=1e-5, rtol=0)
+
+
+def test_shared_prompts_are_prefilled_once_with_the_same_result():
+    model = _model("qwen2_gqa_bias")
+    prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[2], PROMPTS[3], PROMPTS[0]]  # padded, repeated
+    distinct = [PROMPTS[2], PROMPTS[0], PROMPTS[3]]
+    rows = torch.tensor([0, 1, 0, 2, 1])
+    n, width = len(prompts), max(len(p) for p in prompts)
+
+    def padded(ps):
+        ids = torch.tensor([[1] * (width - len(p)) + p for p in ps])
+        mask = torch.zeros((len(ps), width + 3), dtype=torch.bool)
+        for i, p in enumerate(ps):
+            mask[i, width - len(p):] = True
+        return ids, mask, (mask[:, :width].long().cumsum(-1) - 1).clamp(min=0)
+
+    ids, mask, pos = padded(prompts)
+    ids_u, _, pos_u = padded(distinct)
+    outs = []
+    with torch.no_grad():
+        for shared in (False, True):
+            fused = FusedDecoder(model)
+            fused.start(n, width + 3, ids.device, torch.float32, mask)
+            first = fused.prefill(ids_u, pos_u, rows) if shared else fused.prefill(ids, pos)
+            nxt = torch.tensor([len(p) for p in prompts]).unsqueeze(1)
+            after = fused.step(torch.full((n, 1), 9), nxt)
+            outs.append((first, after, [k.clone() for k in fused.k]))
+    (a1, a2, ak), (b1, b2, bk) = outs
+    torch.testing.assert_close(b1, a1, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b2, a2, atol=1e-5, rtol=1e-5)
+    for x, y in zip(ak, bk, strict=True):  # prompt and first step columns of every row
+        torch.testing.assert_close(y[:, :, : width + 1], x[:, :, : width + 1], atol=1e-5, rtol=1e-5)
