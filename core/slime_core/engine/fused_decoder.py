@@ -1,9 +1,10 @@
 """Llama-family forward passes for the ``local`` engine without the transformers modeling code.
 
-A decode step of a small model on a CPU is bound by how many operations it dispatches, not by
-its arithmetic: through transformers a step of the 4-layer benchmark model was about 100 ATen
-operations plus the Python of modules, cache objects and mask builders, 8-18 ms for 70 MFLOP.
-This module computes the same function with about 15 operations a layer:
+A decode step of a small model on a CPU is bound by per-operation costs (Python, dispatch,
+the thread wake-ups of small BLAS calls), not by its arithmetic: through transformers a step
+of the 4-layer benchmark model was about 100 ATen operations plus the Python of modules,
+cache objects and mask builders, 8-18 ms for 70 MFLOP (4.5-7 ms here). This module computes
+the same function with fewer, larger operations:
 
 * q, k and v are one matrix product, and gate and up another: at build time the engine
   model's ``q_proj`` / ``k_proj`` / ``v_proj`` (and ``gate_proj`` / ``up_proj``) weights are
