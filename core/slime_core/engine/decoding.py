@@ -191,15 +191,7 @@ def decode(
         cache = None
         fused.start(n, width + max_new, device, next(model.parameters()).dtype,
                     full_mask.bool() if padded else None)
-        distinct: dict[tuple[int, ...], int] = {}
-        of_row = [distinct.setdefault(tuple(r.prompt), i) for i, r in enumerate(requests)]
-        if len(distinct) < n:  # a group's samples share their prompt: compute it once
-            keep = torch.tensor(sorted(distinct.values()), dtype=torch.long, device=device)
-            slot = {row: j for j, row in enumerate(sorted(distinct.values()))}
-            rows = torch.tensor([slot[r] for r in of_row], dtype=torch.long, device=device)
-            logits = fused.prefill(ids.index_select(0, keep), pos.index_select(0, keep), rows)
-        else:
-            logits = fused.prefill(ids, pos)
+        logits = _fused_prefill(fused, requests, ids, pos)
     else:
         cache = make_cache()
         buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
@@ -257,6 +249,20 @@ def decode(
         fused.release()
     batch.finalise_all(results)
     return [results[i] for i in range(n)]
+
+
+def _fused_prefill(fused: FusedDecoder, requests: list[Request], ids: torch.Tensor,
+                   pos: torch.Tensor) -> torch.Tensor:
+    """The fused prefill, computing each distinct prompt once (a group's samples share it)."""
+    first: dict[tuple[int, ...], int] = {}
+    of_row = [first.setdefault(tuple(r.prompt), i) for i, r in enumerate(requests)]
+    if len(first) == len(requests):
+        return fused.prefill(ids, pos)
+    distinct = sorted(first.values())
+    slot = {row: j for j, row in enumerate(distinct)}
+    keep = torch.tensor(distinct, dtype=torch.long, device=ids.device)
+    rows = torch.tensor([slot[r] for r in of_row], dtype=torch.long, device=ids.device)
+    return fused.prefill(ids.index_select(0, keep), pos.index_select(0, keep), rows)
 
 
 def _string_hits(requests: list[Request], rows: list[int], tokens: torch.Tensor,
