@@ -49,8 +49,9 @@ def _model(arch: str, dtype: torch.dtype = torch.float32):
 
 def _reference_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:
     """Logits at every position of each row, one unpadded forward each."""
+    device = next(model.parameters()).device
     with torch.no_grad():
-        return [model(input_ids=torch.tensor([r])).logits[0].float() for r in rows]
+        return [model(input_ids=torch.tensor([r], device=device)).logits[0].float() for r in rows]
 
 
 def _run_fused(model, prompts: list[list[int]], new: list[list[int]]):
@@ -207,3 +208,33 @@ def test_shared_prompts_are_prefilled_once_with_the_same_result():
     torch.testing.assert_close(b2, a2, atol=1e-5, rtol=1e-5)
     for x, y in zip(ak, bk, strict=True):  # prompt and first step columns of every row
         torch.testing.assert_close(y[:, :, : width + 1], x[:, :, : width + 1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_decoder_on_cuda_matches_transformers(dtype):
+    """The path a CUDA engine takes without ``rollout.cuda_graphs``. Written in a session
+    without device time: not yet run on a GPU."""
+    model = _model("qwen2_gqa_bias", dtype).to("cuda")
+    new = [[7, 8, 9, 10]] * len(PROMPTS)
+    n, width = len(PROMPTS), max(len(p) for p in PROMPTS)
+    ids = torch.tensor([[1] * (width - len(p)) + p for p in PROMPTS], device="cuda")
+    mask = torch.zeros((n, width + 4), dtype=torch.bool, device="cuda")
+    for i, p in enumerate(PROMPTS):
+        mask[i, width - len(p):] = True
+    pos = (mask[:, :width].long().cumsum(-1) - 1).clamp(min=0)
+    fused = FusedDecoder(model)
+    with torch.no_grad():
+        fused.start(n, width + 4, ids.device, dtype, mask)
+        got = [fused.prefill(ids, pos).float()]
+        nxt = torch.tensor([len(p) for p in PROMPTS], device="cuda").unsqueeze(1)
+        for s in range(4):
+            got.append(fused.step(torch.tensor([r[s] for r in new], device="cuda")[:, None],
+                                  nxt).float())
+            nxt = nxt + 1
+    refs = _reference_logits(model, [p + t for p, t in zip(PROMPTS, new, strict=True)])
+    tol = 1e-4 if dtype == torch.float32 else 0.05  # bf16: a few units of its 8-bit mantissa
+    for i, prompt in enumerate(PROMPTS):
+        for s, step_logits in enumerate(got):
+            expected = refs[i][len(prompt) - 1 + s]
+            assert (step_logits[i] - expected).abs().max() <= tol * max(1.0, float(expected.abs().max()))
