@@ -162,7 +162,8 @@ def decode(
     fused: FusedDecoder | None = None,
 ) -> list[Result]:
     """Generate for every request; one :class:`Result` each, in order."""
-    device = next(model.parameters()).device
+    param = next(model.parameters())
+    device = param.device
     n = len(requests)
     lens = [len(r.prompt) for r in requests]
     width = max(lens)
@@ -189,8 +190,7 @@ def decode(
         logits = fixed.prefill(ids, full_mask[:, :width], pos)
     elif fused is not None:
         cache = None
-        fused.start(n, width + max_new, device, next(model.parameters()).dtype,
-                    full_mask.bool() if padded else None)
+        fused.start(n, width + max_new, device, param.dtype, full_mask.bool() if padded else None)
         logits = _fused_prefill(fused, requests, ids, pos)
     else:
         cache = make_cache()
@@ -260,9 +260,9 @@ def _fused_prefill(fused: FusedDecoder, requests: list[Request], ids: torch.Tens
         return fused.prefill(ids, pos)
     distinct = sorted(first.values())
     slot = {row: j for j, row in enumerate(distinct)}
-    keep = torch.tensor(distinct, dtype=torch.long, device=ids.device)
-    rows = torch.tensor([slot[r] for r in of_row], dtype=torch.long, device=ids.device)
-    return fused.prefill(ids.index_select(0, keep), pos.index_select(0, keep), rows)
+    return fused.prefill(ids, pos, torch.tensor(distinct, dtype=torch.long, device=ids.device),
+                         torch.tensor([slot[r] for r in of_row], dtype=torch.long,
+                                      device=ids.device))
 
 
 def _string_hits(requests: list[Request], rows: list[int], tokens: torch.Tensor,

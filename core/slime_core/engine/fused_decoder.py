@@ -41,6 +41,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from slime_core.engine.output_head import MAX_ROWS, transposed_linear
+
 LAYERS = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}
 STATIC_ROPE = {"default", "linear", "llama3", "yarn"}
 
@@ -121,14 +123,13 @@ class _Layer:
 # small-M kernels read a [N, K] weight 1.5-2x faster in that orientation than as ``x @ W^T``
 # once it no longer fits in cache (measured for SmolLM2's shapes, 8 rows: the 576 x 3072
 # gate/up product 1.26 ms vs 2.1 ms, the 49152-row head 17 ms vs 36 ms). Same sums, other
-# summation order.
-SMALL_ROWS = 64
+# summation order. Decode-sized: at most ``output_head.MAX_ROWS`` rows.
 STREAM_BYTES = 2 << 20
 
 
 def _streamed(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Measured on the CPU only; accelerators keep ``x @ W^T``."""
-    return (x.device.type == "cpu" and x.shape[0] <= SMALL_ROWS
+    return (x.device.type == "cpu" and x.shape[0] <= MAX_ROWS
             and weight.numel() * weight.element_size() >= STREAM_BYTES)
 
 
@@ -136,9 +137,7 @@ def _project(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
              bias: torch.Tensor | None) -> torch.Tensor:
     """``x @ weight^T (+ bias)``; ``weight_t`` is ``weight.t()``."""
     if _streamed(x, weight):
-        if bias is None:
-            return torch.mm(weight, x.t()).t()
-        return torch.addmm(bias.unsqueeze(1), weight, x.t()).t()
+        return transposed_linear(x, weight, bias)
     return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
@@ -166,7 +165,6 @@ class FusedDecoder:
             raise ValueError(f"fused decoder: {reason}")
         cfg = model.config
         inner = model.model
-        self.model = model
         self.embed = inner.embed_tokens
         self.norm = inner.norm
         self.head = model.get_output_embeddings()
@@ -212,7 +210,7 @@ class FusedDecoder:
         """Keep only rows ``idx`` of the caches."""
         self.k = [t.index_select(0, idx) for t in self.k]
         self.v = [t.index_select(0, idx) for t in self.v]
-        if self.key_mask is not None and self.bias is not None:
+        if self.key_mask is not None and self.bias is not None:  # set together by start()
             self.key_mask = self.key_mask.index_select(0, idx)
             rows = (idx.unsqueeze(1) * self.hkv + torch.arange(self.hkv, device=idx.device)).flatten()
             self.bias = self.bias.index_select(0, rows)
@@ -223,23 +221,24 @@ class FusedDecoder:
 
     # -- forward ---------------------------------------------------------------------------
     def prefill(self, ids: torch.Tensor, pos: torch.Tensor,
+                distinct: torch.Tensor | None = None,
                 rows: torch.Tensor | None = None) -> torch.Tensor:
-        """``ids`` [U, T] left-padded prompts, ``pos`` [U, T] -> logits [B, V] of the last
-        position. ``rows`` [B] (None: U = B, row i is prompt i): batch row i holds prompt
-        ``rows[i]``, so a prompt shared by several rows (the samples of a group) is computed
-        once and its keys and values copied to each of them."""
-        if rows is None:
+        """``ids`` [B, T] left-padded prompts, ``pos`` [B, T] -> logits [B, V] of the last
+        position. With ``distinct`` [U] (one batch row per distinct prompt) and ``rows`` [B]
+        (batch row i holds the prompt of ``distinct[rows[i]]``), only the distinct prompts
+        are computed and their keys and values copied to every row holding them (the samples
+        of a group share their prompt)."""
+        if distinct is None or rows is None:
             return self._logits(self._prefill(ids, pos, self.key_mask)[:, -1])
-        u, t = ids.shape
-        first = torch.empty(u, dtype=torch.long, device=ids.device)
-        first.scatter_(0, rows, torch.arange(rows.numel(), device=ids.device))
+        t = ids.shape[1]
         full_k, full_v = self.k, self.v
-        shape = (u, self.hkv, t, self.d)
+        shape = (distinct.numel(), self.hkv, t, self.d)
         self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
         self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
-        mask = None if self.key_mask is None else self.key_mask.index_select(0, first)
+        mask = None if self.key_mask is None else self.key_mask.index_select(0, distinct)
         try:
-            last = self._prefill(ids, pos, mask)[:, -1]
+            last = self._prefill(ids.index_select(0, distinct), pos.index_select(0, distinct),
+                                 mask)[:, -1]
             for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
                 big[:, :, :t] = small.index_select(0, rows)
         finally:

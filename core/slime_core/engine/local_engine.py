@@ -4,8 +4,9 @@ Implements :class:`slime_hookspecs.RolloutEngine`. Generation runs the batched l
 :mod:`slime_core.engine.decoding` (own loop, not ``model.generate``, so log-probs follow the
 ``SamplingParams`` convention exactly); Llama-family models run their forward passes through
 :mod:`slime_core.engine.fused_decoder` (``rollout.fused_decoder``, on by default; the reason
-another model is not supported is in ``LocalEngine.fused_unsupported``). Requests with different sampling settings share one
-batch; rows with equal (temperature, top_k, top_p, seed) are sampled together.
+another model is not supported is in ``LocalEngine.fused_unsupported``). Requests with
+different sampling settings share one batch; rows with equal (temperature, top_k, top_p,
+seed) are sampled together.
 
 Randomness: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it
 (requests sharing a seed in one call share that stream, so they still differ from each other;

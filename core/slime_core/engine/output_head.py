@@ -19,6 +19,14 @@ MIN_COLUMNS = 2048  # narrower heads stay cache-resident: nothing to gain
 MAX_ROWS = 64  # decode-sized inputs only
 
 
+def transposed_linear(x: torch.Tensor, weight: torch.Tensor,
+                      bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight^T (+ bias)`` for a 2-D ``x``, computed as ``(weight @ x^T)^T``."""
+    if bias is None:
+        return torch.mm(weight, x.t()).t()
+    return torch.addmm(bias.unsqueeze(1), weight, x.t()).t()
+
+
 def stream_output_head(model: Any) -> bool:
     """Make ``model``'s output ``nn.Linear`` compute decode-sized inputs as ``(W @ x^T)^T``.
 
@@ -34,9 +42,8 @@ def stream_output_head(model: Any) -> bool:
         rows = x.numel() // max(1, x.shape[-1])
         if rows > MAX_ROWS:
             return torch.nn.functional.linear(x, w, b)
-        flat = x.reshape(rows, x.shape[-1])
-        out = torch.mm(w, flat.t()) if b is None else torch.addmm(b.unsqueeze(1), w, flat.t())
-        return out.t().reshape(*x.shape[:-1], head.out_features)
+        out = transposed_linear(x.reshape(rows, x.shape[-1]), w, b)
+        return out.reshape(*x.shape[:-1], head.out_features)
 
     head.forward = forward
     return True

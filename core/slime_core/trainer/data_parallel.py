@@ -86,16 +86,15 @@ def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
 
 def float_all_sum(world_size: int) -> Callable[[list[float]], list[float]] | None:
     """A callback summing a list of floats over the ranks (None on one rank), for batch-wide
-    statistics such as advantage whitening. It gathers Python objects, so it works on every
-    backend without naming a device; every rank must call it equally often."""
+    statistics such as advantage whitening. Like :func:`sum_metrics` it gathers Python objects,
+    so it works on every backend without naming a device; every rank must call it equally
+    often."""
     if not active(world_size):
         return None
-    import torch.distributed as dist
 
     def all_sum(values: list[float]) -> list[float]:
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, [float(v) for v in values])
-        return [sum(rank[i] for rank in gathered) for i in range(len(values))]
+        totals = sum_metrics({str(i): float(v) for i, v in enumerate(values)})
+        return [totals[str(i)] for i in range(len(values))]
 
     return all_sum
 

@@ -181,8 +181,8 @@ def test_engine_weight_update_reaches_the_fused_decoder(make_engine):
 def test_shared_prompts_are_prefilled_once_with_the_same_result():
     model = _model("qwen2_gqa_bias")
     prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[2], PROMPTS[3], PROMPTS[0]]  # padded, repeated
-    distinct = [PROMPTS[2], PROMPTS[0], PROMPTS[3]]
-    rows = torch.tensor([0, 1, 0, 2, 1])
+    distinct = torch.tensor([0, 1, 3])  # one row per distinct prompt
+    rows = torch.tensor([0, 1, 0, 2, 1])  # which of them each row holds
     n, width = len(prompts), max(len(p) for p in prompts)
 
     def padded(ps):
@@ -193,13 +193,12 @@ def test_shared_prompts_are_prefilled_once_with_the_same_result():
         return ids, mask, (mask[:, :width].long().cumsum(-1) - 1).clamp(min=0)
 
     ids, mask, pos = padded(prompts)
-    ids_u, _, pos_u = padded(distinct)
     outs = []
     with torch.no_grad():
         for shared in (False, True):
             fused = FusedDecoder(model)
             fused.start(n, width + 3, ids.device, torch.float32, mask)
-            first = fused.prefill(ids_u, pos_u, rows) if shared else fused.prefill(ids, pos)
+            first = fused.prefill(ids, pos, distinct, rows) if shared else fused.prefill(ids, pos)
             nxt = torch.tensor([len(p) for p in prompts]).unsqueeze(1)
             after = fused.step(torch.full((n, 1), 9), nxt)
             outs.append((first, after, [k.clone() for k in fused.k]))

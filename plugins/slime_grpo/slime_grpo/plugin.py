@@ -17,14 +17,6 @@ from slime_hookspecs import (
     hookimpl,
 )
 
-_GROUP_ESTIMATORS = {
-    "grpo": "group mean baseline / (group std + 1e-6); singleton groups get 0",
-    "dr_grpo": "group mean baseline, no std division (Dr. GRPO)",
-    "gspo": "GRPO advantages, for the gspo policy loss",
-    "cispo": "GRPO advantages, for the cispo policy loss",
-    "rloo": "leave-one-out baseline r_i - mean_{j != i} r_j",
-}
-
 # -- advantages ------------------------------------------------------------------------------
 
 
@@ -87,8 +79,15 @@ def _whiten(adv: list[Any], masks: list[Any], all_sum: Any) -> list[Any]:
 
 @hookimpl
 def slime_register_advantage_estimators() -> list[AdvantageEstimatorRecord]:
+    doc = {
+        "grpo": "group mean baseline / (group std + 1e-6); singleton groups get 0",
+        "dr_grpo": "group mean baseline, no std division (Dr. GRPO)",
+        "gspo": "GRPO advantages, for the gspo policy loss",
+        "cispo": "GRPO advantages, for the cispo policy loss",
+        "rloo": "leave-one-out baseline r_i - mean_{j != i} r_j",
+    }
     recs = [AdvantageEstimatorRecord(name=n, factory=_group_estimator(n), summary=s)
-            for n, s in _GROUP_ESTIMATORS.items()]
+            for n, s in doc.items()]
     recs += [
         AdvantageEstimatorRecord(
             name="reinforce_plus_plus", factory=_reinforce(False),

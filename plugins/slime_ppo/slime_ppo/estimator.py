@@ -64,7 +64,7 @@ def gae_estimate(
     """
     from slime_core.trainer.data_parallel import float_all_sum
 
-    all_sum = float_all_sum(config.train.num_ranks) or _local
+    dp_sum = float_all_sum(config.train.num_ranks)  # None on one rank
     alg = config.algorithm
     masks = [torch.as_tensor(m).float() for m in batch.loss_masks]
     values = [v.detach().float().cpu() for v in values]
@@ -74,10 +74,10 @@ def gae_estimate(
     rewards = torch.as_tensor(batch.rewards, dtype=torch.float32)
     tok = ops.kl_in_reward(rewards, kl, masks, kl_coef=alg.kl_in_reward_coef)
     adv, ret = ops.gae_advantages_and_returns(tok, values, masks, gamma=alg.gamma, lam=alg.lam)
-    metrics, n = _metrics(values, ret, adv, kl if alg.kl_in_reward_coef else None, masks, all_sum)
+    metrics, n = _metrics(values, ret, adv, kl if alg.kl_in_reward_coef else None, masks,
+                          dp_sum or _local)
     if config.ppo.whiten_advantages and n > 0:
-        whitened = ops.whiten(adv, masks, all_sum=None if all_sum is _local else all_sum)
-        adv = list(whitened)
+        adv = list(ops.whiten(adv, masks, all_sum=dp_sum))
     return adv, ret, metrics
 
 
@@ -100,7 +100,10 @@ def _metrics(
     k = _selected(kl, keep) if kl is not None else torch.zeros_like(v)
     n, sv, sr, sa, sk = all_sum([float(v.numel()), float(v.sum()), float(r.sum()),
                                  float(a.sum()), float(k.sum())])
-    mean = (lambda s: s / n) if n else (lambda s: 0.0)  # noqa: E731
+
+    def mean(total: float) -> float:
+        return total / n if n else 0.0
+
     mr, mrv = mean(sr), mean(sr - sv)
     dev_r, dev_rv = all_sum([float(((r - mr) ** 2).sum()), float(((r - v - mrv) ** 2).sum())])
     var_r = dev_r / n if n else 0.0
