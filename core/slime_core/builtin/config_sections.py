@@ -145,6 +145,7 @@ class TrainSection:
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     compile: bool = False  # torch.compile the policy forward (dynamic shapes)
+    fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
 
     def __post_init__(self) -> None:
         _need(self.lr >= 0, "train.lr", "must be >= 0")

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from slime_core.trainer.logprob_head import head_log_probs
+
 
 def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     """Split sample indices into micro-batches whose padded size stays within ``token_budget``.
@@ -38,6 +40,8 @@ def response_log_probs(
     pad_id: int,
     with_entropy: bool = False,
     entropy_grad: bool = True,
+    fused_head: bool = False,
+    compile_head: bool = False,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
@@ -50,6 +54,11 @@ def response_log_probs(
     computation, but the backward pass scatters once into the logits' gradient instead of
     allocating and adding a full-size zero gradient per sample (which per sample cost as much
     memory traffic as the whole micro-batch's logits).
+
+    ``fused_head`` (for models :func:`logprob_head.unsupported` accepts): the decoder's hidden
+    states of the response positions go through :func:`logprob_head.head_log_probs` instead,
+    so no logits exist for prompt or padding positions and the fp32 work is chunked;
+    ``compile_head`` compiles its per-chunk functions.
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
@@ -63,17 +72,23 @@ def response_log_probs(
         ids[row, : lengths[row]] = t.detach().cpu()
         attn[row, : lengths[row]] = 1
     ids, attn = ids.to(device), attn.to(device)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     # position p predicts token p + 1: row i's response is predicted at [n - r - 1, n - 1)
     rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))
     cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
     rows, cols = rows.to(device), cols.to(device)
+    target = ids[rows, cols + 1]
+    if fused_head:
+        hidden = model.model(input_ids=ids, attention_mask=attn, use_cache=False)[0]
+        lp, ent = head_log_probs(hidden[rows, cols], model.get_output_embeddings(), target,
+                                 temperature, entropy=with_entropy, entropy_grad=entropy_grad,
+                                 compile=compile_head)
+        return list(lp.split(resp)), list(ent.split(resp)) if ent is not None else None
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
     if temp != 1.0:
         lg = lg / temp
     logp = torch.log_softmax(lg, dim=-1)
-    target = ids[rows, cols + 1]
     lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     out = list(lp.split(resp))
     ents: list[torch.Tensor] | None = None

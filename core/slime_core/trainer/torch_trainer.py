@@ -19,7 +19,7 @@ import torch
 from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
-from slime_core.trainer import data_parallel
+from slime_core.trainer import data_parallel, logprob_head
 from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
 from slime_hookspecs import TrainBatch
 from slime_hookspecs.batch import TENSOR_KEYS
@@ -61,10 +61,13 @@ class TorchTrainer:
         self.model.train()
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             self.model.gradient_checkpointing_enable()
+        # the response log-probs' head step (logprob_head) for the models that allow it
+        self.fused_head = bool(config.train.fused_head) and logprob_head.unsupported(self.model) is None
         if config.train.compile:
             # in place (Module.compile): parameter names, checkpoints and weight export are
-            # unchanged; dynamic shapes, since micro-batch shapes change every step
-            self.model.compile(dynamic=True)
+            # unchanged; dynamic shapes, since micro-batch shapes change every step. With the
+            # fused head the decoder is what the trainer calls.
+            (self.model.model if self.fused_head else self.model).compile(dynamic=True)
         self.ref_model: torch.nn.Module | None = None
         tok = load_tokenizer(config.model)
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
@@ -104,11 +107,15 @@ class TorchTrainer:
             for mb in micro_batches(lengths, self.config.train.micro_batch_tokens):
                 lps, _ = response_log_probs(
                     model, [batch.tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
-                    self.config.rollout.temperature, self.pad_id,
+                    self.config.rollout.temperature, self.pad_id, **self._head_options(model),
                 )
                 for i, lp in zip(mb, lps):
                     out[i] = lp.float().cpu()
         return out  # type: ignore[return-value]
+
+    def _head_options(self, model: torch.nn.Module) -> dict[str, bool]:
+        fused = self.fused_head and (model is self.model or logprob_head.unsupported(model) is None)
+        return {"fused_head": fused, "compile_head": fused and bool(self.config.train.compile)}
 
     # -- training --------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
@@ -175,6 +182,7 @@ class TorchTrainer:
             lps, ents = response_log_probs(
                 self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
                 self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad,
+                **self._head_options(self.model),
             )
             if ents is not None and not want_entropy_grad:
                 ents = [e.detach() for e in ents]

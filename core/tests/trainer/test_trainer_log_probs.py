@@ -3,6 +3,7 @@ and in gradients, with right padding and responses of different lengths."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from slime_core.engine.model_loading import load_causal_lm
 from slime_core.testing import TINY_QWEN2, build_test_config
@@ -33,10 +34,12 @@ def _reference(model, tokens, resp, temperature):
     return lps, ents
 
 
-def test_values_and_gradients_match_per_sample_forwards():
+@pytest.mark.parametrize("fused", [False, True], ids=["model_forward", "fused_head"])
+def test_values_and_gradients_match_per_sample_forwards(fused):
     model = _model()
     tokens, resp = _batch()
-    lps, ents = response_log_probs(model, tokens, resp, 0.7, PAD, with_entropy=True)
+    lps, ents = response_log_probs(model, tokens, resp, 0.7, PAD, with_entropy=True,
+                                   fused_head=fused)
     assert [len(x) for x in lps] == [len(x) for x in ents] == resp
     (sum(lp.sum() for lp in lps) + sum(e.sum() for e in ents)).backward()
     got = {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -49,15 +52,16 @@ def test_values_and_gradients_match_per_sample_forwards():
         torch.testing.assert_close(got[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
 
 
-def test_entropy_without_gradient_and_greedy_temperature():
+@pytest.mark.parametrize("fused", [False, True], ids=["model_forward", "fused_head"])
+def test_entropy_without_gradient_and_greedy_temperature(fused):
     model = _model()
     tokens, resp = _batch()
     lps, ents = response_log_probs(model, tokens, resp, 0.0, PAD, with_entropy=True,
-                                   entropy_grad=False)
+                                   entropy_grad=False, fused_head=fused)
     assert lps[0].requires_grad and not ents[0].requires_grad
     ref_lps, _ = _reference(model, tokens, resp, 1.0)  # greedy scores at T = 1
     for a, b in zip(lps, ref_lps, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
-        lps, ents = response_log_probs(model, tokens, resp, 1.0, PAD)
+        lps, ents = response_log_probs(model, tokens, resp, 1.0, PAD, fused_head=fused)
     assert ents is None and not lps[2].requires_grad

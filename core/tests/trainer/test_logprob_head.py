@@ -1,0 +1,101 @@
+"""``logprob_head.head_log_probs`` against autograd through ``log_softmax(head(h) / T)``:
+values, entropies and every gradient, over several chunks, with a bias, with and without the
+entropy's gradient, compiled and eager; and which models it accepts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from slime_core.engine.model_loading import load_causal_lm
+from slime_core.testing import TINY_QWEN2, build_test_config
+from slime_core.trainer import logprob_head
+from slime_core.trainer.logprob_head import head_log_probs
+
+
+def _inputs(bias: bool, rows: int = 37, d: int = 16, vocab: int = 300):
+    g = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(d, vocab, bias=bias)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(vocab, d, generator=g))
+        if bias:
+            head.bias.copy_(torch.randn(vocab, generator=g))
+    hidden = torch.randn(rows, d, generator=g, requires_grad=True)
+    target = torch.randint(0, vocab, (rows,), generator=g)
+    coef = torch.randn(rows, generator=g), torch.randn(rows, generator=g)
+    return head, hidden, target, coef
+
+
+def _reference(head, hidden, target, temperature):
+    logp = torch.log_softmax(head(hidden).float() / temperature, dim=-1)
+    return logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)
+
+
+def _grads(head, hidden):
+    out = [hidden.grad.clone(), head.weight.grad.clone()]
+    if head.bias is not None:
+        out.append(head.bias.grad.clone())
+    hidden.grad = None
+    head.zero_grad(set_to_none=True)
+    return out
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("entropy_grad", [False, True])
+def test_values_and_gradients_over_chunks(monkeypatch, bias, entropy_grad):
+    monkeypatch.setattr(logprob_head, "CHUNK_BYTES", 4 * 300 * 8)  # 8 rows a chunk: 5 chunks
+    head, hidden, target, (a, b) = _inputs(bias)
+    lp, ent = head_log_probs(hidden, head, target, 0.7, entropy=True, entropy_grad=entropy_grad)
+    assert ent is not None and ent.requires_grad == entropy_grad
+    ((lp * a).sum() + ((ent * b).sum() if entropy_grad else 0)).backward()
+    got = _grads(head, hidden)
+    ref_lp, ref_ent = _reference(head, hidden, target, 0.7)
+    ((ref_lp * a).sum() + ((ref_ent * b).sum() if entropy_grad else 0)).backward()
+    torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ref_ent.detach(), atol=1e-5, rtol=1e-5)
+    for x, y in zip(got, _grads(head, hidden), strict=True):
+        torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4)
+
+
+def test_without_autograd_and_without_entropy():
+    head, hidden, target, _ = _inputs(False)
+    with torch.no_grad():
+        lp, ent = head_log_probs(hidden, head, target, 1.0, entropy=True)
+    assert not lp.requires_grad and ent is not None
+    torch.testing.assert_close(lp, _reference(head, hidden, target, 1.0)[0].detach())
+    lp, ent = head_log_probs(hidden, head, target, 0.0)  # greedy scores at T = 1
+    assert ent is None and lp.requires_grad
+    torch.testing.assert_close(lp, _reference(head, hidden, target, 1.0)[0])
+    empty = head_log_probs(hidden[:0], head, target[:0], 1.0, entropy=True)
+    assert [x.shape for x in empty] == [(0,), (0,)]
+
+
+def test_bf16_logits_are_rounded_like_the_model_forward():
+    """The head's logits stay in the model's dtype before the fp32 softmax, as in
+    ``lm_head(h).float()``."""
+    head, hidden, target, _ = _inputs(False)
+    head = head.to(torch.bfloat16)
+    h = hidden.detach().to(torch.bfloat16)
+    lp, ent = head_log_probs(h, head, target, 1.0, entropy=True)
+    ref_lp, ref_ent = _reference(head, h, target, 1.0)
+    torch.testing.assert_close(lp, ref_lp.detach(), atol=1e-3, rtol=0)
+    torch.testing.assert_close(ent, ref_ent.detach(), atol=1e-3, rtol=0)
+
+
+def test_compiled_kernels_match_eager():
+    head, hidden, target, (a, b) = _inputs(True, rows=21)
+    out = {}
+    for compiled in (False, True):
+        lp, ent = head_log_probs(hidden, head, target, 0.8, entropy=True, compile=compiled)
+        ((lp * a).sum() + (ent * b).sum()).backward()
+        out[compiled] = [lp.detach(), ent.detach(), *_grads(head, hidden)]
+    for x, y in zip(out[False], out[True], strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+def test_which_models_are_accepted():
+    config = build_test_config(model={"init_config": dict(TINY_QWEN2)})
+    model = load_causal_lm(config.model, "cpu", torch.float32, seed=0)
+    assert logprob_head.unsupported(model) is None
+    assert "is not one of" in logprob_head.unsupported(torch.nn.Linear(2, 2))
+    model.config.final_logit_softcapping = 30.0
+    assert "soft-capping" in logprob_head.unsupported(model)
