@@ -122,19 +122,21 @@ def write_inputs(work: Path) -> tuple[Path, Path]:
     return tok_dir, prompts
 
 
-def train_flops(tokens_per_sample: list[int]) -> float:
+def train_flops(tokens_per_sample: list[int], response_per_sample: list[int]) -> float:
     """Model FLOPs of one forward + backward: 6 N per token (N: every weight used in a matmul,
-    the tied LM head included, the embedding lookup not double counted) plus causal attention
-    (QK^T and AV: 4 d_attn FLOPs per key forward, x3 with backward, half the keys on average)."""
+    the embedding lookup not counted) plus causal attention (QK^T and AV: 4 d_attn FLOPs per
+    key forward, x3 with backward, half the keys on average), plus 6 V d for the tied LM head
+    at the positions whose log-prob the loss needs (one per response token: no implementation
+    needs logits at prompt positions; before 2026-11-30's fourth session the head was counted
+    at every position, which read about 2% higher on this workload)."""
     c = QWEN2_05B
     d, inter, layers, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     head = d // c["num_attention_heads"]
     kv = c["num_key_value_heads"] * head
     per_layer = d * d + 2 * d * kv + d * d + 3 * d * inter  # q, k, v, o, gate/up/down
-    n_matmul = layers * per_layer + v * d  # + LM head
     flops = 0.0
-    for t in tokens_per_sample:
-        flops += 6 * n_matmul * t + 3 * 4 * layers * d * t * t / 2
+    for t, r in zip(tokens_per_sample, response_per_sample, strict=True):
+        flops += 6 * layers * per_layer * t + 6 * v * d * r + 3 * 4 * layers * d * t * t / 2
     return flops
 
 
@@ -248,8 +250,8 @@ def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[
     tokens = res["train_tokens"][sl]
     resp = res["response_tokens"][sl]
     n = res["samples"]
-    per_sample = [t / n for t in tokens]
-    flops = [train_flops([int(round(p))] * n) for p in per_sample]
+    flops = [train_flops([int(round(t / n))] * n, [int(round(r / n))] * n)
+             for t, r in zip(tokens, resp, strict=True)]
     mfu = [f / t / (peak["bf16_tflops"] * 1e12) for f, t in zip(flops, train, strict=True)]
     sync_bytes = float(res["sync_bytes"][-1] or 0)
     bound = 2 * sync_bytes / peak["copy_bytes_per_s"]

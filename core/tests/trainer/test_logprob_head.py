@@ -99,3 +99,27 @@ def test_which_models_are_accepted():
     assert "is not one of" in logprob_head.unsupported(torch.nn.Linear(2, 2))
     model.config.final_logit_softcapping = 30.0
     assert "soft-capping" in logprob_head.unsupported(model)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_cuda_bf16_at_the_anchor_vocabulary(compiled):
+    """The 0.5B anchor's head (152k vocabulary, bf16) on a GPU, eager and compiled kernels,
+    against autograd through ``log_softmax(head(h).float())``."""
+    torch.manual_seed(0)
+    rows, d, vocab = 3000, 896, 151936
+    head = torch.nn.Linear(d, vocab, bias=False, device="cuda", dtype=torch.bfloat16)
+    hidden = (torch.randn(rows, d, device="cuda") * 2).bfloat16().requires_grad_()
+    target = torch.randint(0, vocab, (rows,), device="cuda")
+    coef = torch.randn(rows, device="cuda")
+    lp, ent = head_log_probs(hidden, head, target, 1.0, entropy=True, entropy_grad=True,
+                             compile=compiled)
+    ((lp * coef).sum() + ent.sum()).backward()
+    got = [lp.detach(), ent.detach(), *_grads(head, hidden)]
+    ref_lp, ref_ent = _reference(head, hidden, target, 1.0)
+    ((ref_lp * coef).sum() + ref_ent.sum()).backward()
+    ref = [ref_lp.detach(), ref_ent.detach(), *_grads(head, hidden)]
+    torch.testing.assert_close(got[0], ref[0], atol=2e-3, rtol=0)
+    torch.testing.assert_close(got[1], ref[1], atol=2e-3, rtol=0)
+    for x, y in zip(got[2:], ref[2:], strict=True):  # bf16 gradients: relative to their scale
+        assert (x.float() - y.float()).abs().max() <= 2e-2 * y.float().abs().max()
