@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -196,7 +197,8 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
 
 
 # -- one variant (own process) ---------------------------------------------------------------
-def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> dict[str, Any]:
+def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
+           profile_dir: str | None = None) -> dict[str, Any]:
     import torch
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
@@ -209,7 +211,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> di
         model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_attention_heads=4, vocab_size=1000)
     data = {
-        "run": {"num_rollouts": warmup + steps, "run_dir": str(run_dir), "progress": False,
+        "run": {"num_rollouts": warmup + steps + (2 if profile_dir else 0), "run_dir": str(run_dir),
+                "progress": False,
                 "loggers": ["jsonl"], "seed": 1},
         "model": {"init_config": model, "tokenizer": str(tok_dir),
                   "dtype": "float32" if smoke else "bfloat16"},
@@ -220,6 +223,11 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> di
         "train": {"lr": 1e-6, "grad_clip": 1.0, **over["train"]},
         "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2},
     }
+    if profile_dir:  # two more steps under the torch profiler, not timed: from the first's
+        # training to the second's, so the second's rollout and weight sync are in it
+        last = warmup + steps
+        data["profile"] = {"steps": [last, last + 1], "scope": "all", "row_limit": 80,
+                           "sort_by": "self_cpu_time_total" if smoke else "self_cuda_time_total"}
     manager, config = resolve(plugin_selection(), None, (), data)
     bench = BenchPlugin(cuda=not smoke)
     manager.register_object(bench, "bench_gpu_anchor")
@@ -227,6 +235,9 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> di
         torch.cuda.reset_peak_memory_stats()
     run_training(manager, config)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    if profile_dir:
+        for table in (run_dir / "profile").glob("*.txt"):
+            shutil.copy(table, Path(profile_dir) / f"profile_{variant}.txt")
     # per-sample token counts of the last step (all steps have the same shape up to prompt length)
     return {
         "variant": variant, "walls": bench.step_walls(), "phases": bench.phases,
@@ -237,11 +248,12 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool) -> di
         "mismatch": [r.get("train/mismatch_abs_logprob_diff") for r in rows],
         "peak_mem_gb": 0.0 if smoke else torch.cuda.max_memory_allocated() / 2**30,
         "samples": (2 if smoke else PROMPTS) * GROUP,
+        "profiled_steps": 2 if profile_dir else 0,
     }
 
 
 def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[str, Any]:
-    sl = slice(warmup, None)
+    sl = slice(warmup, len(res["walls"]) - res.get("profiled_steps", 0))
     med = statistics.median
     walls = res["walls"][sl]
     roll = res["phases"]["rollout"][sl]
@@ -277,6 +289,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="discarded steps per variant")
     ap.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "slime-gpu-bench"))
     ap.add_argument("--out", help="JSON lines of every measurement")
+    ap.add_argument("--profile-dir", help="profile two extra steps per variant (torch profiler, "
+                    "training, weight sync, rollout, training; not timed); the key_averages "
+                    "table lands here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true",
                     help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
@@ -287,8 +302,8 @@ def main() -> None:
         print("RESULT " + json.dumps(check_graphs(work, a.smoke)), flush=True)
         return
     if a.worker:
-        print("RESULT " + json.dumps(worker(a.worker, work, a.steps, a.warmup, a.smoke)),
-              flush=True)
+        print("RESULT " + json.dumps(worker(a.worker, work, a.steps, a.warmup, a.smoke,
+                                            a.profile_dir)), flush=True)
         return
     log = open(a.out, "a") if a.out else None  # noqa: SIM115 - closed at exit
     import torch
@@ -303,6 +318,9 @@ def main() -> None:
     for name in (["check_graphs"] if a.check_graphs else []) + a.variants.split(","):
         cmd = [sys.executable, __file__, "--worker", name, "--work-dir", str(work),
                "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--smoke"] if a.smoke else [])
+        if a.profile_dir:
+            os.makedirs(a.profile_dir, exist_ok=True)
+            cmd += ["--profile-dir", a.profile_dir]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:

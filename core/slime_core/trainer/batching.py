@@ -13,23 +13,40 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     """Split sample indices into micro-batches whose padded size stays within ``token_budget``.
 
     Samples are sorted by length so padding stays small; a single sample longer than the
-    budget forms its own micro-batch. The order is deterministic (stable sort).
+    budget forms its own micro-batch. As many micro-batches as a greedy fill needs, then
+    balanced: the sorted samples are cut into that many runs of equal row counts (one apart)
+    when every run stays within the budget, else the greedy cut is kept. Even shapes keep
+    the kernels efficient and give a compiled forward fewer shapes to compile for (128
+    samples of 268 tokens in 16k budgets were 61 + 61 + 6 rows, now 43 + 43 + 42). The order
+    is deterministic (stable sort).
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    out: list[list[int]] = []
+    greedy: list[list[int]] = []
     cur: list[int] = []
     longest = 0
     for i in order:
         new_longest = max(longest, lengths[i])
         if cur and new_longest * (len(cur) + 1) > token_budget:
-            out.append(cur)
+            greedy.append(cur)
             cur, longest = [], 0
             new_longest = lengths[i]
         cur.append(i)
         longest = new_longest
     if cur:
-        out.append(cur)
-    return out
+        greedy.append(cur)
+    k, n = len(greedy), len(order)
+    if k <= 1:
+        return greedy
+    balanced: list[list[int]] = []
+    start = 0
+    for j in range(k):  # the shorter samples come first: give them the extra row
+        size = n // k + (1 if j < n % k else 0)
+        run = order[start:start + size]
+        start += size
+        if lengths[run[-1]] * len(run) > token_budget and len(run) > 1:
+            return greedy
+        balanced.append(run)
+    return balanced
 
 
 def response_log_probs(
