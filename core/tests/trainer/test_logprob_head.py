@@ -41,14 +41,16 @@ def _grads(head, hidden):
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("entropy_grad", [False, True])
-def test_values_and_gradients_over_chunks(monkeypatch, bias, entropy_grad):
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_values_and_gradients_over_chunks(monkeypatch, bias, entropy_grad, temperature):
     monkeypatch.setattr(logprob_head, "CHUNK_BYTES", 4 * 300 * 8)  # 8 rows a chunk: 5 chunks
     head, hidden, target, (a, b) = _inputs(bias)
-    lp, ent = head_log_probs(hidden, head, target, 0.7, entropy=True, entropy_grad=entropy_grad)
+    lp, ent = head_log_probs(hidden, head, target, temperature, entropy=True,
+                             entropy_grad=entropy_grad)
     assert ent is not None and ent.requires_grad == entropy_grad
     ((lp * a).sum() + ((ent * b).sum() if entropy_grad else 0)).backward()
     got = _grads(head, hidden)
-    ref_lp, ref_ent = _reference(head, hidden, target, 0.7)
+    ref_lp, ref_ent = _reference(head, hidden, target, temperature)
     ((ref_lp * a).sum() + ((ref_ent * b).sum() if entropy_grad else 0)).backward()
     torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent, ref_ent.detach(), atol=1e-5, rtol=1e-5)
