@@ -13,6 +13,7 @@ import json
 import time
 
 import torch
+from slime_core.trainer import logprob_head
 from slime_core.trainer.logprob_head import head_log_probs
 
 
@@ -35,7 +36,11 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=896)
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--chunk-bytes", type=int, default=0,
+                    help="override logprob_head.CHUNK_BYTES (rows per chunk = this / (4 V))")
     a = ap.parse_args()
+    if a.chunk_bytes:
+        logprob_head.CHUNK_BYTES = a.chunk_bytes
     dev = torch.device(a.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -68,7 +73,8 @@ def main() -> None:
 
     r = rows.numel()
     head_flops = 6 * r * a.hidden * a.vocab  # at response positions only
-    out = {"device": str(dev), "rows": a.rows, "width": a.width, "response_tokens": r}
+    out = {"device": str(dev), "rows": a.rows, "width": a.width, "response_tokens": r,
+           "chunk_bytes": logprob_head.CHUNK_BYTES}
     for name in ("model_forward", "fused_eager", "fused_compiled"):
         s = run(name)
         out[f"{name}_ms"] = s * 1e3

@@ -1,0 +1,113 @@
+"""One decode step's attention at the anchor's shapes, by implementation: what the static decode
+path calls now (SDPA over grouped queries, whichever backend torch picks), SDPA limited to each
+backend, and the explicit three-operation form (scores, masked fp32 softmax, weighted sum),
+eager and compiled. Prints microseconds per call (on CUDA: GPU time of calls replayed from a
+CUDA graph, as the decode loop runs them)
+and the largest difference from an fp32 reference.
+
+    python bench/decode_attention.py [--batch 128] [--length 320] [--filled 270]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+             scale: float) -> torch.Tensor:
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v)
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+         scale: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--groups", type=int, default=7)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--length", type=int, default=320, help="static cache length")
+    ap.add_argument("--filled", type=int, default=270, help="columns switched on")
+    ap.add_argument("--iters", type=int, default=500)
+    a = ap.parse_args()
+    dev = torch.device(a.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    g = torch.Generator(device=dev).manual_seed(0)
+    shape_q = (a.batch, a.kv_heads, a.groups, a.head_dim)
+    shape_kv = (a.batch, a.kv_heads, a.length, a.head_dim)
+    q = torch.randn(shape_q, device=dev, generator=g).to(dtype)
+    k = (torch.randn(shape_kv, device=dev, generator=g) * 2).to(dtype)
+    v = torch.randn(shape_kv, device=dev, generator=g).to(dtype)
+    mask = torch.zeros(a.batch, 1, 1, a.length, dtype=torch.bool, device=dev)
+    mask[..., 5:a.filled] = True  # some left padding, the unwritten tail off
+    scale = a.head_dim ** -0.5
+    ref = explicit(q.float(), k.float(), v.float(), mask, scale)
+
+    cands: dict[str, Callable[[], torch.Tensor]] = {
+        "sdpa_default": lambda: sdpa(q, k, v, mask, scale),
+        "explicit": lambda: explicit(q, k, v, mask, scale),
+    }
+    if dev.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        for name, backend in [("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION),
+                              ("sdpa_math", SDPBackend.MATH)]:
+            def run(backend=backend) -> torch.Tensor:
+                with sdpa_kernel([backend]):
+                    return sdpa(q, k, v, mask, scale)
+            cands[name] = run
+        compiled = torch.compile(explicit, dynamic=False)
+        cands["explicit_compiled"] = lambda: compiled(q, k, v, mask, scale)
+    out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
+    for name, fn in cands.items():
+        try:
+            for _ in range(3):
+                got = fn()
+            if dev.type == "cuda":  # GPU time: calls replayed from a CUDA graph, as in decoding
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    fn()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    for _ in range(50):
+                        fn()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                graph.replay()
+                torch.cuda.synchronize()
+                start.record()
+                for _ in range(a.iters // 50):
+                    graph.replay()
+                end.record()
+                torch.cuda.synchronize()
+                us = start.elapsed_time(end) * 1e3 / (50 * (a.iters // 50))
+            else:
+                import time
+
+                t = time.perf_counter()
+                for _ in range(a.iters):
+                    fn()
+                us = (time.perf_counter() - t) * 1e6 / a.iters
+            out[f"{name}_us"] = round(us, 2)
+            out[f"{name}_max_err"] = float((got.float() - ref).abs().max())
+        except Exception as e:  # a backend that refuses these inputs says so and the rest run
+            out[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:120]}"
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
