@@ -292,6 +292,8 @@ def main() -> None:
     ap.add_argument("--profile-dir", help="profile two extra steps per variant (torch profiler, "
                     "training, weight sync, rollout, training; not timed); the key_averages "
                     "table lands here")
+    ap.add_argument("--stderr-dir", help="keep each worker's stderr here (e.g. with "
+                    "TORCH_LOGS=recompiles)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true",
                     help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
@@ -322,6 +324,9 @@ def main() -> None:
             os.makedirs(a.profile_dir, exist_ok=True)
             cmd += ["--profile-dir", a.profile_dir]
         proc = subprocess.run(cmd, capture_output=True, text=True)
+        if a.stderr_dir:
+            os.makedirs(a.stderr_dir, exist_ok=True)
+            Path(a.stderr_dir, f"worker_{name}.log").write_text(proc.stderr)
         lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
             emit(log, what="variant_failed", variant=name, rc=proc.returncode,
