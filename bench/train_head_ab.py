@@ -1,0 +1,79 @@
+"""One GRPO training step with ``train.fused_head`` on and off, alternating in one process on the
+same batch (the VM drifts by tens of percent between runs, so only a same-process A/B shows
+what the head step saves). CPU, fp32, the benchmark workloads' shapes.
+
+    python bench/train_head_ab.py --workload smollm2 --reps 3
+    python bench/train_head_ab.py --workload tiny --reps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> None:
+    from grpo_vs_trl import WORKLOADS, model_dir
+    from slime_core.context import set_manager
+    from slime_core.plugins import PluginSelection
+    from slime_core.session import resolve
+    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_hookspecs import TrainBatch
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", choices=["tiny", "smollm2"], default="smollm2")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "slime-bench"))
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    w = WORKLOADS[a.workload]
+    samples = w["prompts"] * w["group"]
+    path = model_dir(a.workload, Path(a.work_dir))
+    g = torch.Generator().manual_seed(0)
+
+    def batch(vocab: int) -> TrainBatch:
+        resp = [w["new"]] * samples
+        tokens = [torch.randint(3, vocab, (a.prompt_tokens + r,), generator=g) for r in resp]
+        return TrainBatch(
+            tokens=tokens, response_lengths=resp, loss_masks=[torch.ones(r) for r in resp],
+            rewards=[float(i % 3) for i in range(samples)],
+            raw_rewards=[float(i % 3) for i in range(samples)],
+            group_indices=[i // w["group"] for i in range(samples)],
+            rollout_log_probs=[-torch.rand(r, generator=g) for r in resp])
+
+    trainers = {}
+    for fused in (False, True):
+        manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data={
+            "model": {"path": str(path)}, "train": {"fused_head": fused, "lr": 1e-6}})
+        set_manager(manager)
+        trainers[fused] = TorchTrainer(config)
+    vocab = trainers[True].model.config.vocab_size
+    times: dict[bool, list[float]] = {False: [], True: []}
+    trainers[False].train_step(batch(vocab), 0)  # warm-up, not timed
+    trainers[True].train_step(batch(vocab), 0)
+    for rep in range(a.reps):
+        for fused in ((False, True) if rep % 2 == 0 else (True, False)):
+            b = batch(vocab)
+            t = time.perf_counter()
+            trainers[fused].train_step(b, rep + 1)
+            times[fused].append(time.perf_counter() - t)
+    out = {"workload": a.workload, "samples": samples, "prompt_tokens": a.prompt_tokens,
+           "new_tokens": w["new"], "threads": a.threads,
+           "model_forward_s": times[False], "fused_head_s": times[True],
+           "ratio_median": statistics.median(times[True]) / statistics.median(times[False])}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
