@@ -165,7 +165,7 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in prompt_texts(rows)]
     params = [SamplingParams(temperature=1.0, max_new_tokens=new, ignore_eos=True, seed=7)] * rows
-    accel = None if smoke else TorchAccelerator("cuda")
+    accel = None if smoke else TorchAccelerator("cuda", fused_optimizer=True)
     out: dict[str, Any] = {}
     results = {}
     for name, graphs in [("eager", False), ("graphs", True)]:

@@ -97,7 +97,12 @@ class WeightTransport(Protocol):
 
 @runtime_checkable
 class Accelerator(Protocol):
-    """Device-specific calls; everything else asks the record's static fields."""
+    """Device-specific calls; everything else asks the record's static fields.
+
+    Optional attribute ``fused_optimizer: bool`` (read with ``getattr``, default False): the
+    trainer builds AdamW with ``fused=True`` when it is set, i.e. when torch's fused AdamW
+    kernel runs on this device type.
+    """
 
     def device_count(self) -> int: ...
 

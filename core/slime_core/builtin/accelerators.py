@@ -14,10 +14,12 @@ from slime_hookspecs import AcceleratorRecord, hookimpl
 
 
 class TorchAccelerator:
-    """Accelerator calls through ``torch.<device_type>`` (``torch.cuda`` for CUDA)."""
+    """Accelerator calls through ``torch.<device_type>`` (``torch.cuda`` for CUDA).
+    ``fused_optimizer``: torch's fused AdamW kernel runs on this device type."""
 
-    def __init__(self, device_type: str) -> None:
+    def __init__(self, device_type: str, fused_optimizer: bool = False) -> None:
         self.device_type = device_type
+        self.fused_optimizer = fused_optimizer
 
     def _mod(self) -> Any:
         import torch
@@ -101,7 +103,7 @@ def slime_register_accelerators() -> list[AcceleratorRecord]:
             device_type="cpu", dist_backend="gloo", ray_resource="CPU", priority=0,
         ),
         AcceleratorRecord(
-            name="cuda", factory=lambda: TorchAccelerator("cuda"),
+            name="cuda", factory=lambda: TorchAccelerator("cuda", fused_optimizer=True),
             summary="NVIDIA GPUs through torch.cuda (nccl)", probe=_cuda_probe,
             device_type="cuda", dist_backend="nccl", ray_resource="GPU",
             visible_devices_env="CUDA_VISIBLE_DEVICES", priority=10,

@@ -15,14 +15,14 @@ import warnings
 from typing import Any
 
 import torch
+from slime_hookspecs import TrainBatch
+from slime_hookspecs.batch import TENSOR_KEYS
 
 from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
 from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
-from slime_hookspecs import TrainBatch
-from slime_hookspecs.batch import TENSOR_KEYS
 
 
 def lr_lambda(config: Any) -> Any:
@@ -75,8 +75,9 @@ class TorchTrainer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
             weight_decay=t.weight_decay,
-            # one kernel over every parameter on a GPU instead of a dozen multi-tensor passes
-            fused=self.device.type == "cuda",
+            # one kernel over every parameter instead of a dozen multi-tensor passes, where
+            # the accelerator says torch has it
+            fused=bool(getattr(accelerator, "fused_optimizer", False)),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
         self.pm.hook.slime_trainer_init(config=config, model=self.model)
@@ -111,7 +112,7 @@ class TorchTrainer:
                     model, [batch.tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
                     self.config.rollout.temperature, self.pad_id, **self._head_options(model),
                 )
-                for i, lp in zip(mb, lps):
+                for i, lp in zip(mb, lps, strict=True):
                     out[i] = lp.float().cpu()
         return out  # type: ignore[return-value]
 

@@ -63,3 +63,18 @@ def test_checkpoints_without_device_rng_still_load(config: Any, tmp_path: Path) 
     resumed = RecordingAccelerator(state=0)
     TorchTrainer(config, accelerator=resumed).load(str(tmp_path / "ck"))
     assert resumed.restored == []
+
+
+def test_the_accelerator_decides_the_fused_optimizer(config: Any, tmp_path: Path) -> None:
+    """``fused_optimizer`` on the accelerator object (torch has a fused AdamW on the CPU too,
+    so the flag's effect runs here); absent, the multi-tensor AdamW is kept."""
+    from slime_core.builtin.accelerators import CPUAccelerator
+
+    fused = RecordingAccelerator(state=0)
+    fused.fused_optimizer = True  # type: ignore[attr-defined]
+    trainer = TorchTrainer(config, accelerator=fused)
+    assert trainer.optimizer.defaults["fused"] is True
+    trainer.save(str(tmp_path / "ck"))  # the optimizer state is the same format either way
+    plain = TorchTrainer(config, accelerator=CPUAccelerator())
+    assert not plain.optimizer.defaults["fused"]
+    plain.load(str(tmp_path / "ck"))

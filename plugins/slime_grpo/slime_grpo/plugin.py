@@ -125,7 +125,7 @@ def _policy_loss(name: str) -> Any:
         if alg.opsm_delta > 0:
             keep, mm = ops.opsm_mask(log_probs, batch.old_log_probs, batch.advantages,
                                      batch.loss_masks, opsm_delta=alg.opsm_delta)
-            pg = [p * k for p, k in zip(pg, keep)]
+            pg = [p * k for p, k in zip(pg, keep, strict=True)]
             metrics.update(_floats(mm))
         return pg, metrics
 

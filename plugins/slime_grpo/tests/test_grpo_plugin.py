@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from slime_core.plugins import PluginSelection, SlimePluginManager
 from slime_core.testing import build_test_config
 from slime_hookspecs import TrainBatch
@@ -153,4 +152,4 @@ def test_batch_wide_whitening_across_data_parallel_ranks_equals_one_process(name
                                        rtol=1e-5, atol=1e-6)
     # and per-rank statistics would differ: the test can tell the two apart
     alone = _estimate(algorithm, 1, SHARES[0])
-    assert any(abs(a - b) > 1e-3 for x, y in zip(alone, whole[:4]) for a, b in zip(x, y))
+    assert any(abs(a - b) > 1e-3 for x, y in zip(alone, whole[:4], strict=True) for a, b in zip(x, y, strict=True))
