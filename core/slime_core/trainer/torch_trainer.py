@@ -22,6 +22,7 @@ from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
+from slime_core.trainer.accumulate import Accumulation, step_indices
 from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
 
 
@@ -141,9 +142,7 @@ class TorchTrainer:
         # prepares it, so estimators that sum batch statistics over ranks see every rank.
         if len(batch) or self.data_parallel:
             self.prepare(batch)
-        n_steps = self.config.train.num_steps_per_rollout
-        order = list(range(len(batch)))
-        chunks = [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
+        chunks = step_indices(len(batch), self.config.train.num_steps_per_rollout)
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         tokens = 0
@@ -168,14 +167,9 @@ class TorchTrainer:
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         lengths = [int(len(t)) for t in mini.tokens]
-        total_samples: float = len(mini)
-        total_tokens = sum(float(m.sum()) for m in mini.loss_masks)
-        if self.data_parallel:  # weights relative to the mini-batch over all ranks
-            total_samples, total_tokens = data_parallel.global_totals(
-                total_samples, total_tokens, self.device)
-        total_tokens = total_tokens or 1.0
+        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
+                           self.data_parallel, self.device)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
-        metrics: dict[str, float] = {}
         for mb_idx in micro_batches(lengths, self.config.train.micro_batch_tokens):
             mb = mini.select(mb_idx)
             # summed on the host before the move: no device sync per sample
@@ -192,21 +186,9 @@ class TorchTrainer:
             if mb.old_log_probs is None:
                 mb.old_log_probs = [lp.detach() for lp in lps]
             loss, m, weighting = compute_loss(self.config, mb, lps, ents)
-            if weighting == "tokens":
-                w = mb_tokens / total_tokens
-            else:
-                w = len(mb) / total_samples
-            (loss * w).backward()
-            for k, v in m.items():
-                metrics[k] = metrics.get(k, 0.0) + v * w
-        if self.data_parallel:  # sum of the globally weighted grads == single-process grads
-            data_parallel.all_reduce_gradients(list(self.model.parameters()))
-            metrics = data_parallel.sum_metrics(metrics)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.config.train.grad_clip or float("inf")
-        )
-        metrics["train/grad_norm"] = float(grad_norm)
-        self.optimizer.step()
+            acc.backward(loss, m, weighting, len(mb), mb_tokens)
+        metrics, grad_norm = acc.step(self.model, self.optimizer, self.config.train.grad_clip)
+        metrics["train/grad_norm"] = grad_norm
         self.scheduler.step()
         return metrics
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from slime_core.trainer import data_parallel
+from slime_core.trainer.accumulate import Accumulation, step_indices
 from slime_core.trainer.batching import micro_batches
 
 from slime_ppo import ops
@@ -78,9 +79,6 @@ class Critic:
         with an empty share.
         """
         cfg = self.config
-        n_steps = cfg.train.num_steps_per_rollout
-        order = list(range(len(tokens)))
-        chunks = [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
         mode = cfg.algorithm.loss_reducer.replace("-", "_")
         max_len = cfg.algorithm.max_response_length or cfg.rollout.max_new_tokens
         clip = cfg.ppo.value_clip or None
@@ -88,17 +86,12 @@ class Critic:
         device = next(self.model.parameters()).device
         sums: dict[str, float] = {}
         done = 0
-        for idx in chunks:
+        for idx in step_indices(len(tokens), cfg.train.num_steps_per_rollout):
             if not idx and not dp:
                 continue
             self.optimizer.zero_grad(set_to_none=True)
-            total_samples: float = len(idx)
-            total_tokens = sum(float(loss_masks[i].sum()) for i in idx)
-            if dp:
-                total_samples, total_tokens = data_parallel.global_totals(
-                    total_samples, total_tokens, device)
-            total_tokens = total_tokens or 1.0
-            step: dict[str, float] = {}
+            acc = Accumulation(len(idx), sum(float(loss_masks[i].sum()) for i in idx), dp,
+                               device)
             for mb in micro_batches([int(tokens[i].numel()) for i in idx], self._budget()):
                 ids = [idx[j] for j in mb]
                 lengths = [response_lengths[i] for i in ids]
@@ -114,21 +107,11 @@ class Critic:
                     coef=cfg.ppo.value_loss_coef,
                     reducer=reducer,
                 )
-                if mode == "token_mean":
-                    w = sum(float(mk.sum()) for mk in masks) / total_tokens
-                else:
-                    w = len(ids) / total_samples
-                (loss * w).backward()
-                for k, v in m.items():
-                    step[f"train/{k}"] = step.get(f"train/{k}", 0.0) + float(v) * w
-            if dp:
-                data_parallel.all_reduce_gradients(list(self.model.parameters()))
-                step = data_parallel.sum_metrics(step)
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                self.model.parameters(), cfg.train.grad_clip or float("inf")
-            )
-            step["train/critic_grad_norm"] = float(grad_norm)
-            self.optimizer.step()
+                acc.backward(loss, {f"train/{k}": v for k, v in m.items()},
+                             "tokens" if mode == "token_mean" else "samples", len(ids),
+                             sum(float(mk.sum()) for mk in masks))
+            step, grad_norm = acc.step(self.model, self.optimizer, cfg.train.grad_clip)
+            step["train/critic_grad_norm"] = grad_norm
             for k, v in step.items():
                 sums[k] = sums.get(k, 0.0) + v
             done += 1

@@ -1,0 +1,66 @@
+"""One optimizer step accumulated over micro-batches, the same for every model a trainer steps
+(the policy, a PPO critic).
+
+The step's mini-batch is split into micro-batches by token budget. Each micro-batch's loss is
+weighted by its share of the mini-batch (of loss-masked tokens or of samples, as its reducer
+says), so the summed gradient equals that of the whole mini-batch at once. Under data
+parallelism the shares are of the totals over every rank and the gradients are summed over
+ranks before clipping (:mod:`slime_core.trainer.data_parallel`), so each rank takes the
+single-process step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from slime_core.trainer import data_parallel
+
+
+def step_indices(n: int, n_steps: int) -> list[list[int]]:
+    """Sample indices of each optimizer step of a rollout: sample ``i`` goes to step
+    ``i % n_steps``."""
+    order = list(range(n))
+    return [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
+
+
+class Accumulation:
+    """Weighted backward passes of one optimizer step, then the (all-reduced, clipped) step.
+
+    ``samples`` and ``tokens`` are this rank's mini-batch totals (samples, loss-masked
+    tokens); with ``data_parallel`` they are summed over ranks here, a collective every rank
+    must join."""
+
+    def __init__(self, samples: float, tokens: float, data_parallel_: bool, device: Any) -> None:
+        self.data_parallel = data_parallel_
+        if data_parallel_:
+            samples, tokens = data_parallel.global_totals(samples, tokens, device)
+        self.total_samples = samples
+        self.total_tokens = tokens or 1.0
+        self.metrics: dict[str, float] = {}
+
+    def backward(self, loss: torch.Tensor, metrics: dict[str, float], weighting: str,
+                 samples: int, tokens: float) -> None:
+        """Back-propagate one micro-batch's loss at its share (``weighting``: ``"tokens"`` or
+        ``"samples"``) and add its metrics at the same share."""
+        if weighting == "tokens":
+            w = tokens / self.total_tokens
+        else:
+            w = samples / self.total_samples
+        (loss * w).backward()
+        for k, v in metrics.items():
+            self.metrics[k] = self.metrics.get(k, 0.0) + float(v) * w
+
+    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             grad_clip: float) -> tuple[dict[str, float], float]:
+        """Sum gradients and metrics over ranks, clip (0: no clip), take the optimizer step;
+        the step's metrics and the gradient norm before clipping."""
+        params = list(model.parameters())
+        metrics = self.metrics
+        if self.data_parallel:
+            data_parallel.all_reduce_gradients(params)
+            metrics = data_parallel.sum_metrics(metrics)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip or float("inf"))
+        optimizer.step()
+        return metrics, float(grad_norm)
