@@ -30,15 +30,15 @@ def test_micro_batches_sum_to_the_whole_mini_batch(weighting):
     acc = Accumulation(len(xs), sum(float(m.sum()) for m in masks), False, "cpu")
     for mb in ([0, 1], [2], [3]):
         loss = _loss(model, [xs[i] for i in mb], [masks[i] for i in mb], weighting)
-        acc.backward(loss, {"loss": float(loss)}, weighting, len(mb),
+        acc.backward(loss, {"loss": float(loss.detach())}, weighting, len(mb),
                      sum(float(masks[i].sum()) for i in mb))
     for p, w in zip(model.parameters(), want, strict=True):
         torch.testing.assert_close(p.grad, w)
-    assert acc.metrics["loss"] == pytest.approx(float(whole))
+    assert acc.metrics["loss"] == pytest.approx(float(whole.detach()))
     norm = float(torch.linalg.vector_norm(torch.cat([w.flatten() for w in want])))
     before = [p.detach().clone() for p in model.parameters()]
     metrics, grad_norm = acc.step(model, torch.optim.SGD(model.parameters(), lr=1.0), 0.0)
-    assert grad_norm == pytest.approx(norm) and metrics["loss"] == pytest.approx(float(whole))
+    assert grad_norm == pytest.approx(norm) and metrics["loss"] == pytest.approx(float(whole.detach()))
     for p, b, w in zip(model.parameters(), before, want, strict=True):
         torch.testing.assert_close(p.detach(), b - w)  # unclipped SGD step
 
