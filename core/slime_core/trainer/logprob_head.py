@@ -176,6 +176,11 @@ class _HeadLogProbs(torch.autograd.Function):
                  g_ent: torch.Tensor | None) -> tuple[Any, ...]:
         hidden, weight, target, lse, ent = ctx.saved_tensors
         grad = ctx.logits
+        if grad is None:
+            raise RuntimeError(
+                "logprob_head: a second backward through the same log-probs (retain_graph): "
+                "the kept logits became the first backward's gradient; set "
+                "train.fused_head = false to back-propagate twice")
         ctx.logits = None
         g_lp = torch.zeros_like(lse) if g_lp is None else g_lp.float()
         g_ent = None if g_ent is None else g_ent.float()

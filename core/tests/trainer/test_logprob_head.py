@@ -71,6 +71,14 @@ def test_without_autograd_and_without_entropy():
     assert [x.shape for x in empty] == [(0,), (0,)]
 
 
+def test_a_second_backward_is_refused_with_a_clear_error():
+    head, hidden, target, _ = _inputs(False)
+    lp, _ = head_log_probs(hidden, head, target, 1.0)
+    lp.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second backward"):
+        lp.sum().backward()
+
+
 def test_bf16_logits_are_rounded_like_the_model_forward():
     """The head's logits stay in the model's dtype before the fp32 softmax, as in
     ``lm_head(h).float()``."""
