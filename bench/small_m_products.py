@@ -6,7 +6,8 @@ weights. Prints milliseconds and GB/s of weight read per product.
 
 Methods: ``x @ W^T`` (MKL, what ``F.linear`` does), ``(W @ x^T)^T`` (the orientation the
 fused decoder uses on the CPU), one matrix-vector product (``torch.mv``, one row: the GEMV
-kernel's rate), and the product written as multiply-and-sum compiled by inductor. The
+kernel's rate), the product written as multiply-and-sum compiled by inductor, and with
+``--cpp`` a plain AVX2 kernel. The
 bandwidth reference is a sum over a 540 MB tensor. Small weights are re-read from cache in a
 loop like this one; in a decode step every weight comes from memory once.
 """
@@ -14,6 +15,7 @@ loop like this one; in a decode step every weight comes from memory once.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -31,6 +33,68 @@ def per_call(fn: Callable[[], object], n: int) -> float:
     return (time.perf_counter() - t) / n
 
 
+# A plain AVX2 kernel for the same product (``--cpp``, compiled at start, about 60 s): each
+# weight row read once, one 8-wide accumulator per input row, parallel over weight rows.
+CPP = r'''
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+static inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo); lo = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, lo); lo = _mm_add_ss(lo, sh);
+  return _mm_cvtss_f32(lo);
+}
+
+template <int M>
+static void rows(const float* X, const float* W, float* O, int64_t K, int64_t N, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* wr = W + n * K;
+    __m256 acc[M];
+    for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+      __m256 wv = _mm256_loadu_ps(wr + k);
+      for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(X + m * K + k), acc[m]);
+    }
+    for (int m = 0; m < M; ++m) {
+      float s = hsum(acc[m]);
+      for (int64_t kk = k; kk < K; ++kk) s += wr[kk] * X[m * K + kk];
+      O[m * N + n] = s;
+    }
+  }
+}
+
+torch::Tensor small_m_linear(torch::Tensor x, torch::Tensor w) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kFloat32, "fp32 only");
+  x = x.contiguous(); w = w.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(M >= 1 && M <= 8, "1..8 rows");
+  auto out = torch::empty({M, N}, x.options());
+  const float* X = x.data_ptr<float>(); const float* W = w.data_ptr<float>(); float* O = out.data_ptr<float>();
+  at::parallel_for(0, N, 64, [&](int64_t a, int64_t b) {
+    switch (M) {
+      case 1: rows<1>(X, W, O, K, N, a, b); break; case 2: rows<2>(X, W, O, K, N, a, b); break;
+      case 3: rows<3>(X, W, O, K, N, a, b); break; case 4: rows<4>(X, W, O, K, N, a, b); break;
+      case 5: rows<5>(X, W, O, K, N, a, b); break; case 6: rows<6>(X, W, O, K, N, a, b); break;
+      case 7: rows<7>(X, W, O, K, N, a, b); break; default: rows<8>(X, W, O, K, N, a, b); break;
+    }
+  });
+  return out;
+}
+'''
+
+
+def cpp_kernel() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    from torch.utils.cpp_extension import load_inline
+
+    mod = load_inline("slime_bench_small_m", cpp_sources=CPP, functions=["small_m_linear"],
+                      extra_cflags=["-O3", "-mavx2", "-mfma"])
+    return mod.small_m_linear
+
+
 def mul_sum(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (w[:, None, :] * x[None, :, :]).sum(-1).t()
 
@@ -39,6 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cpp", action="store_true", help="also time a plain AVX2 C++ kernel")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     big = torch.randn(135_000_000)
@@ -46,15 +111,20 @@ def main() -> None:
                               "sum_540MB_GBps": big.numel() * 4 / 1e9 / per_call(big.sum, 5)}
     del big
     compiled = torch.compile(mul_sum, dynamic=False)
+    kernel = cpp_kernel() if a.cpp else None
     # SmolLM2-135M: gate/up [3072, 576] (fused), down [576, 1536], LM head [49152, 576]
     for n, k in [(3072, 576), (576, 1536), (49152, 576)]:
         w, x = torch.randn(n, k), torch.randn(a.rows, k)
         gb = n * k * 4 / 1e9
         reps = 20 if n > 10000 else 200
         row: dict[str, float] = {}
-        for name, fn in [("x_Wt", lambda: F.linear(x, w)), ("W_xt_t", lambda: (w @ x.t()).t()),
-                         ("one_mv", lambda: torch.mv(w, x[0])),
-                         ("mul_sum_compiled", lambda: compiled(w, x))]:
+        methods: list[tuple[str, Callable[..., object]]] = [
+            ("x_Wt", lambda w, x: F.linear(x, w)), ("W_xt_t", lambda w, x: (w @ x.t()).t()),
+            ("one_mv", lambda w, x: torch.mv(w, x[0])), ("mul_sum_compiled", compiled)]
+        if kernel is not None:
+            methods.append(("cpp_avx2", lambda w, x: kernel(x, w)))
+        for name, method in methods:
+            fn = functools.partial(method, w, x)
             s = per_call(fn, reps)
             row[f"{name}_ms"] = round(s * 1e3, 3)
             row[f"{name}_GBps"] = round(gb / s, 1)
