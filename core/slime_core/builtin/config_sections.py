@@ -140,7 +140,7 @@ class TrainSection:
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     adam_eps: float = 1e-8  # AdamW epsilon
     grad_clip: float = 1.0  # gradient-norm clip (0: off)
-    micro_batch_tokens: int = 8192  # token budget of one micro-batch (packed)
+    micro_batch_tokens: int = 8192  # token budget of one micro-batch: rows x its longest row (right-padded, rows sorted by length, even row counts)
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
