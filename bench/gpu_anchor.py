@@ -165,7 +165,7 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in prompt_texts(rows)]
     params = [SamplingParams(temperature=1.0, max_new_tokens=new, ignore_eos=True, seed=7)] * rows
-    accel = None if smoke else TorchAccelerator("cuda", fused_optimizer=True)
+    accel = None if smoke else TorchAccelerator("cuda")
     out: dict[str, Any] = {}
     results = {}
     for name, graphs in [("eager", False), ("graphs", True)]:
@@ -211,9 +211,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_attention_heads=4, vocab_size=1000)
     data = {
-        "run": {"num_rollouts": warmup + steps + (2 if profile_dir else 0), "run_dir": str(run_dir),
-                "progress": False,
-                "loggers": ["jsonl"], "seed": 1},
+        "run": {"num_rollouts": warmup + steps + (2 if profile_dir else 0),
+                "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": 1},
         "model": {"init_config": model, "tokenizer": str(tok_dir),
                   "dtype": "float32" if smoke else "bfloat16"},
         "data": {"path": str(prompts)},
