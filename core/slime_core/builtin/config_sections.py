@@ -146,6 +146,7 @@ class TrainSection:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     compile: bool = False  # torch.compile the policy forward (dynamic shapes)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
+    shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
 
     def __post_init__(self) -> None:
         _need(self.lr >= 0, "train.lr", "must be >= 0")

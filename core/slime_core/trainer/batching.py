@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from slime_core.trainer.logprob_head import head_log_probs
+from slime_core.trainer.shared_prefix import prompt_groups, shared_prefix_hidden
 
 
 def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
@@ -59,6 +60,7 @@ def response_log_probs(
     entropy_grad: bool = True,
     fused_head: bool = False,
     compile_head: bool = False,
+    shared_prefix: bool = False,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
@@ -75,11 +77,16 @@ def response_log_probs(
     ``fused_head`` (for models :func:`logprob_head.unsupported` accepts): the decoder's hidden
     states of the response positions go through :func:`logprob_head.head_log_probs` instead,
     so no logits exist for prompt or padding positions and the fp32 work is chunked;
-    ``compile_head`` compiles its per-chunk functions.
+    ``compile_head`` compiles its per-chunk functions. ``shared_prefix`` (with ``fused_head``):
+    samples with identical prompts compute them once (:mod:`shared_prefix`), when any do.
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
+    if fused_head and shared_prefix and (groups := prompt_groups(tokens, resp)) is not None:
+        hidden, target = shared_prefix_hidden(model.model, tokens, resp, groups, pad_id)
+        return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
+                     compile_head)
     width = max(lengths)
     # Built on the host and moved in one copy each: per-row copies to a GPU each wait for the
     # device queue to drain.
@@ -96,10 +103,8 @@ def response_log_probs(
     target = ids[rows, cols + 1]
     if fused_head:
         hidden = model.model(input_ids=ids, attention_mask=attn, use_cache=False)[0]
-        lp, ent = head_log_probs(hidden[rows, cols], model.get_output_embeddings(), target,
-                                 temperature, entropy=with_entropy, entropy_grad=entropy_grad,
-                                 compile=compile_head)
-        return list(lp.split(resp)), list(ent.split(resp)) if ent is not None else None
+        return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
+                     entropy_grad, compile_head)
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
@@ -114,6 +119,14 @@ def response_log_probs(
             ent = -(logp.exp() * logp).sum(-1)
         ents = list(ent.split(resp))
     return out, ents
+
+
+def _head(model: torch.nn.Module, hidden: torch.Tensor, target: torch.Tensor, resp: list[int],
+          temperature: float, with_entropy: bool, entropy_grad: bool,
+          compile_head: bool) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    lp, ent = head_log_probs(hidden, model.get_output_embeddings(), target, temperature,
+                             entropy=with_entropy, entropy_grad=entropy_grad, compile=compile_head)
+    return list(lp.split(resp)), list(ent.split(resp)) if ent is not None else None
 
 
 def to_tensor_list(values: list[Any], dtype: torch.dtype) -> list[torch.Tensor]:

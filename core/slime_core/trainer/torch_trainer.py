@@ -118,8 +118,14 @@ class TorchTrainer:
         return out  # type: ignore[return-value]
 
     def _head_options(self, model: torch.nn.Module) -> dict[str, bool]:
+        t = self.config.train
         fused = self.fused_head and (model is self.model or logprob_head.unsupported(model) is None)
-        return {"fused_head": fused, "compile_head": fused and bool(self.config.train.compile)}
+        # The two-pass forward needs the decoder's key/value cache, which transformers turns
+        # off under gradient checkpointing; a compiled decoder would trace a second calling
+        # convention (not measured, so not combined).
+        shared = fused and t.shared_prefix and not t.compile and not t.gradient_checkpointing
+        return {"fused_head": fused, "compile_head": fused and bool(t.compile),
+                "shared_prefix": shared}
 
     # -- training --------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:

@@ -1,9 +1,11 @@
-"""One GRPO training step with ``train.fused_head`` on and off, alternating in one process on the
-same batch (the VM drifts by tens of percent between runs, so only a same-process A/B shows
-what the head step saves). CPU, fp32, the benchmark workloads' shapes.
+"""One GRPO training step with a boolean ``train`` option off and on (``--option``:
+``fused_head`` or ``shared_prefix``), alternating in one process on batches of the same shape
+(the VM drifts by tens of percent between runs, so only a same-process A/B shows what an
+option saves). CPU, fp32, the benchmark workloads' shapes: each group's samples share one
+random prompt, as in GRPO.
 
-    python bench/train_head_ab.py --workload smollm2 --reps 3
-    python bench/train_head_ab.py --workload tiny --reps 5
+    python bench/train_ab.py --workload smollm2 --reps 3                  # train.fused_head
+    python bench/train_ab.py --workload tiny --reps 5 --option shared_prefix
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--option", choices=["fused_head", "shared_prefix"], default="fused_head")
     ap.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "slime-bench"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -44,7 +47,10 @@ def main() -> None:
 
     def batch(vocab: int) -> TrainBatch:
         resp = [w["new"]] * samples
-        tokens = [torch.randint(3, vocab, (a.prompt_tokens + r,), generator=g) for r in resp]
+        prompts = [torch.randint(3, vocab, (a.prompt_tokens,), generator=g)
+                   for _ in range(w["prompts"])]
+        tokens = [torch.cat((prompts[i // w["group"]], torch.randint(3, vocab, (r,), generator=g)))
+                  for i, r in enumerate(resp)]
         return TrainBatch(
             tokens=tokens, response_lengths=resp, loss_masks=[torch.ones(r) for r in resp],
             rewards=[float(i % 3) for i in range(samples)],
@@ -55,7 +61,7 @@ def main() -> None:
     trainers = {}
     for fused in (False, True):
         manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data={
-            "model": {"path": str(path)}, "train": {"fused_head": fused, "lr": 1e-6}})
+            "model": {"path": str(path)}, "train": {a.option: fused, "lr": 1e-6}})
         set_manager(manager)
         trainers[fused] = TorchTrainer(config)
     vocab = trainers[True].model.config.vocab_size
@@ -68,9 +74,9 @@ def main() -> None:
             t = time.perf_counter()
             trainers[fused].train_step(b, rep + 1)
             times[fused].append(time.perf_counter() - t)
-    out = {"workload": a.workload, "samples": samples, "prompt_tokens": a.prompt_tokens,
-           "new_tokens": w["new"], "threads": a.threads,
-           "model_forward_s": times[False], "fused_head_s": times[True],
+    out = {"workload": a.workload, "option": a.option, "samples": samples,
+           "prompt_tokens": a.prompt_tokens, "new_tokens": w["new"], "threads": a.threads,
+           "off_s": times[False], "on_s": times[True],
            "ratio_median": statistics.median(times[True]) / statistics.median(times[False])}
     print(json.dumps(out))
 
