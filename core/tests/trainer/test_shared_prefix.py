@@ -136,3 +136,26 @@ def test_trainer_steps_match_with_and_without_shared_prefix(tmp_path, monkeypatc
             assert on[key] == pytest.approx(off[key], rel=1e-4, abs=1e-6), key
     for name, w in runs[False][1].items():
         torch.testing.assert_close(runs[True][1][name], w, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_prefix_on_cuda(dtype):
+    """On a GPU (SDPA's CUDA kernels, padded masks): values and gradients against the one-row
+    path, within the dtype's rounding."""
+    model = _model("qwen2_gqa_bias").to("cuda", dtype).train()
+    tokens, resp = _batch(model.config.vocab_size)
+    tokens = [t.cuda() for t in tokens]
+    out = {}
+    for shared in (False, True):
+        model.zero_grad(set_to_none=True)
+        lps, _ = response_log_probs(model, tokens, resp, 0.8, PAD, fused_head=True,
+                                    shared_prefix=shared)
+        sum((lp * (i + 1)).sum() for i, lp in enumerate(lps)).backward()
+        out[shared] = (torch.cat(lps).float(),
+                       {n: p.grad.float().clone() for n, p in model.named_parameters()})
+    tol = 1e-4 if dtype == torch.float32 else 0.1
+    torch.testing.assert_close(out[True][0], out[False][0], atol=tol, rtol=tol)
+    for n, g in out[False][1].items():
+        err = (out[True][1][n] - g).norm() / g.norm().clamp_min(1e-12)
+        assert err < (1e-4 if dtype == torch.float32 else 0.05), (n, float(err))
