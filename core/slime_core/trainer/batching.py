@@ -50,6 +50,56 @@ def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
     return balanced
 
 
+def shared_micro_batches(lengths: list[int], response_lengths: list[int], groups: list[int],
+                         token_budget: int) -> list[list[int]]:
+    """Micro-batches for the shared-prefix forward (``groups``: prompt group per sample, from
+    :func:`shared_prefix.prompt_groups`): whichever of two plans computes fewer token rows.
+
+    :func:`micro_batches` sorts samples by length, which pads least but scatters a group's
+    samples over micro-batches when their responses differ in length, so each prompt is
+    computed once per micro-batch it lands in. The other plan keeps whole groups together
+    (groups ordered by their longest sample, filled greedily within the same budget; a
+    group over the budget is split by :func:`micro_batches`), computing each prompt once
+    but padding every response to its micro-batch's longest. Long prompts favour the second,
+    responses of very different lengths the first; the cost model counts both exactly
+    (:func:`_cost`).
+    """
+    by_length = micro_batches(lengths, token_budget)
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    order = sorted(members.values(), key=lambda m: max(lengths[i] for i in m))
+    by_group: list[list[int]] = []
+    cur: list[int] = []
+    for m in order:
+        if max(lengths[i] for i in m) * len(m) > token_budget:  # alone over the budget
+            by_group += [[m[i] for i in mb] for mb in micro_batches([lengths[i] for i in m],
+                                                                    token_budget)]
+            continue
+        if cur and max(lengths[i] for i in cur + m) * len(cur + m) > token_budget:
+            by_group.append(cur)
+            cur = []
+        cur = cur + m
+    if cur:
+        by_group.append(cur)
+
+    def total(plan: list[list[int]]) -> int:
+        return sum(_cost(mb, lengths, response_lengths, groups) for mb in plan)
+
+    return by_group if total(by_group) < total(by_length) else by_length
+
+
+def _cost(mb: list[int], lengths: list[int], resp: list[int], groups: list[int]) -> int:
+    """Token rows one micro-batch computes: the two-pass layout (distinct prompts x longest
+    prompt + samples x longest response less one) when a prompt is shared, else samples x
+    longest sample."""
+    distinct = {groups[i] for i in mb}
+    if len(distinct) == len(mb):
+        return len(mb) * max(lengths[i] for i in mb)
+    prompt = max(lengths[i] - resp[i] for i in mb)
+    return len(distinct) * prompt + len(mb) * max(max(resp[i] for i in mb) - 1, 0)
+
+
 def response_log_probs(
     model: torch.nn.Module,
     tokens: list[torch.Tensor],

@@ -17,6 +17,10 @@ the same as one row per sample, up to float rounding (checked in
 ``core/tests/trainer/test_shared_prefix.py``); the matrix products and elementwise work on
 prompt tokens shrink by the group size, attention costs the same.
 
+Only samples in the same micro-batch share: the trainer's plan
+(``batching.shared_micro_batches``) keeps a group's samples together when that computes fewer
+token rows than sorting samples by length.
+
 A sample's prompt is everything before its response (``tokens[:n - r]``); a multi-turn
 sample's tool outputs are part of its response, so only identical first prompts are shared.
 Used with the fused head's models (``logprob_head.CAUSAL_LMS``), whose decoders take

@@ -23,7 +23,13 @@ from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
 from slime_core.trainer.accumulate import Accumulation, step_indices
-from slime_core.trainer.batching import micro_batches, response_log_probs, to_tensor_list
+from slime_core.trainer.batching import (
+    micro_batches,
+    response_log_probs,
+    shared_micro_batches,
+    to_tensor_list,
+)
+from slime_core.trainer.shared_prefix import prompt_groups
 
 
 def lr_lambda(config: Any) -> Any:
@@ -106,12 +112,12 @@ class TorchTrainer:
         model = self._ref() if role == "ref" else self.model
         self.pm.hook.slime_before_log_prob(config=self.config, model=model, role=role)
         out: list[torch.Tensor | None] = [None] * len(batch)
-        lengths = [int(len(t)) for t in batch.tokens]
+        options = self._head_options(model)
         with torch.no_grad():
-            for mb in micro_batches(lengths, self.config.train.micro_batch_tokens):
+            for mb in self._plan(batch.tokens, batch.response_lengths, options["shared_prefix"]):
                 lps, _ = response_log_probs(
                     model, [batch.tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
-                    self.config.rollout.temperature, self.pad_id, **self._head_options(model),
+                    self.config.rollout.temperature, self.pad_id, **options,
                 )
                 for i, lp in zip(mb, lps, strict=True):
                     out[i] = lp.float().cpu()
@@ -126,6 +132,17 @@ class TorchTrainer:
         shared = fused and t.shared_prefix and not t.compile and not t.gradient_checkpointing
         return {"fused_head": fused, "compile_head": fused and bool(t.compile),
                 "shared_prefix": shared}
+
+    def _plan(self, tokens: list[torch.Tensor], response_lengths: list[int],
+              shared: bool) -> list[list[int]]:
+        """Micro-batches of sample indices; with the shared-prefix forward, the plan that
+        computes fewer token rows (``shared_micro_batches``)."""
+        lengths = [int(len(t)) for t in tokens]
+        budget = self.config.train.micro_batch_tokens
+        if shared and (groups := prompt_groups(tokens, response_lengths)) is not None:
+            return shared_micro_batches(lengths, [int(r) for r in response_lengths], groups,
+                                        budget)
+        return micro_batches(lengths, budget)
 
     # -- training --------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
@@ -172,11 +189,11 @@ class TorchTrainer:
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
-        lengths = [int(len(t)) for t in mini.tokens]
         acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
                            self.data_parallel, self.device)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
-        for mb_idx in micro_batches(lengths, self.config.train.micro_batch_tokens):
+        options = self._head_options(self.model)
+        for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):
             mb = mini.select(mb_idx)
             # summed on the host before the move: no device sync per sample
             mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
@@ -184,8 +201,7 @@ class TorchTrainer:
                 _to_device(mb, self.device)
             lps, ents = response_log_probs(
                 self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
-                self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad,
-                **self._head_options(self.model),
+                self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad, **options,
             )
             if ents is not None and not want_entropy_grad:
                 ents = [e.detach() for e in ents]

@@ -44,3 +44,42 @@ def test_random_lengths_keep_the_budget_and_the_greedy_count(seed):
 
 def test_a_sample_longer_than_the_budget_is_alone():
     assert _check([5, 100, 6], 50) == [[0, 2], [1]]
+
+
+def _plan(prompt: list[int], resp: list[int], groups: list[int], budget: int) -> list[list[int]]:
+    from slime_core.trainer.batching import shared_micro_batches
+
+    lengths = [p + r for p, r in zip(prompt, resp, strict=True)]
+    mbs = shared_micro_batches(lengths, resp, groups, budget)
+    assert sorted(i for mb in mbs for i in mb) == list(range(len(lengths)))
+    for mb in mbs:
+        assert len(mb) == 1 or max(lengths[i] for i in mb) * len(mb) <= budget
+    return mbs
+
+
+def test_long_prompts_keep_groups_together():
+    """Four groups of 4 with 500-token prompts and responses of 20-200 tokens: sorting by
+    length would scatter each group; whole groups compute each prompt once."""
+    rng = random.Random(0)
+    groups = [i // 4 for i in range(16)]
+    resp = [rng.randint(20, 200) for _ in groups]
+    mbs = _plan([500] * 16, resp, groups, 2 * 4 * 700)
+    assert all(len({groups[i] for i in mb}) * 4 == len(mb) for mb in mbs)  # whole groups only
+
+
+def test_short_prompts_with_uneven_responses_sort_by_length():
+    """Two groups of 4 with 2-token prompts; each group has two 10-token and two 300-token
+    responses: padding the short ones costs more than sharing saves, so length order wins."""
+    from slime_core.trainer.batching import micro_batches
+
+    groups = [0, 0, 0, 0, 1, 1, 1, 1]
+    resp = [10, 300, 10, 300, 10, 300, 10, 300]
+    lengths = [2 + r for r in resp]
+    mbs = _plan([2] * 8, resp, groups, 4 * 302)
+    assert mbs == micro_batches(lengths, 4 * 302)
+
+
+def test_a_group_over_the_budget_is_split():
+    groups = [0] * 6 + [1] * 2
+    mbs = _plan([100] * 8, [50] * 8, groups, 3 * 150)
+    assert len(mbs) >= 3
