@@ -106,7 +106,7 @@ class RolloutSection:
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
-    compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture
+    compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
 
     def __post_init__(self) -> None:
         _need(self.batch_size >= 1, "rollout.batch_size", "must be >= 1")

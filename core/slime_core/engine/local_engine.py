@@ -94,6 +94,8 @@ class LocalEngine:
         if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
             self._static = StaticDecoders(
                 capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)))
+        # with a compiled decode step, the full-vocabulary sampler is compiled too
+        self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the
         # model's q/k/v and gate/up weights become views of the fused tensors)
         self._fused: FusedDecoder | None = None
@@ -170,7 +172,7 @@ class LocalEngine:
                 if sp.seed is not None:
                     gen = torch.Generator(device=self.device)
                     gen.manual_seed(int(sp.seed))
-                samplers[key] = GroupSampler(key, gen)
+                samplers[key] = GroupSampler(key, gen, compiled=self._compile_sampler)
             stops = list(sp.stop_token_ids) + ([] if sp.ignore_eos else self.eos_token_ids)
             out.append(Request(
                 prompt=prompt,
