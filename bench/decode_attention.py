@@ -26,6 +26,14 @@ def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     return torch.matmul(probs, v)
 
 
+def explicit_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                  scale: float) -> torch.Tensor:
+    """What the compiled static decode step uses (``static_decode``): fp32 scores."""
+    from slime_core.engine.static_decode import explicit_grouped_attention
+
+    return explicit_grouped_attention(q, k, v, mask, scale)
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
          scale: float) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -71,6 +79,8 @@ def main() -> None:
             cands[name] = run
         compiled = torch.compile(explicit, dynamic=False)
         cands["explicit_compiled"] = lambda: compiled(q, k, v, mask, scale)
+        compiled32 = torch.compile(explicit_fp32, dynamic=False)
+        cands["explicit_fp32_compiled"] = lambda: compiled32(q, k, v, mask, scale)
     out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
     for name, fn in cands.items():
         try:
