@@ -28,10 +28,11 @@ def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
 
 def explicit_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                   scale: float) -> torch.Tensor:
-    """What the compiled static decode step uses (``static_decode``): fp32 scores."""
-    from slime_core.engine.static_decode import explicit_grouped_attention
-
-    return explicit_grouped_attention(q, k, v, mask, scale)
+    """The same with fp32 scores (SDPA's rounding): compiled, 56 us against SDPA's 23 on the
+    H200, so the compiled decode step keeps SDPA."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.matmul(probs, v.float()).to(q.dtype)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,

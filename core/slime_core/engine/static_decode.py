@@ -16,8 +16,6 @@ prompt with the [B, 1, W, L] causal-and-padding mask transformers itself builds 
 Attention of a decode step: grouped-query heads are computed as ``n_rep`` queries against
 their key/value head (one SDPA call over [B, H_kv, n_rep, D]) instead of transformers'
 ``repeat_kv`` copy of the whole cache per layer and step; the same sums, without the copy.
-In the compiled step the same grouping is written out (fp32 scores, masked softmax, weighted
-sum) for inductor to fuse: at the anchor's shapes SDPA's kernel was 23 us a layer.
 
 Rows are never dropped (a graph has a fixed batch): finished rows keep computing and their
 extra tokens are discarded by the caller. Graphs are kept per (batch, L) and reused across
@@ -43,7 +41,6 @@ from typing import Any
 import torch
 
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
-COMPILED_ATTENTION_NAME = "slime_grouped_decode_explicit"
 BUCKET = 64
 
 
@@ -70,41 +67,10 @@ def grouped_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor
     return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
 
 
-def explicit_grouped_attention(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                               mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """``q`` [B, H_kv, n_rep, D] against ``key`` / ``value`` [B, H_kv, L, D] under the boolean
-    ``mask`` [B, 1, 1, L], as scores, masked fp32 softmax and weighted sum, all in fp32 (the
-    rounding of SDPA's kernels or better)."""
-    scores = torch.matmul(q.float(), key.float().transpose(-1, -2)) * scale
-    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    return torch.matmul(probs, value.float()).to(q.dtype)
-
-
-def compiled_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
-                              value: torch.Tensor, attention_mask: torch.Tensor | None,
-                              dropout: float = 0.0, scaling: float | None = None,
-                              **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """The compiled decode step's attention function: :func:`explicit_grouped_attention` for
-    one-token queries under a boolean mask, which inductor fuses with the step around it
-    (measured at the anchor's shapes: ``bench/decode_attention.py``); anything else as
-    :func:`grouped_decode_attention`."""
-    groups = int(getattr(module, "num_key_value_groups", 1))
-    b, h, q_len, d = query.shape
-    if (q_len != 1 or dropout or kwargs.get("position_bias") is not None
-            or attention_mask is None or attention_mask.dtype != torch.bool):
-        return grouped_decode_attention(module, query, key, value, attention_mask,
-                                        dropout=dropout, scaling=scaling, **kwargs)
-    scale = scaling if scaling is not None else d ** -0.5
-    out = explicit_grouped_attention(query.view(b, h // groups, groups, d), key, value,
-                                     attention_mask, scale)
-    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
-
-
 def _register_attention() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_NAME, grouped_decode_attention)
-    AttentionInterface.register(COMPILED_ATTENTION_NAME, compiled_decode_attention)
 
 
 @contextlib.contextmanager
@@ -135,7 +101,6 @@ class StaticDecoder:
         # the decode forward, compiled when asked (prefill has other shapes and stays eager)
         self._step_forward = (torch.compile(self._forward, dynamic=False) if compile_step
                               else self._forward)
-        self.attention = COMPILED_ATTENTION_NAME if compile_step else ATTENTION_NAME
         device = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=length)
         self.ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
@@ -178,7 +143,7 @@ class StaticDecoder:
         self.pos.copy_(pos)
         self.mask[..., column] = True
         if not self.capture:
-            with _attention(self.model, self.attention):
+            with _attention(self.model, ATTENTION_NAME):
                 return self._step_forward(self.ids, self.mask, self.pos)
         if self.graph is None:
             self._capture(column)
@@ -191,7 +156,7 @@ class StaticDecoder:
         replay overwrites), rewind the write position, then capture one step."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), _attention(self.model, self.attention):
+        with torch.cuda.stream(stream), _attention(self.model, ATTENTION_NAME):
             for _ in range(2):  # (the first compiles, when compiling)
                 self._set_written(column)
                 self._step_forward(self.ids, self.mask, self.pos)
@@ -199,7 +164,7 @@ class StaticDecoder:
         self._set_written(column)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), \
-                _attention(self.model, self.attention):
+                _attention(self.model, ATTENTION_NAME):
             self.logits = self._step_forward(self.ids, self.mask, self.pos)
         self.graph = graph
 

@@ -104,34 +104,6 @@ def test_grouped_decode_attention_equals_repeated_heads():
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("groups", [1, 3])
-def test_compiled_step_attention_equals_sdpa(groups):
-    """The compiled step's explicit form (fp32 scores) against transformers' SDPA function:
-    equal in fp32; in bf16 no further from an fp32 reference than SDPA itself."""
-    from slime_core.engine.static_decode import compiled_decode_attention
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    class Mod:
-        num_key_value_groups = groups
-        is_causal = True
-
-    g = torch.Generator().manual_seed(1)
-    q = torch.randn(3, 2 * groups, 1, 16, generator=g)
-    k = torch.randn(3, 2, 9, 16, generator=g) * 2
-    v = torch.randn(3, 2, 9, 16, generator=g)
-    mask = torch.rand(3, 1, 1, 9, generator=g) > 0.3
-    mask[..., 0] = True
-    got, _ = compiled_decode_attention(Mod(), q, k, v, mask, scaling=0.25)
-    want, _ = sdpa_attention_forward(Mod(), q, k, v, mask, scaling=0.25)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    bf = [t.bfloat16() for t in (q, k, v)]
-    got_bf, _ = compiled_decode_attention(Mod(), *bf, mask, scaling=0.25)
-    want_bf, _ = sdpa_attention_forward(Mod(), *bf, mask, scaling=0.25)
-    ref, _ = sdpa_attention_forward(Mod(), *(t.float() for t in bf), mask, scaling=0.25)
-    assert got_bf.dtype == torch.bfloat16
-    assert (got_bf.float() - ref).abs().max() <= (want_bf.float() - ref).abs().max() + 1e-6
-
-
 def test_cuda_graphs_flag_is_off_on_the_cpu(make_engine):
     assert make_engine(rollout={"cuda_graphs": True})._static is None
 
