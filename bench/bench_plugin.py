@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -50,6 +51,22 @@ class BenchPlugin:
         self.phase_cpu: dict[str, list[float]] = {k: [] for k in self.phases}
         self._t0: dict[str, float] = {}
         self._c0: dict[str, float] = {}
+        # seconds the cyclic garbage collector ran inside each phase (and its full
+        # collections): a pause there looks like a slow step
+        self.phase_gc: dict[str, list[float]] = {k: [] for k in self.phases}
+        self.phase_gc2: dict[str, list[int]] = {k: [] for k in self.phases}
+        self._gc_total = 0.0
+        self._gc_full = 0
+        self._gc_start = 0.0
+        self._g0: dict[str, tuple[float, int]] = {}
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        self._gc_total += time.perf_counter() - self._gc_start
+        self._gc_full += info["generation"] == 2
 
     def _now(self) -> float:
         if self.cuda:
@@ -61,11 +78,15 @@ class BenchPlugin:
     def _start(self, phase: str) -> None:
         self._t0[phase] = self._now()
         self._c0[phase] = time.process_time()
+        self._g0[phase] = (self._gc_total, self._gc_full)
 
     def _stop(self, phase: str) -> float:
         t = self._now()
         self.phases[phase].append(t - self._t0.pop(phase))
         self.phase_cpu[phase].append(time.process_time() - self._c0.pop(phase))
+        gc_s, full = self._g0.pop(phase)
+        self.phase_gc[phase].append(self._gc_total - gc_s)
+        self.phase_gc2[phase].append(self._gc_full - full)
         return t
 
     @hookimpl(tryfirst=True)
