@@ -138,6 +138,7 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> di
         "step_time": [r["perf/step_time"] for r in rows],
         "phases": bench.phases,
         "rollout_cpu": bench.phase_cpu["rollout"],
+        "gc_s": bench.phase_gc,
         "response_tokens": bench.response_tokens,
     }
 
