@@ -30,7 +30,6 @@ from slime_core.runner.metrics import rollout_metrics
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
 
-
 INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of an async run's in-flight rollout
 
 
