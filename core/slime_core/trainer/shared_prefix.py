@@ -1,7 +1,7 @@
 """Decoder hidden states for response log-probs with each shared prompt computed once.
 
 The samples of a GRPO group are one prompt and several responses. Run as separate rows, every
-row recomputes the prompt: with the CPU benchmark's 40-token prompts and 64-token responses
+row recomputes the prompt: with the CPU benchmark's 32-token prompts and 64-token responses
 that is a third of a training step's tokens. Here a micro-batch's forward is two passes of the
 model's own decoder:
 
