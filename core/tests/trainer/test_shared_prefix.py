@@ -10,6 +10,7 @@ from slime_core.trainer.batching import response_log_probs
 from slime_core.trainer.shared_prefix import prompt_groups, shared_prefix_hidden
 
 from ..engine.test_fused_decoder import ARCHS, _model
+from .test_trainer_log_probs import _reference
 
 PAD = 0
 
@@ -22,16 +23,6 @@ def _batch(vocab: int) -> tuple[list[torch.Tensor], list[int]]:
     plan = [(0, 5), (1, 1), (0, 7), (2, 4), (1, 6), (0, 0)]
     tokens = [torch.cat((prompts[p], torch.randint(1, vocab, (r,), generator=g))) for p, r in plan]
     return tokens, [r for _, r in plan]
-
-
-def _reference(model, tokens, resp, temperature):
-    lps, ents = [], []
-    for t, r in zip(tokens, resp, strict=True):
-        logits = model(input_ids=t.unsqueeze(0)).logits[0, len(t) - r - 1: len(t) - 1]
-        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-        lps.append(logp.gather(1, t[len(t) - r:].unsqueeze(1)).squeeze(1))
-        ents.append(-(logp.exp() * logp).sum(-1))
-    return lps, ents
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
