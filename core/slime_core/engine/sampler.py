@@ -55,9 +55,10 @@ class GroupSampler:
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``logits`` [n, V] -> (token ids [n] long, log-probs [n] float32)."""
-        full = not (self.greedy or self.top_k or self.top_p < 1.0)
-        if full and self.compiled and (self.race if self.race is not None
-                                       else logits.device.type != "cpu"):
+        truncated = bool(self.top_k) or self.top_p < 1.0
+        race = not (self.greedy or truncated) and (
+            self.race if self.race is not None else logits.device.type != "cpu")
+        if race and self.compiled:
             noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
             noise.exponential_(generator=self.generator)
             return _compiled_race()(logits, noise, self.temperature)
@@ -67,9 +68,9 @@ class GroupSampler:
         logp = torch.log_softmax(logits, dim=-1)
         if self.greedy:
             tokens = logits.argmax(dim=-1)
-        elif self.top_k or self.top_p < 1.0:
+        elif truncated:
             tokens = self._truncated(logp)
-        elif self.race if self.race is not None else logits.device.type != "cpu":
+        elif race:
             noise = torch.empty_like(logp).exponential_(generator=self.generator)
             tokens = (logp - noise.log_()).argmax(dim=-1)  # argmax p / E, in log space
         else:
