@@ -98,6 +98,12 @@ class BenchPlugin:
                                       engine)
 
     @hookimpl
+    def slime_run_end(self, config: Any, run_dir: str, status: str) -> None:
+        # a multi-variant script runs several trainings in one process: stop counting here
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    @hookimpl
     def slime_reward(self, config: Any, sample: Any) -> float:
         return digit_share(sample.response)
 
