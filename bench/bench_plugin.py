@@ -6,7 +6,8 @@
 * the reward: the share of digit characters in the completion (cheap, the same in TRL);
 * timing: a timestamp (wall and process CPU time) at the end of every weight sync (the initial one and the one that ends
   each step) and the wall time of each phase; with ``cuda=True`` every timestamp is taken after
-  ``torch.cuda.synchronize()`` so queued GPU work is counted in the phase that queued it;
+  ``torch.cuda.synchronize()`` so queued GPU work is counted in the phase that queued it, and
+  the caching allocator's device allocations, frees and retries per phase are counted;
 * the trained tokens per step (prompt + response of every sample), for FLOP counts.
 """
 
@@ -60,6 +61,10 @@ class BenchPlugin:
         self._gc_start = 0.0
         self._g0: dict[str, tuple[float, int]] = {}
         gc.callbacks.append(self._on_gc)
+        # with cuda: the caching allocator's device allocations, frees and retries (a free
+        # synchronizes the device) inside each phase, and the reserved bytes at its end
+        self.phase_cuda_alloc: dict[str, list[dict[str, int]]] = {k: [] for k in self.phases}
+        self._a0: dict[str, dict[str, int]] = {}
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -75,10 +80,20 @@ class BenchPlugin:
             torch.cuda.synchronize()
         return time.perf_counter()
 
+    def _alloc_counts(self) -> dict[str, int]:
+        import torch
+
+        stats = torch.cuda.memory_stats()
+        return {k: int(stats.get(k, 0)) for k in
+                ("num_device_alloc", "num_device_free", "num_alloc_retries",
+                 "reserved_bytes.all.current")}
+
     def _start(self, phase: str) -> None:
         self._t0[phase] = self._now()
         self._c0[phase] = time.process_time()
         self._g0[phase] = (self._gc_total, self._gc_full)
+        if self.cuda:
+            self._a0[phase] = self._alloc_counts()
 
     def _stop(self, phase: str) -> float:
         t = self._now()
@@ -87,6 +102,11 @@ class BenchPlugin:
         gc_s, full = self._g0.pop(phase)
         self.phase_gc[phase].append(self._gc_total - gc_s)
         self.phase_gc2[phase].append(self._gc_full - full)
+        if self.cuda:
+            now, before = self._alloc_counts(), self._a0.pop(phase)
+            delta = {k: now[k] - before[k] for k in now}
+            delta["reserved_bytes.all.current"] = now["reserved_bytes.all.current"]
+            self.phase_cuda_alloc[phase].append(delta)
         return t
 
     @hookimpl(tryfirst=True)

@@ -240,7 +240,7 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
     # per-sample token counts of the last step (all steps have the same shape up to prompt length)
     return {
         "variant": variant, "walls": bench.step_walls(), "phases": bench.phases,
-        "gc_s": bench.phase_gc, "gc_full": bench.phase_gc2,
+        "gc_s": bench.phase_gc, "gc_full": bench.phase_gc2, "cuda_alloc": bench.phase_cuda_alloc,
         "train_tokens": bench.train_tokens, "response_tokens": bench.response_tokens,
         "sync_bytes": [r.get("perf/weight_sync_bytes") for r in rows],
         "metrics_step_time": [r.get("perf/step_time") for r in rows],
