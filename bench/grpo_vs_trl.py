@@ -3,6 +3,7 @@
     python bench/grpo_vs_trl.py                       # both workloads, 3 repetitions each
     python bench/grpo_vs_trl.py --workload tiny --reps 3 --steps 5
     python bench/grpo_vs_trl.py --workload smollm2 --reps 2 --steps 2
+    python bench/grpo_vs_trl.py --workload tiny --slime-set run.async_rollout=true
 
 What is the same for both frameworks (per workload):
 
@@ -40,6 +41,14 @@ less on what else runs than the wall time does. slime's own
 ``perf/total_step_time`` (from ``metrics.jsonl``) is reported too. The medians over every
 timed step of every repetition are printed with their ratio; ``--out`` writes everything
 as JSON.
+
+``--slime-set SECTION.KEY=VALUE`` (repeatable) changes slime's side only, e.g.
+``run.async_rollout=true``: slime's one-step-off pipeline, where step k+1's rollout is
+generated (by the weights before step k's update) while step k trains. TRL's
+``GRPOTrainer`` has no counterpart (its experimental async trainer needs a vLLM server), so
+that row compares two different schedules of the same workload: every sample is still
+trained on once, with one optimizer step per rollout, but one update stale. Its last step
+has no rollout in flight, so such a run makes one step more and leaves that one out.
 """
 
 from __future__ import annotations
@@ -110,7 +119,22 @@ def prompts_file(work: Path) -> Path:
 
 
 # -- workers (one framework, one repetition, in its own process) ----------------------------
-def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> dict[str, Any]:
+def set_dotted(data: dict[str, Any], assignment: str) -> None:
+    """Apply one ``--slime-set SECTION.KEY=VALUE`` to slime's config data (VALUE read as
+    JSON when it parses, else as a string)."""
+    key, sep, raw = assignment.partition("=")
+    section, dot, name = key.partition(".")
+    if not sep or not dot or not name:
+        raise SystemExit(f"--slime-set {assignment!r}: expected SECTION.KEY=VALUE")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    data.setdefault(section, {})[name] = value
+
+
+def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
+              settings: list[str]) -> dict[str, Any]:
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
@@ -126,16 +150,23 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> di
         "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2,
                       "loss_reducer": "seq_mean_token_mean"},
     }
+    for assignment in settings:
+        set_dotted(data, assignment)
+    # one-step-off: the last step trains with no rollout in flight (shorter than the rest),
+    # so run one step more and leave it out of the timed ones
+    steps = w["warmup"] + w["steps"]
+    if data["run"].get("async_rollout"):
+        data["run"]["num_rollouts"] = steps + 1
     manager, config = resolve(plugin_selection(), None, (), data)
     bench = BenchPlugin()
     manager.register_object(bench, "bench_grpo_vs_trl")
     run_training(manager, config)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {
-        "wall": bench.step_walls(),
-        "cpu": bench.step_cpu(),
-        "total_step_time": [r["perf/total_step_time"] for r in rows],
-        "step_time": [r["perf/step_time"] for r in rows],
+        "wall": bench.step_walls()[:steps],
+        "cpu": bench.step_cpu()[:steps],
+        "total_step_time": [r["perf/total_step_time"] for r in rows][:steps],
+        "step_time": [r["perf/step_time"] for r in rows][:steps],
         "phases": bench.phases,
         "rollout_cpu": bench.phase_cpu["rollout"],
         "gc_s": bench.phase_gc,
@@ -143,7 +174,8 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> di
     }
 
 
-def run_trl(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> dict[str, Any]:
+def run_trl(model: Path, prompts: Path, w: dict[str, Any], threads: int,
+            settings: list[str]) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -208,25 +240,27 @@ def run_trl(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> dict
 
 
 def worker(framework: str, workload: str, work: Path, threads: int,
-           overrides: dict[str, int]) -> None:
+           overrides: dict[str, int], settings: list[str]) -> None:
     import torch
 
     torch.set_num_threads(threads)
     w = {**WORKLOADS[workload], **overrides}
     model, prompts = model_dir(workload, work), prompts_file(work)
     fn = run_slime if framework == "slime" else run_trl
-    out = fn(model, prompts, w, threads)
+    out = fn(model, prompts, w, threads, settings)
     out["threads"] = torch.get_num_threads()
     print("RESULT " + json.dumps(out), flush=True)
 
 
 # -- driver ----------------------------------------------------------------------------------
 def spawn(framework: str, workload: str, work: Path, threads: int,
-          overrides: dict[str, int], wait_policy: str) -> dict[str, Any]:
+          overrides: dict[str, int], wait_policy: str, settings: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", framework, "--workload", workload,
            "--work-dir", str(work), "--threads", str(threads)]
     for k, v in overrides.items():
         cmd += [f"--{k}", str(v)]
+    for assignment in settings:
+        cmd += ["--slime-set", assignment]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
            "OMP_WAIT_POLICY": wait_policy}
     if wait_policy == "unset":  # the OpenMP runtime's default (spin briefly, then sleep)
@@ -243,14 +277,14 @@ def spawn(framework: str, workload: str, work: Path, threads: int,
 
 
 def bench(workload: str, reps: int, work: Path, threads: int,
-          overrides: dict[str, int], wait_policy: str) -> dict[str, Any]:
+          overrides: dict[str, int], wait_policy: str, settings: list[str]) -> dict[str, Any]:
     w = {**WORKLOADS[workload], **overrides}
     runs: dict[str, list[dict[str, Any]]] = {"slime": [], "trl": []}
     model_dir(workload, work)  # build once, outside the timed workers
     for rep in range(reps):
         order = ["trl", "slime"] if rep % 2 == 0 else ["slime", "trl"]
         for fw in order:
-            res = spawn(fw, workload, work, threads, overrides, wait_policy)
+            res = spawn(fw, workload, work, threads, overrides, wait_policy, settings)
             runs[fw].append(res)
             timed = res["wall"][w["warmup"]:]
             cpu = res["cpu"][w["warmup"]:]
@@ -265,7 +299,7 @@ def bench(workload: str, reps: int, work: Path, threads: int,
     slime_own = statistics.median(
         x for r in runs["slime"] for x in r["total_step_time"][w["warmup"]:])
     return {"workload": workload, "config": w, "threads": threads, "reps": reps,
-            "omp_wait_policy": wait_policy,
+            "omp_wait_policy": wait_policy, "slime_settings": settings,
             "median_s_per_step": med, "slime_total_step_time_median": slime_own,
             "ratio_slime_over_trl": med["slime"] / med["trl"],
             "median_cpu_s_per_step": med_cpu,
@@ -283,6 +317,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, help="prompts per step")
     ap.add_argument("--group", type=int, help="samples per prompt")
     ap.add_argument("--new", type=int, help="completion tokens per sample (forced)")
+    ap.add_argument("--slime-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="a slime config setting on top of the workload's (repeatable), "
+                         "e.g. run.async_rollout=true")
     ap.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "slime-bench"))
     ap.add_argument("--out", help="write every number as JSON here")
     ap.add_argument("--worker", choices=["slime", "trl"], help=argparse.SUPPRESS)
@@ -294,12 +331,13 @@ def main() -> None:
     if a.worker:
         if a.workload == "both":
             raise SystemExit("--worker needs one --workload")
-        worker(a.worker, a.workload, work, a.threads, overrides)
+        worker(a.worker, a.workload, work, a.threads, overrides, a.slime_set)
         return
     names = ["tiny", "smollm2"] if a.workload == "both" else [a.workload]
     results = []
     for name in names:
-        results.append(bench(name, a.reps, work, a.threads, overrides, a.omp_wait_policy))
+        results.append(bench(name, a.reps, work, a.threads, overrides, a.omp_wait_policy,
+                             a.slime_set))
     print("\nmedians over every timed step of every repetition")
     print("workload  samples x tokens   slime s/step   TRL s/step   slime/TRL   "
           "slime CPU-s/step   TRL CPU-s/step   slime/TRL (CPU)   (slime perf/total_step_time)")

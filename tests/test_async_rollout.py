@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 import pytest
 from slime_hookspecs import hookimpl
@@ -86,6 +87,22 @@ def test_a_staleness_bound_the_schedule_cannot_meet_fails_at_start(base_config, 
     base_config["run"].update(async_rollout=True, max_staleness=0)
     with pytest.raises(ValueError, match="run.max_staleness = 0, but with weights.update_interval = 1"):
         run_slime(base_config)
+
+
+def test_async_without_a_mismatch_correction_warns(base_config, run_slime) -> None:
+    base_config["run"].update(num_rollouts=1, async_rollout=True)
+    with pytest.warns(UserWarning, match='set algorithm.is_correction = "tis"'):
+        run_slime(base_config)
+
+
+def test_async_with_tis_does_not_warn(base_config, run_slime) -> None:
+    base_config["run"].update(num_rollouts=1, async_rollout=True)
+    base_config["algorithm"] = {"is_correction": "tis"}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        m = read_metrics(run_slime(base_config))
+    assert not [w for w in seen if "is_correction" in str(w.message)]
+    assert "train/tis" in m[0]  # the correction ran
 
 
 class CrashAfterSave:
