@@ -107,6 +107,7 @@ class RolloutSection:
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
     compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
+    async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
 
     def __post_init__(self) -> None:
         _need(self.batch_size >= 1, "rollout.batch_size", "must be >= 1")
@@ -115,6 +116,7 @@ class RolloutSection:
         _need(self.temperature >= 0, "rollout.temperature", "must be >= 0")
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
 
 
 @dataclass

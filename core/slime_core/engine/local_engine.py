@@ -30,10 +30,11 @@ one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -103,6 +104,16 @@ class LocalEngine:
         if getattr(config.rollout, "fused_decoder", True):
             self.fused_unsupported = unsupported(model)
             self._fuse()
+        # rollout.async_threads: a one-step-off rollout generates on a worker thread while the
+        # main thread trains; on the CPU both compete for the same cores
+        run = config.run
+        self._overlap_threads = 0
+        if (self.device.type == "cpu" and getattr(run, "async_rollout", False)
+                and getattr(run, "executor", "local") == "local"):
+            self._overlap_threads = int(getattr(config.rollout, "async_threads", 0) or 0)
+            # a thread takes torch's process-wide count when it first asks for it; asking
+            # now fixes this (constructing) thread's count before a worker changes it
+            torch.get_num_threads()
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(config.run.seed) + int(engine_index))
         self._version = 0
@@ -134,7 +145,7 @@ class LocalEngine:
             if cap < len(requests):  # similar lengths together: less padding per chunk
                 order.sort(key=lambda i: len(requests[i].prompt))
             results: list[Any] = [None] * len(requests)
-            with torch.inference_mode():
+            with torch.inference_mode(), self._threads():
                 for start in range(0, len(order), cap):
                     chunk = order[start:start + cap]
                     if aborted():
@@ -148,6 +159,22 @@ class LocalEngine:
         return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
                                weight_version=version, text=self._text(ids))
                 for ids, lps, reason in results]
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        """``rollout.async_threads`` intra-op threads for a generate called off the main thread
+        (an async rollout overlapping training), restored afterwards. torch's setting is per
+        calling thread (OpenMP, MKL), so the trainer's thread keeps its own count."""
+        n = self._overlap_threads
+        if not n or threading.current_thread() is threading.main_thread():
+            yield
+            return
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
         samplers: dict[SamplingKey, GroupSampler] = {}
