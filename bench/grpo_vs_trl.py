@@ -42,13 +42,14 @@ less on what else runs than the wall time does. slime's own
 timed step of every repetition are printed with their ratio; ``--out`` writes everything
 as JSON.
 
-``--slime-set SECTION.KEY=VALUE`` (repeatable) changes slime's side only, e.g.
-``run.async_rollout=true``: slime's one-step-off pipeline, where step k+1's rollout is
-generated (by the weights before step k's update) while step k trains. TRL's
-``GRPOTrainer`` has no counterpart (its experimental async trainer needs a vLLM server), so
-that row compares two different schedules of the same workload: every sample is still
-trained on once, with one optimizer step per rollout, but one update stale. Its last step
-has no rollout in flight, so such a run makes one step more and leaves that one out.
+``--slime-set SECTION.KEY=VALUE`` (repeatable; the syntax of ``core run -o``) changes
+slime's side only, e.g. ``run.async_rollout=true``: slime's one-step-off pipeline, where
+step k+1's rollout is generated (by the weights before step k's update) while step k
+trains. TRL's ``GRPOTrainer`` has no counterpart (its experimental async trainer needs a
+vLLM server), so that row compares two different schedules of the same workload: every
+sample is still trained on once, with one optimizer step per rollout, but one update stale.
+Its last step has no rollout in flight, so such a run makes one step more and leaves that
+one out.
 """
 
 from __future__ import annotations
@@ -119,22 +120,9 @@ def prompts_file(work: Path) -> Path:
 
 
 # -- workers (one framework, one repetition, in its own process) ----------------------------
-def set_dotted(data: dict[str, Any], assignment: str) -> None:
-    """Apply one ``--slime-set SECTION.KEY=VALUE`` to slime's config data (VALUE read as
-    JSON when it parses, else as a string)."""
-    key, sep, raw = assignment.partition("=")
-    section, dot, name = key.partition(".")
-    if not sep or not dot or not name:
-        raise SystemExit(f"--slime-set {assignment!r}: expected SECTION.KEY=VALUE")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    data.setdefault(section, {})[name] = value
-
-
 def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
               settings: list[str]) -> dict[str, Any]:
+    from slime_core.config.loader import parse_override
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
@@ -150,8 +138,9 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
         "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2,
                       "loss_reducer": "seq_mean_token_mean"},
     }
-    for assignment in settings:
-        set_dotted(data, assignment)
+    for item in settings:  # parsed as `core run -o` parses its overrides
+        section, key, value = parse_override(item)
+        data.setdefault(section, {})[key] = value
     # one-step-off: the last step trains with no rollout in flight (shorter than the rest),
     # so run one step more and leave it out of the timed ones
     steps = w["warmup"] + w["steps"]
@@ -174,8 +163,7 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
     }
 
 
-def run_trl(model: Path, prompts: Path, w: dict[str, Any], threads: int,
-            settings: list[str]) -> dict[str, Any]:
+def run_trl(model: Path, prompts: Path, w: dict[str, Any], threads: int) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -246,8 +234,10 @@ def worker(framework: str, workload: str, work: Path, threads: int,
     torch.set_num_threads(threads)
     w = {**WORKLOADS[workload], **overrides}
     model, prompts = model_dir(workload, work), prompts_file(work)
-    fn = run_slime if framework == "slime" else run_trl
-    out = fn(model, prompts, w, threads, settings)
+    if framework == "slime":
+        out = run_slime(model, prompts, w, threads, settings)
+    else:
+        out = run_trl(model, prompts, w, threads)
     out["threads"] = torch.get_num_threads()
     print("RESULT " + json.dumps(out), flush=True)
 
