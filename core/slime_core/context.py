@@ -6,7 +6,7 @@ manager, built by the driver or rebuilt in a Ray worker from the driver's plugin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from slime_core.plugins import SlimePluginManager
@@ -26,6 +26,12 @@ def get_manager() -> SlimePluginManager:
             "(the driver and Ray workers do this)"
         )
     return _MANAGER
+
+
+def get_registries() -> Any:
+    """The record registries of this process's plugin manager (``.trainer_backend``,
+    ``.advantage_estimator``, ...; ``.get(kind)`` by kind name)."""
+    return get_manager().registries
 
 
 _ROLLOUT_MANAGER: object | None = None

@@ -307,7 +307,7 @@ class SGLangEngine:
 def _fire_before_weights_read(version_dir: str, version: int) -> None:
     """``slime_before_weights_read`` in this (the engine's) process, if a manager is set."""
     try:
-        from slime_core.context import get_manager
+        from slime_core.api import get_manager
 
         manager = get_manager()
     except (ImportError, RuntimeError):  # engine used without the core's runtime

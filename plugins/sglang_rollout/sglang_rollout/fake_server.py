@@ -138,7 +138,7 @@ class FakeSGLangServer:
         return [r.path for r in self.requests]
 
     async def _serve(self) -> None:
-        from slime_core.runner.engine_client import EngineClient
+        from slime_core.api import EngineClient
 
         self._unpaused = asyncio.Event()
         self._unpaused.set()

@@ -23,7 +23,7 @@ from slime_hookspecs import (
 def _all_sum(config: Any) -> Any:
     """Under data parallelism, sums over the trainer ranks, so batch-wide whitening uses the
     whole batch's statistics (each rank holds only its share of groups); None on one rank."""
-    from slime_core.trainer.data_parallel import float_all_sum
+    from slime_core.api import float_all_sum
 
     return float_all_sum(config.train.num_ranks)
 

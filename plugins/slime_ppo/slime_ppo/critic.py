@@ -6,9 +6,7 @@ import os
 from typing import Any
 
 import torch
-from slime_core.trainer import data_parallel
-from slime_core.trainer.accumulate import Accumulation, step_indices
-from slime_core.trainer.batching import micro_batches
+from slime_core.api import Accumulation, dp_active, micro_batches, step_indices
 
 from slime_ppo import ops
 from slime_ppo.value_model import build_value_model, response_values
@@ -82,7 +80,7 @@ class Critic:
         mode = cfg.algorithm.loss_reducer.replace("-", "_")
         max_len = cfg.algorithm.max_response_length or cfg.rollout.max_new_tokens
         clip = cfg.ppo.value_clip or None
-        dp = data_parallel.active(cfg.train.num_ranks)
+        dp = dp_active(cfg.train.num_ranks)
         device = next(self.model.parameters()).device
         sums: dict[str, float] = {}
         done = 0

@@ -59,10 +59,10 @@ def gae_estimate(
 
     Under data parallelism (``train.num_ranks > 1``) the whitening statistics and the metrics
     are those of the whole batch: their sums are added over the trainer ranks
-    (:func:`slime_core.trainer.data_parallel.float_all_sum`); every rank must call this, also
+    (:func:`slime_core.api.float_all_sum`); every rank must call this, also
     with an empty share.
     """
-    from slime_core.trainer.data_parallel import float_all_sum
+    from slime_core.api import float_all_sum
 
     dp_sum = float_all_sum(config.train.num_ranks)  # None on one rank
     alg = config.algorithm

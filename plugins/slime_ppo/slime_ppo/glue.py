@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from slime_core.context import get_manager
-from slime_core.engine.model_loading import resolve_dtype
+from slime_core.api import get_manager, resolve_dtype
 
 from slime_ppo.critic import Critic
 from slime_ppo.estimator import KLFn, gae_estimate

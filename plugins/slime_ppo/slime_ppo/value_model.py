@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from slime_core.engine.model_loading import load_causal_lm
+from slime_core.api import load_causal_lm
 
 # Seed offset of critic_init = "random", so its weights differ from an init_config policy's.
 RANDOM_INIT_SEED_OFFSET = 1

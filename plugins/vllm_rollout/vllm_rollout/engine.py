@@ -338,7 +338,7 @@ class VllmEngine:
         Fires ``slime_before_weights_read`` in this process first, as the engine side of the
         ``disk`` transport does for every engine.
         """
-        from slime_core.context import get_manager
+        from slime_core.api import get_manager
 
         files = sorted(f for f in os.listdir(version_dir) if f.endswith(".safetensors")) \
             if os.path.isdir(version_dir) else []

@@ -34,7 +34,7 @@ def materialize_model(config: Any) -> tuple[str, str, str | None]:
             "no model for the vllm engine: set model.path (a local directory) or model.init_config"
         )
     import torch
-    from slime_core.engine.model_loading import load_causal_lm, load_tokenizer
+    from slime_core.api import load_causal_lm, load_tokenizer
 
     tmp = tempfile.mkdtemp(prefix="slime-vllm-model-")
     try:

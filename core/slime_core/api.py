@@ -1,0 +1,97 @@
+"""The public API of ``slime-core`` for plugins: the one core module a plugin imports.
+
+A plugin package imports ``slime_hookspecs`` (hook markers, data types, records, protocols),
+this module, and third-party libraries; nothing else of ``slime_core``. Everything listed in
+``__all__`` is stable across minor versions of ``slime-core`` (0.1.x): a name may gain keyword
+arguments with defaults, but is not removed or changed incompatibly without a deprecation
+period of one minor version. Everything else in ``slime_core`` is internal and may change in
+any release. ``tests/test_conformance.py`` fails when a plugin module imports another
+``slime_core`` module. The reference, with one example per group: ``docs/plugin_api.md``.
+
+Names are resolved lazily (PEP 562), so ``import slime_core.api`` stays cheap and does not
+import torch: entry-point modules may import it at module level and listing commands
+(``core plugins``, ``core hooks``) still start without torch.
+
+Groups:
+
+* **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
+  hooks, ``.registries`` for records), :func:`get_registries`.
+* **algorithm composition** (what every trainer backend calls so hooks fire identically):
+  :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`, :func:`needs_ref`,
+  :func:`whiten`, ``WHITEN_EPS``.
+* **data parallelism** (default ``torch.distributed`` group): :func:`dp_active`,
+  :func:`global_totals`, :func:`all_reduce_gradients`, :func:`float_all_sum`,
+  :func:`sum_metrics`.
+* **training steps**: :class:`Accumulation`, :func:`step_indices`, :func:`micro_batches`,
+  :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
+* **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`.
+* **engines**: :class:`EngineClient` (the batching async front of a rollout engine).
+* **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
+  :class:`DuplicateRecordError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> (module, attribute): the single table of what is public, kept in the order of the
+# groups above.
+_EXPORTS: dict[str, tuple[str, str]] = {
+    # process state
+    "get_manager": ("slime_core.context", "get_manager"),
+    "get_registries": ("slime_core.context", "get_registries"),
+    # algorithm composition
+    "compute_advantages": ("slime_core.algo.compose", "compute_advantages"),
+    "compute_loss": ("slime_core.algo.compose", "compute_loss"),
+    "make_reducer": ("slime_core.algo.compose", "make_reducer"),
+    "needs_ref": ("slime_core.algo.compose", "needs_ref"),
+    "whiten": ("slime_core.algo.whiten", "whiten"),
+    "WHITEN_EPS": ("slime_core.algo.whiten", "WHITEN_EPS"),
+    "AllSum": ("slime_core.algo.whiten", "AllSum"),
+    # data parallelism
+    "dp_active": ("slime_core.trainer.data_parallel", "active"),
+    "global_totals": ("slime_core.trainer.data_parallel", "global_totals"),
+    "all_reduce_gradients": ("slime_core.trainer.data_parallel", "all_reduce_gradients"),
+    "float_all_sum": ("slime_core.trainer.data_parallel", "float_all_sum"),
+    "sum_metrics": ("slime_core.trainer.data_parallel", "sum_metrics"),
+    # training steps
+    "Accumulation": ("slime_core.trainer.accumulate", "Accumulation"),
+    "step_indices": ("slime_core.trainer.accumulate", "step_indices"),
+    "micro_batches": ("slime_core.trainer.batching", "micro_batches"),
+    "response_log_probs": ("slime_core.trainer.batching", "response_log_probs"),
+    "to_tensor_list": ("slime_core.trainer.batching", "to_tensor_list"),
+    "lr_schedule": ("slime_core.trainer.torch_trainer", "lr_lambda"),
+    # models
+    "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
+    "load_tokenizer": ("slime_core.engine.model_loading", "load_tokenizer"),
+    "resolve_dtype": ("slime_core.engine.model_loading", "resolve_dtype"),
+    # engines
+    "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
+    # errors
+    "UnknownRecordError": ("slime_core.plugins.registry", "UnknownRecordError"),
+    "UnavailableRecordError": ("slime_core.plugins.registry", "UnavailableRecordError"),
+    "DuplicateRecordError": ("slime_core.plugins.registry", "DuplicateRecordError"),
+}
+
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:  # editors and mypy see the real objects
+    pass
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(
+            f"slime_core.api has no {name!r}; the public names are listed in "
+            "slime_core.api.__all__ and docs/plugin_api.md"
+        ) from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
