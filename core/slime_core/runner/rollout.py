@@ -18,14 +18,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import sys
 import threading
 import time
 from typing import Any
 
-from slime_core.context import get_manager
-from slime_core.observe.trace import span
-from slime_core.runner.engine_client import EngineClient
-from slime_core.runner.engine_host import CallerThreadHost
 from slime_hookspecs import (
     DataSource,
     RolloutResult,
@@ -33,6 +30,13 @@ from slime_hookspecs import (
     SamplingParams,
     Status,
 )
+
+from slime_core.context import get_manager
+from slime_core.observe.trace import span
+from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
+from slime_core.runner.engine_client import EngineClient
+from slime_core.runner.engine_host import CallerThreadHost
+from slime_core.runner.hook_answer import FirstAnswer, HookCallError
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -84,6 +88,7 @@ class RolloutManager:
         self.eval_source = eval_source
         self._next_engine = 0
         self._reward_fns: dict[str, Any] = {}
+        self._hook_calls: tuple[FirstAnswer, FirstAnswer] | None = None
         reg = self.pm.registries
         self._ds_filter = (
             reg.filter.get(config.rollout.dynamic_sampling_filter).factory
@@ -99,12 +104,22 @@ class RolloutManager:
         """Groups stay on one engine (prefix caching); groups round-robin across engines."""
         return self.clients[group_index % len(self.clients)]
 
-    def reward_fn(self, evaluation: bool) -> Any:
+    def reward_fn(self, evaluation: bool) -> tuple[Any, bool, str]:
+        """``(fn, is_group, source)``: the configured reward function; ``source`` names it and
+        its plugin for error messages."""
         name = (self.config.eval.reward if evaluation else "") or self.config.rollout.reward
         if name not in self._reward_fns:
             rec = self.pm.registries.reward_function.get(name)
-            self._reward_fns[name] = (rec.factory(self.config), rec.group)
+            source = f"reward function {name!r} (plugin {rec.owner!r})"
+            self._reward_fns[name] = (rec.factory(self.config), rec.group, source)
         return self._reward_fns[name]
+
+    def _reward_hooks(self) -> tuple[FirstAnswer, FirstAnswer]:
+        # built on first use: tests register plugins after the manager was loaded
+        if self._hook_calls is None:
+            self._hook_calls = (FirstAnswer(self.pm.pm, "slime_reward_group"),
+                                FirstAnswer(self.pm.pm, "slime_reward"))
+        return self._hook_calls
 
     # -- one rollout ---------------------------------------------------------------------
     def rollout(self, rollout_id: int, evaluation: bool = False) -> RolloutResult:
@@ -162,6 +177,10 @@ class RolloutManager:
             self.pm.hook.slime_rollout_sample_filter(config=cfg, groups=kept)
             self.pm.hook.slime_rollout_all_samples(config=cfg, groups=all_groups, data_source=source)
         metrics["perf/rollout_time"] = time.perf_counter() - t0
+        what = f"eval at step {rollout_id}" if evaluation else f"rollout {rollout_id}"
+        failures = summarise_failures((s for g in all_groups for s in g), what)
+        if failures:  # the metrics count them; the log says why (trace.json is not read)
+            print(f"warning: {failures}", file=sys.stderr, flush=True)
         return RolloutResult(groups=kept, metrics=metrics)
 
     async def _train_groups(self, rollout_id: int, source: DataSource, params: SamplingParams,
@@ -295,46 +314,77 @@ class RolloutManager:
         return res
 
     async def _reward(self, samples: list[Sample], evaluation: bool) -> None:
+        """Score ``samples``; every value is checked (:mod:`slime_core.rewards.validate`) and a
+        bad one or an exception fails its sample (or the group) with a reason that names the
+        plugin, the hook or reward function, and the sample."""
         cfg = self.config
         todo = [s for s in samples if s.status != Status.FAILED]
-        try:
-            group_rewards = await _maybe_await(
-                self.pm.hook.slime_reward_group(config=cfg, samples=todo)
-            )
-        except Exception as exc:  # noqa: BLE001
-            for s in todo:
-                s.status, s.error = Status.FAILED, f"reward_group: {type(exc).__name__}: {exc}"
+        if not todo:
             return
-        if group_rewards is not None:
-            if len(group_rewards) != len(todo):
-                raise ValueError(
-                    f"slime_reward_group returned {len(group_rewards)} rewards for {len(todo)} samples"
-                )
-            for s, r in zip(todo, group_rewards):
-                s.reward = r
-            return
-        fn, is_group = self.reward_fn(evaluation)
+        group_hook, sample_hook = self._reward_hooks()
+        if group_hook:
+            try:
+                group_rewards, plugin = await group_hook(config=cfg, samples=todo)
+                if group_rewards is not None:
+                    source = f"plugin {plugin!r} hook slime_reward_group"
+                    checked = self._check_group(group_rewards, source, todo)
+            except Exception as exc:  # noqa: BLE001 - the group fails, the step goes on
+                for s in todo:
+                    s.status, s.error = Status.FAILED, f"reward_group: {_reason(exc)}"
+                return
+            if group_rewards is not None:
+                for s, r in zip(todo, checked, strict=True):
+                    s.reward = r
+                return
+        fn, is_group, fn_source = self.reward_fn(evaluation)
         if is_group:
             try:
                 rewards = await _maybe_await(await self._on_caller(fn, todo))
-                for s, r in zip(todo, rewards):
-                    s.reward = r
+                checked = self._check_group(rewards, fn_source, todo)
             except Exception as exc:  # noqa: BLE001
                 for s in todo:
-                    s.status, s.error = Status.FAILED, f"reward: {type(exc).__name__}: {exc}"
+                    s.status, s.error = Status.FAILED, f"reward: {_reason(exc, fn_source)}"
+                return
+            for s, r in zip(todo, checked, strict=True):
+                s.reward = r
             return
 
         async def one(s: Sample) -> None:
+            source = fn_source
             try:
                 with span("reward", sample=s):  # the hook and the registry function alike
-                    r = await _maybe_await(self.pm.hook.slime_reward(config=cfg, sample=s))
-                    if r is None:
+                    r, plugin = await sample_hook(config=cfg, sample=s) if sample_hook else (None, None)
+                    if r is not None:
+                        source = f"plugin {plugin!r} hook slime_reward"
+                    else:
                         r = await _maybe_await(await self._on_caller(fn, s))
-                s.reward = r
+                s.reward = check_reward(r, source, s)
             except Exception as exc:  # noqa: BLE001 - the sample fails, the step goes on
-                s.status, s.error = Status.FAILED, f"reward: {type(exc).__name__}: {exc}"
+                s.status, s.error = Status.FAILED, f"reward: {_reason(exc, source)}"
 
         await asyncio.gather(*(one(s) for s in todo))
+
+    @staticmethod
+    def _check_group(rewards: Any, source: str, samples: list[Sample]) -> list[Any]:
+        if not isinstance(rewards, (list, tuple)):
+            raise RewardValueError(
+                f"{source} returned {type(rewards).__name__}, not a list of one reward per "
+                f"sample (group={samples[0].group_index})"
+            )
+        if len(rewards) != len(samples):
+            raise RewardValueError(
+                f"{source} returned {len(rewards)} rewards for {len(samples)} samples "
+                f"(group={samples[0].group_index})"
+            )
+        return [check_reward(r, source, s) for s, r in zip(samples, rewards, strict=True)]
+
+
+def _reason(exc: Exception, source: str | None = None) -> str:
+    """A failure reason that says who failed: validation and hook errors name it already."""
+    if isinstance(exc, (RewardValueError, HookCallError)):
+        return str(exc)
+    prefix = f"{source} raised " if source else ""
+    return f"{prefix}{type(exc).__name__}: {exc}"
 
 
 def scalar_reward(config: Any, sample: Sample) -> float:
