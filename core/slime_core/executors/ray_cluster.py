@@ -1,9 +1,10 @@
 """Connect to Ray, or start a local instance, keeping the control plane private.
 
-* No ``run.ray_address``: start a local instance whose node address is 127.0.0.1, without
-  the dashboard. Ray's own gRPC services (GCS, raylet, workers) bind every interface; what
-  protects them is Ray's token authentication, on by default since Ray 2.60 and never
-  turned off here (``RAY_AUTH_MODE=disabled`` is refused).
+* No ``run.ray_address``: start a local instance, without the dashboard, whose every
+  listening socket (GCS, raylet, workers, the dashboard agent, the runtime-env agent and the
+  Prometheus metrics exporters) is bound to 127.0.0.1 (see :func:`start_local_ray`). Ray's
+  token authentication (on by default since Ray 2.60) stays on as well
+  (``RAY_AUTH_MODE=disabled`` is refused).
 * ``run.ray_address`` on another machine: a token must be available to this process
   (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), so the run only talks
   to clusters that authenticate their callers.
@@ -48,15 +49,42 @@ def address_host(address: str) -> str:
     return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
 
 
+# Ray's switch for "this machine only" (Ray's name: clusters disabled). With it Ray keeps
+# 127.0.0.1 as the node address instead of swapping it for the machine's routable one, and its
+# servers then bind loopback only: the C++ gRPC servers listen on 127.0.0.1 when the node
+# address is 127.0.0.1, and the agents and metrics exporters when it is a localhost address.
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 def start_local_ray(num_cpus: int = 0, **kwargs: Any) -> None:
-    """A private local Ray instance (127.0.0.1, no dashboard, token authentication on)."""
+    """A private local Ray instance: every socket on 127.0.0.1, no dashboard, token auth on.
+
+    ``ray.init(_node_ip_address="127.0.0.1")`` alone does not do it: Ray resolves a loopback
+    node address to the machine's routable address unless clusters are disabled, and every
+    server then binds all interfaces (the Prometheus exporters without any authentication).
+    The switch is read by Ray at import time and by the processes Ray starts, so it is set
+    in both for the start and restored in this process afterwards (a later
+    ``ray.init(address=...)`` to a real cluster in the same process is unaffected).
+    """
     import ray
+    from ray._private import ray_constants
 
     check_token_auth()
-    ray.init(
-        num_cpus=num_cpus or None, include_dashboard=False, _node_ip_address="127.0.0.1",
-        logging_level="WARNING", **kwargs,
-    )
+    before_env = os.environ.get(LOCAL_ONLY_ENV)
+    before_const = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOCAL_ONLY_ENV] = "0"  # inherited by GCS, raylet, agents and workers
+    ray_constants.ENABLE_RAY_CLUSTER = False  # already imported: Ray read the env var before
+    try:
+        ray.init(
+            num_cpus=num_cpus or None, include_dashboard=False, _node_ip_address="127.0.0.1",
+            logging_level="WARNING", **kwargs,
+        )
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before_const
+        if before_env is None:
+            os.environ.pop(LOCAL_ONLY_ENV, None)
+        else:
+            os.environ[LOCAL_ONLY_ENV] = before_env
 
 
 class RayConnection:
