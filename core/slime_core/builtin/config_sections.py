@@ -74,6 +74,7 @@ class DataSection:
     system_prompt: str = ""  # system message placed before it (with apply_chat_template)
     prompt_template: str = "{prompt}"  # applied to the raw prompt text before tokenization
     shuffle: bool = True  # permute the training prompts every epoch (seeded by seed + epoch)
+    skip_bad_rows: bool = False  # train on the good rows of a file with bad ones (their count is logged); false: fail listing them
     task: str = ""  # reasoning_gym: dataset name (basic_arithmetic, chain_sum, ...)
     task_kwargs: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: create_dataset kwargs
     size: int = 10000  # reasoning_gym: number of procedural train tasks

@@ -1,5 +1,7 @@
 """Built-in plugin ``core_rewards``: the ``exact``, ``math``, ``reasoning_gym`` and ``remote``
-reward functions. Heavy verifiers are imported on first use; probes only look for modules."""
+reward functions. Heavy verifiers are imported on first use; probes only look for modules.
+``extra["needs_label"]`` makes the file sources refuse rows without a usable label
+(:mod:`slime_core.data.rowcheck`)."""
 
 from __future__ import annotations
 
@@ -27,11 +29,11 @@ def _needs(module: str, dist: str):
 def slime_register_reward_functions() -> list[RewardFunctionRecord]:
     return [
         RewardFunctionRecord(
-            name="exact", factory=make_exact_reward,
+            name="exact", factory=make_exact_reward, extra={"needs_label": True},
             summary="1.0 when the response (cut at a stop string, stripped) equals the label",
         ),
         RewardFunctionRecord(
-            name="math", factory=make_math_reward,
+            name="math", factory=make_math_reward, extra={"needs_label": True},
             summary="math-verify: the response's answer (\\boxed{} first) equals the label",
             probe=_needs("math_verify", "math-verify"),
         ),

@@ -4,11 +4,15 @@ The file type follows the extension (``.parquet`` / ``.pq`` -> parquet via pyarr
 -> JSON array, anything else -> JSONL); the record name (``jsonl`` / ``parquet``) only picks
 the type of a file with another extension. The train split reads ``data.path``, the eval split
 ``data.eval_path``. Every row is read and checked when the source is built, so a bad file
-fails at start-up, naming the file and the line (or row):
+fails at start-up with one error that counts every bad row and quotes the first few as
+``x.jsonl:3: why`` (see :mod:`slime_core.data.rowcheck`); ``data.skip_bad_rows = true`` keeps
+the good rows instead and logs how many were skipped. A row is bad when it is:
 
-* malformed JSON: ``ValueError: data.path file 'x.jsonl', line 3: invalid JSON (...)``;
-* no ``data.input_key``: the key, the file, the line and the keys the row has;
-* a missing file: the config key and the path.
+* not UTF-8 or not JSON (a JSONL line);
+* missing ``data.input_key`` (the message lists the keys the row has), or its prompt is empty;
+* without a usable label when the configured reward needs one (``exact``, ``math``).
+
+A missing file fails naming the config key and the path.
 
 Row to sample (keys from ``[data]``): ``input_key`` -> prompt (text, or a list of chat
 messages); ``label_key`` -> label (``None`` when absent); ``metadata_key`` -> metadata (a dict,
@@ -25,6 +29,7 @@ from typing import Any, Iterator
 
 from slime_core.data.base import PromptDataSource, PromptRow
 from slime_core.data.jsonsafe import json_safe
+from slime_core.data.rowcheck import BadRows, row_problem
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -41,9 +46,18 @@ def file_type(path: str, default: str = "jsonl") -> str:
     return default
 
 
+class BadRecord:
+    """A record that could not be read (bad JSON, bad UTF-8): :func:`iter_records` yields it
+    in the record's place, so every bad line of a file is reported, not only the first."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
 def iter_records(path: str, key: str, kind: str = "jsonl") -> Iterator[tuple[str, Any]]:
-    """``(location, record)`` pairs of a file; location is ``"line 3"`` / ``"row 3"`` / ``"item 3"``
-    (1-based). ``key`` is the config key that named the file, for messages."""
+    """``(reference, record)`` pairs of a file; the reference is ``"x.jsonl:3"`` (line 3),
+    ``"x.parquet row 3"`` or ``"x.json item 3"`` (1-based). A JSONL line that is not UTF-8 or
+    not JSON gives a :class:`BadRecord`. ``key`` is the config key that named the file."""
     p = Path(path)
     if not p.is_file():
         what = "is a directory, not a file" if p.is_dir() else "does not exist"
@@ -57,10 +71,19 @@ def iter_records(path: str, key: str, kind: str = "jsonl") -> Iterator[tuple[str
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
             raise ValueError(f"{key}: cannot read parquet file {path!r}: {exc}") from exc
         for i, rec in enumerate(table.to_pylist(), start=1):
-            yield f"row {i}", rec
+            yield f"{path} row {i}", rec
     elif ftype == "json":
+        raw = p.read_bytes()
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise ValueError(
+                f"{key} file {path!r}, line {line}: invalid UTF-8 ({exc.reason} at byte "
+                f"{exc.start} of the file)"
+            ) from None
+        try:
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"{key} file {path!r}, line {exc.lineno}: invalid JSON ({exc.msg}, column {exc.colno})"
@@ -71,20 +94,26 @@ def iter_records(path: str, key: str, kind: str = "jsonl") -> Iterator[tuple[str
                 f"got {type(data).__name__} (use .jsonl for one object a line)"
             )
         for i, rec in enumerate(data, start=1):
-            yield f"item {i}", rec
+            yield f"{path} item {i}", rec
     else:
-        with p.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
+        with p.open("rb") as fh:
+            for lineno, raw_line in enumerate(fh, start=1):
+                ref = f"{path}:{lineno}"
+                try:
+                    line = raw_line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield ref, BadRecord(f"invalid UTF-8 ({exc.reason} at byte {exc.start} of the line)")
+                    continue
                 if not line.strip():
                     continue
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(
-                        f"{key} file {path!r}, line {lineno}: invalid JSON "
-                        f"({exc.msg}, column {exc.colno}): {line.strip()[:120]!r}"
-                    ) from None
-                yield f"line {lineno}", rec
+                    yield ref, BadRecord(
+                        f"invalid JSON ({exc.msg}, column {exc.colno}): {line.strip()[:120]!r}"
+                    )
+                    continue
+                yield ref, rec
 
 
 def row_from_record(rec: Any, data: Any, where: str) -> PromptRow:
@@ -166,10 +195,29 @@ class FileDataSource(PromptDataSource):
             )
         self.path = str(path)
         self.file_type = file_type(self.path, default=default_type)
-        self.rows: list[PromptRow] = [
-            row_from_record(rec, config.data, f"{key} file {self.path!r}, {loc}")
-            for loc, rec in iter_records(self.path, key, default_type)
-        ]
+        self.rows: list[PromptRow] = []
+        bad = BadRows(key, self.path)
+        total = 0
+        for ref, rec in iter_records(self.path, key, default_type):
+            total += 1
+            if isinstance(rec, BadRecord):
+                bad.add(ref, rec.why)
+                continue
+            try:
+                row = row_from_record(rec, config.data, ref)
+            except ValueError as exc:
+                bad.add(ref, str(exc).removeprefix(f"{ref}: "))
+                continue
+            why = row_problem(row.prompt, row.label, config.data.label_key)
+            if why is not None:
+                bad.add(ref, why)
+                continue
+            self.rows.append(row)
+        if bad:
+            if not config.data.skip_bad_rows:
+                raise bad.error(total)
+            bad.warn(total)
+        self.skipped_rows = len(bad)
         if not self.rows:
             raise ValueError(f"{key} file {self.path!r} holds no prompts")
 

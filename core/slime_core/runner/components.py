@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from slime_core.data.rowcheck import labels_required_by
 from slime_core.plugins import SlimePluginManager
 from slime_hookspecs import AcceleratorRecord
 
@@ -20,10 +21,25 @@ def select_accelerator(manager: SlimePluginManager, name: str) -> AcceleratorRec
 
 
 def make_data_source(manager: SlimePluginManager, config: Any, split: str) -> Any:
-    custom = manager.hook.slime_make_data_source(config=config, split=split)
-    if custom is not None:
-        return custom
-    return manager.registries.data_source.get(config.data.source).factory(config, split)
+    with labels_required_by(_label_needed_by(manager, config, split)):
+        custom = manager.hook.slime_make_data_source(config=config, split=split)
+        if custom is not None:
+            return custom
+        return manager.registries.data_source.get(config.data.source).factory(config, split)
+
+
+def _label_needed_by(manager: SlimePluginManager, config: Any, split: str) -> str | None:
+    """The reward that will score ``split`` when it needs a label (``extra["needs_label"]``);
+    ``None`` when a ``slime_reward``/``slime_reward_group`` plugin may score instead."""
+    hook = manager.hook
+    if hook.slime_reward.get_hookimpls() or hook.slime_reward_group.get_hookimpls():
+        return None
+    name = (config.eval.reward if split == "eval" else "") or config.rollout.reward
+    try:
+        record = manager.registries.reward_function.get(name)
+    except Exception:  # noqa: BLE001 - an unknown name is reported where the reward is built
+        return None
+    return name if record.extra.get("needs_label") else None
 
 
 def has_eval(config: Any) -> bool:
