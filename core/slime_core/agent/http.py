@@ -2,8 +2,10 @@
 
 :class:`ServerThread` serves an aiohttp application from a background thread with its own
 event loop, so a synchronous driver can host it; :func:`bearer_auth` refuses requests without
-the token (401, ``WWW-Authenticate: Bearer``); :class:`JsonClient` is a tiny synchronous
-client on the standard library for trainers and workers.
+the token (401, ``WWW-Authenticate: Bearer``); :func:`errors_middleware` turns every refusal
+(:class:`~slime_core.agent.validation.RequestError`, aiohttp's own 404 / 405 / 413) into the
+service's error body; :class:`JsonClient` is a tiny synchronous client on the standard library
+for trainers and workers. Body parsing and validation are in :mod:`slime_core.agent.validation`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Awaitable, Callable
 
-ErrorBody = Callable[[int, str], dict[str, Any]]
+# (status, message, param, code) -> the JSON body of an error answer
+ErrorBody = Callable[..., dict[str, Any]]
 
 
 def new_token() -> str:
@@ -44,6 +47,42 @@ def bearer_auth(token: str, error_body: ErrorBody, open_paths: frozenset[str] = 
         return await handler(request)
 
     return middleware
+
+
+def errors_middleware(error_body: ErrorBody) -> Any:
+    """aiohttp middleware: refusals and failures as ``error_body`` JSON with their status.
+
+    Unknown paths and methods (aiohttp's 404 / 405), bodies over the size limit (413) and
+    :class:`RequestError` keep their status; anything else is a 500 naming the exception.
+    """
+    from aiohttp import web
+
+    from slime_core.agent.validation import RequestError
+
+    @web.middleware
+    async def errors(request: Any, handler: Any) -> Any:
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return web.json_response(error_body(exc.status, str(exc), exc.param, exc.code),
+                                     status=exc.status)
+        except web.HTTPException as exc:
+            if exc.status in (404, 405):
+                message = f"Invalid URL ({request.method} {request.path})"
+                if exc.status == 405:
+                    message = f"{request.method} is not allowed on {request.path}"
+                body = error_body(exc.status, message, None,
+                                  "unknown_url" if exc.status == 404 else "method_not_allowed")
+            else:
+                body = error_body(exc.status, exc.text or exc.reason, None, None)
+            return web.json_response(body, status=exc.status,
+                                     headers={k: v for k, v in exc.headers.items()
+                                              if k.lower() == "allow"})
+        except Exception as exc:  # noqa: BLE001 - the caller gets a 500 naming the error
+            return web.json_response(error_body(500, f"{type(exc).__name__}: {exc}", None, None),
+                                     status=500)
+
+    return errors
 
 
 class ServerThread:

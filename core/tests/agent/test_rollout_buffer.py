@@ -88,15 +88,15 @@ def test_bad_writes_are_refused_and_counted(server):
     job = c.next_job()["job"]
     cases = [
         ({"instance_id": "nope", "slot": 0, "samples": [finished(job)]}, 404, "unknown instance_id"),
-        ({"instance_id": "g0", "slot": 5, "samples": [finished(job)]}, 400, "'slot'"),
+        ({"instance_id": "g0", "slot": 5, "samples": [finished(job)]}, 422, "slot: 5 is outside"),
         ({"instance_id": "g0", "slot": job["slot"], "samples": [
-            {**finished(job), "loss_mask": [1]}]}, 400, "loss_mask has 1 entries"),
+            {**finished(job), "loss_mask": [1]}]}, 422, "loss_mask has 1 entries"),
         ({"instance_id": "g0", "slot": job["slot"], "samples": [
-            {**finished(job), "colour": "red"}]}, 400, "unknown Sample field(s) ['colour']"),
+            {**finished(job), "colour": "red"}]}, 422, "samples[0]: unknown field(s)"),
         ({"instance_id": "g0", "slot": job["slot"], "samples": [
-            finished(job, Status.PENDING)]}, 400, "is not completed, truncated or failed"),
+            finished(job, Status.PENDING)]}, 422, "is not completed, truncated or failed"),
         ({"instance_id": "g0", "slot": job["slot"], "samples": [
-            finished(job, n_resp=0)]}, 400, "empty response"),
+            finished(job, n_resp=0)]}, 422, "empty response"),
     ]
     for body, status, needle in cases:
         with pytest.raises(HttpError) as e:
@@ -108,7 +108,7 @@ def test_bad_writes_are_refused_and_counted(server):
     assert e.value.status == 409
     rep = c.status()["report"]
     assert rep["stats"]["invalid_writes"] == len(cases) + 1
-    assert len(rep["recent_errors"]) == len(cases) + 1
+    assert len(rep["recent_errors"]) == len(cases) + 1, rep["recent_errors"]
 
 
 def test_expired_and_abandoned_jobs_are_requeued(server):

@@ -20,23 +20,34 @@ JSON; answers carry ``success`` and, on errors, ``message``. Endpoints:
   body, as slime's client does) -- up to ``K`` complete groups, waiting up to ``S`` seconds for
   ``K``, and the report (partial and invalid groups, queue, leases, counters).
 * ``GET /status`` -- the report alone; ``POST /stop``; ``GET /health``.
+
+Every body and query is checked against the schemas of :mod:`slime_core.agent.schemas` by
+:mod:`slime_core.agent.validation` (shared with the agent API): unparsable JSON is a 400, a
+field that breaks the schema or a sample's invariants a 422 whose message starts with the
+field's path (``samples[0].tokens[3]: ...``); unknown instances are 404, taken slots 409.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import math
 from typing import Any
 
+from slime_core.agent import schemas
 from slime_core.agent.buffer.state import BufferError, BufferState
 from slime_core.agent.config import check_bind
-from slime_core.agent.http import ServerThread, bearer_auth, new_token
+from slime_core.agent.http import ServerThread, bearer_auth, errors_middleware, new_token
+from slime_core.agent.validation import RequestError, check, parse_json, query_values
 
 MAX_WAIT_S = 60.0
 
 
-def buffer_error(status: int, message: str) -> dict[str, Any]:
-    return {"success": False, "message": message}
+def buffer_error(status: int, message: str, param: str | None = None,
+                 code: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"success": False, "message": message}
+    if param is not None:
+        out["field"] = param
+    return out
 
 
 class RolloutBufferServer:
@@ -67,7 +78,8 @@ class RolloutBufferServer:
 
         self._changed = asyncio.Condition()
         app = web.Application(client_max_size=1 << 30, middlewares=[
-            _errors_middleware(), bearer_auth(self.token, buffer_error, frozenset({"/health"}))])
+            errors_middleware(buffer_error),
+            bearer_auth(self.token, buffer_error, frozenset({"/health"}))])
         r = app.router
         r.add_post("/start_rollout", self._start)
         r.add_post("/prompts", self._prompts)
@@ -89,6 +101,8 @@ class RolloutBufferServer:
         """Wait until ``predicate()`` or ``seconds`` pass (leases expire meanwhile)."""
         assert self._changed is not None
         loop = asyncio.get_running_loop()
+        if not math.isfinite(seconds):  # NaN made the loop below spin; the schema refuses it
+            seconds = 0.0
         deadline = loop.time() + min(max(seconds, 0.0), MAX_WAIT_S)
         async with self._changed:
             while not predicate():
@@ -109,7 +123,9 @@ class RolloutBufferServer:
     async def _start(self, request: Any) -> Any:
         from aiohttp import web
 
-        out = self.state.start(await _body(request))
+        body = await _body(request)
+        check(body, schemas.TASK)
+        out = self.state.start(body)
         await self._notify()
         return web.json_response({"success": True, **out})
 
@@ -117,14 +133,17 @@ class RolloutBufferServer:
         from aiohttp import web
 
         body = await _body(request)
-        n = self.state.add_instances(body.get("instances"))
+        check(body, schemas.PROMPTS)
+        n = self.state.add_instances(body["instances"])
         await self._notify()
         return web.json_response({"success": True, "added": n})
 
     async def _task(self, request: Any) -> Any:
         from aiohttp import web
 
-        wait = _number(request.query.get("wait", "0"), "wait")
+        query = query_values(request.query)
+        check(query, schemas.TASK_QUERY)
+        wait = float(query.get("wait", 0))
         if self.state.task is None and not self.state.stopped:
             await self._wait(lambda: self.state.task is not None or self.state.stopped, wait)
         if self.state.stopped:
@@ -143,7 +162,7 @@ class RolloutBufferServer:
 
         try:
             body = await _body(request)
-        except BufferError as exc:
+        except RequestError as exc:
             self.state.stats["invalid_writes"] += 1
             self.state.recent_errors.append(str(exc))
             raise
@@ -155,9 +174,10 @@ class RolloutBufferServer:
         from aiohttp import web
 
         body = await _body(request, allow_empty=True) if request.method == "POST" else {}
-        query = {**request.query, **body}
-        num = int(_number(query.get("num_groups", 1), "num_groups"))
-        wait = _number(query.get("wait", 0), "wait")
+        query = {**query_values(request.query), **body}
+        check(query, schemas.GET_DATA)
+        num = int(query.get("num_groups", 1))
+        wait = float(query.get("wait", 0))
         await self._wait(lambda: len(self.state.ready) >= num, wait)
         groups, report = self.state.take(num)
         return web.json_response({"success": len(groups) == num, "groups": groups,
@@ -177,42 +197,5 @@ class RolloutBufferServer:
         return web.json_response({"success": True, "stopped": True})
 
 
-def _number(value: Any, name: str) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise BufferError(f"'{name}' must be a number, got {value!r}") from None
-    if out < 0:
-        raise BufferError(f"'{name}' must be >= 0")
-    return out
-
-
 async def _body(request: Any, allow_empty: bool = False) -> dict[str, Any]:
-    raw = await request.read()
-    if not raw and allow_empty:
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise BufferError("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BufferError("the request body must be a JSON object")
-    return body
-
-
-def _errors_middleware() -> Any:
-    from aiohttp import web
-
-    @web.middleware
-    async def errors(request: Any, handler: Any) -> Any:
-        try:
-            return await handler(request)
-        except BufferError as exc:
-            return web.json_response(buffer_error(exc.status, str(exc)), status=exc.status)
-        except web.HTTPException as exc:
-            return web.json_response(buffer_error(exc.status, exc.reason), status=exc.status)
-        except Exception as exc:  # noqa: BLE001 - the caller gets a 500 naming the error
-            return web.json_response(buffer_error(500, f"{type(exc).__name__}: {exc}"),
-                                     status=500)
-
-    return errors
+    return parse_json(await request.read(), allow_empty=allow_empty, value_status=422)

@@ -14,8 +14,11 @@ reported once (``invalid_groups`` of the next fetch) so the trainer can replace 
 nothing is dropped without a report. Groups with some but not all slots written are listed as
 ``partial_groups`` in every report, with their counts and age.
 
-Writes are checked (the fields of a :class:`~slime_hookspecs.Sample`, its length invariants,
-a finished status, a non-empty response unless FAILED); a refused write is counted
+Writes are checked (every field of a :class:`~slime_hookspecs.Sample` against
+:data:`slime_core.agent.schemas.SAMPLE`: ids in 0..2^31-1, and below the task's ``vocab_size``
+when the trainer sent one, finite rewards and log-probs <= 0, no booleans for numbers; its
+length invariants, a finished status, a non-empty response unless FAILED; all 422 naming the
+field); a refused write is counted
 (``invalid_writes``) and its reason kept in ``recent_errors``. The trainer's own fields of the
 slot (``group_index``, ``index``, ``rollout_id``, and ``label`` / ``prompt`` when the worker
 left them empty) overwrite the worker's, so the trainer's bookkeeping cannot be broken by a
@@ -30,17 +33,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from slime_core.agent import schemas
+from slime_core.agent.validation import RequestError, check
 from slime_hookspecs import Sample, SampleInvariantError, Status
 
 _FINISHED = (Status.COMPLETED, Status.TRUNCATED, Status.FAILED)
 
 
-class BufferError(ValueError):
-    """A refused request; ``status`` is the HTTP status to answer."""
+class BufferError(RequestError):
+    """A refused request; ``status`` is the HTTP status to answer (422: a field's value)."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+    def __init__(self, message: str, status: int = 422, param: str | None = None) -> None:
+        super().__init__(message, status, param)
 
 
 @dataclass
@@ -76,11 +80,7 @@ class BufferState:
     # -- trainer -----------------------------------------------------------------------------
     def start(self, task: dict[str, Any]) -> dict[str, Any]:
         """A new task replaces everything (a restarted trainer re-sends what it still needs)."""
-        if not isinstance(task, dict):
-            raise BufferError("the task must be a JSON object")
-        group_size = task.get("group_size")
-        if not isinstance(group_size, int) or group_size < 1:
-            raise BufferError("the task needs 'group_size', a positive integer")
+        check(task, schemas.TASK)
         dropped = len(self.instances)
         self._reset()
         self.task = copy.deepcopy(task)
@@ -91,21 +91,17 @@ class BufferState:
         """Queue prompt groups: ``[{"instance_id": str, "samples": [Sample dict, ...]}, ...]``."""
         if self.task is None:
             raise BufferError("no task: POST /start_rollout first", 409)
-        if not isinstance(items, list):
-            raise BufferError("'instances' must be a list")
+        check({"instances": items}, schemas.PROMPTS)
         new: list[Instance] = []
         for i, item in enumerate(items):
             where = f"instances[{i}]"
-            if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
-                raise BufferError(f"{where} needs an 'instance_id' string")
             iid = item["instance_id"]
             if iid in self.instances or any(n.instance_id == iid for n in new):
-                raise BufferError(f"{where}: instance_id {iid!r} is already queued", 409)
-            samples = item.get("samples")
-            if not isinstance(samples, list) or not samples:
-                raise BufferError(f"{where} needs a non-empty 'samples' list")
+                raise BufferError(f"{where}: instance_id {iid!r} is already queued", 409,
+                                  f"{where}.instance_id")
+            samples = item["samples"]
             for j, d in enumerate(samples):
-                _sample(d, f"{where}.samples[{j}]")
+                self._sample(d, f"{where}.samples[{j}]")
             new.append(Instance(iid, copy.deepcopy(samples)))
         for inst in new:
             self.instances[inst.instance_id] = inst
@@ -115,8 +111,8 @@ class BufferState:
 
     def take(self, num_groups: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Up to ``num_groups`` complete groups (oldest first) and a report."""
-        if not isinstance(num_groups, int) or num_groups < 1:
-            raise BufferError("'num_groups' must be a positive integer")
+        if type(num_groups) is not int or num_groups < 1:
+            raise BufferError("num_groups: must be a positive integer", param="num_groups")
         groups = []
         while self.ready and len(groups) < num_groups:
             inst = self.instances.pop(self.ready.popleft())
@@ -180,29 +176,30 @@ class BufferState:
     def write(self, body: Any) -> dict[str, Any]:
         try:
             return self._write(body)
-        except BufferError as exc:
+        except RequestError as exc:
             self.stats["invalid_writes"] += 1
             self.recent_errors.append(str(exc))
             raise
 
     def _write(self, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise BufferError("the write must be a JSON object")
-        iid, slot = body.get("instance_id"), body.get("slot")
-        inst = self.instances.get(iid) if isinstance(iid, str) else None
+        check(body, schemas.WRITE)
+        iid, slot = body["instance_id"], body["slot"]
+        inst = self.instances.get(iid)
         if inst is None:
-            raise BufferError(f"unknown instance_id {iid!r} (never queued, already delivered, "
-                              "or from an earlier task)", 404)
-        if not isinstance(slot, int) or not 0 <= slot < inst.size:
-            raise BufferError(f"'slot' of {iid!r} must be an integer in 0..{inst.size - 1}, "
-                              f"got {slot!r}")
+            raise BufferError(f"instance_id: unknown instance_id {iid!r} (never queued, already "
+                              "delivered, or from an earlier task)", 404, "instance_id")
+        if not slot < inst.size:
+            raise BufferError(f"slot: {slot} is outside 0..{inst.size - 1} (the group size of "
+                              f"{iid!r})", param="slot")
         if slot in inst.written:
-            raise BufferError(f"slot {slot} of {iid!r} is already written", 409)
-        raw = body.get("samples", [body["sample"]] if "sample" in body else None)
-        if not isinstance(raw, list) or not raw:
-            raise BufferError("the write needs 'samples' (a non-empty list) or 'sample'")
-        where = f"{iid!r} slot {slot}"
-        samples = [_sample(d, f"{where} samples[{j}]") for j, d in enumerate(raw)]
+            raise BufferError(f"slot {slot} of {iid!r} is already written", 409, "slot")
+        if ("samples" in body) == ("sample" in body):
+            raise BufferError("samples: the write needs 'samples' (a non-empty list) or "
+                              "'sample', not both", param="samples")
+        key = "samples" if "samples" in body else "sample"
+        raw = body["samples"] if key == "samples" else [body["sample"]]
+        where = [f"samples[{j}]" if key == "samples" else "sample" for j in range(len(raw))]
+        samples = [self._sample(d, where[j]) for j, d in enumerate(raw)]
         if all(s.status == Status.ABORTED for s in samples):
             self.leases.pop((iid, slot), None)
             self.queue.appendleft((iid, slot))
@@ -210,11 +207,12 @@ class BufferState:
             return {"accepted": False, "requeued": True}
         for j, s in enumerate(samples):
             if s.status not in _FINISHED:
-                raise BufferError(f"{where} samples[{j}]: status {s.status.value!r} is not "
-                                  "completed, truncated or failed")
+                raise BufferError(f"{where[j]}.status: {s.status.value!r} is not completed, "
+                                  "truncated or failed", param=f"{where[j]}.status")
             if s.response_length == 0 and s.status != Status.FAILED:
-                raise BufferError(f"{where} samples[{j}]: empty response (write status "
-                                  "'failed' with an 'error' for an episode that produced nothing)")
+                raise BufferError(f"{where[j]}.response_length: empty response (write status "
+                                  "'failed' with an 'error' for an episode that produced "
+                                  "nothing)", param=f"{where[j]}.response_length")
         own = inst.slots[slot]
         out = []
         for s in samples:
@@ -235,6 +233,22 @@ class BufferState:
             self._complete(inst)
         return {"accepted": True, "group_complete": len(inst.written) == inst.size}
 
+    def _sample(self, d: dict[str, Any], where: str) -> Sample:
+        """A schema-checked sample dict as a :class:`Sample` with its invariants checked."""
+        check(d, schemas.SAMPLE, prefix=where)
+        vocab = (self.task or {}).get("vocab_size")
+        if vocab is not None:
+            bad = next((i for i, t in enumerate(d.get("tokens", ())) if t >= vocab), None)
+            if bad is not None:
+                raise BufferError(f"{where}.tokens[{bad}]: {d['tokens'][bad]} is not below the "
+                                  f"task's vocab_size {vocab}", param=f"{where}.tokens[{bad}]")
+        try:
+            s = Sample.from_dict(d)
+            s.validate()
+        except (SampleInvariantError, TypeError, ValueError) as exc:
+            raise BufferError(f"{where}: {exc}", param=where) from None
+        return s
+
     def _complete(self, inst: Instance) -> None:
         flat = [d for k in range(inst.size) for d in inst.written[k]]
         if all(d["status"] == Status.FAILED.value for d in flat):
@@ -246,16 +260,3 @@ class BufferState:
             return
         self.ready.append(inst.instance_id)
         self.stats["complete_groups"] += 1
-
-
-def _sample(d: Any, where: str) -> Sample:
-    if not isinstance(d, dict):
-        raise BufferError(f"{where}: a sample must be a JSON object")
-    try:
-        s = Sample.from_dict(d)
-        s.validate()
-    except SampleInvariantError as exc:
-        raise BufferError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise BufferError(f"{where}: not a sample: {exc}") from None
-    return s
