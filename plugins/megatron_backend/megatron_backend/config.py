@@ -1,0 +1,63 @@
+"""The ``[megatron]`` config section and the checks of a run on the megatron backend (torch-free).
+
+``train.num_ranks`` is the world size; data parallelism is what is left over once tensor,
+pipeline and context parallelism are taken: ``dp = num_ranks / (tp * pp * cp)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+BACKEND = "megatron"
+RECOMPUTE = ("none", "selective", "full")
+
+
+def _need(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{key}: {msg}")
+
+
+@dataclass
+class MegatronSection:
+    tensor_model_parallel_size: int = 1  # TP: ranks that split every linear layer and the vocabulary
+    pipeline_model_parallel_size: int = 1  # PP: stages of layers (only 1 is implemented yet)
+    context_parallel_size: int = 1  # CP: ranks that split the sequence (only 1 is implemented yet)
+    sequence_parallel: bool = False  # split norms/dropout activations over TP ranks (needs TransformerEngine: refused on the CPU)
+    use_distributed_optimizer: bool = False  # ZeRO-1 sharding of the optimizer state over data-parallel ranks (Megatron's DistributedOptimizer: not implemented yet)
+    recompute: str = "none"  # activation recomputation: none | selective (core attention) | full (whole layers)
+    recompute_num_layers: int = 1  # recompute = full: layers per recomputed chunk (uniform method)
+    make_vocab_size_divisible_by: int = 128  # the embedding is padded to a multiple of this x TP (padded rows never reach the log-probs)
+    save_hf: bool = True  # checkpoints also hold hf/ (config.json + model.safetensors + tokenizer) that transformers loads
+
+    def __post_init__(self) -> None:
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "context_parallel_size", "recompute_num_layers",
+                    "make_vocab_size_divisible_by"):
+            _need(getattr(self, key) >= 1, f"megatron.{key}", "must be >= 1")
+        _need(self.recompute in RECOMPUTE, "megatron.recompute",
+              f"{self.recompute!r} is not one of {', '.join(RECOMPUTE)}")
+
+    def model_parallel_size(self) -> int:
+        return (self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+                * self.context_parallel_size)
+
+
+def check_config(config: Any) -> None:
+    """Reject what this backend cannot run, naming the keys (``slime_configure``)."""
+    if config.train.backend != BACKEND:
+        return
+    mg: MegatronSection = config.megatron
+    _need(mg.pipeline_model_parallel_size == 1, "megatron.pipeline_model_parallel_size",
+          f"{mg.pipeline_model_parallel_size}: pipeline parallelism is not implemented in this "
+          "version of slime-megatron-backend (use tensor_model_parallel_size)")
+    _need(mg.context_parallel_size == 1, "megatron.context_parallel_size",
+          f"{mg.context_parallel_size}: context parallelism is not implemented in this version "
+          "of slime-megatron-backend")
+    _need(not mg.use_distributed_optimizer, "megatron.use_distributed_optimizer",
+          "not implemented in this version: the backend steps torch AdamW on each rank's "
+          "shards (see plugins/megatron_backend/README.md)")
+    n = config.train.num_ranks
+    _need(n % mg.model_parallel_size() == 0, "train.num_ranks",
+          f"{n} is not a multiple of tensor x pipeline x context parallel size "
+          f"({mg.model_parallel_size()}); data parallelism takes the rest")

@@ -1,0 +1,111 @@
+"""The two CUDA assumptions of megatron-core replaced for CPU runs (gloo, no GPU).
+
+megatron-core's layers allocate on ``torch.cuda.current_device()`` and its tensor-parallel RNG
+(``megatron.core.tensor_parallel.random``: the RNG-state tracker that dropout forks, and the
+state save/restore of activation recomputation) reads and writes CUDA generators. On a CPU-only
+torch both raise. :func:`apply` replaces exactly these, process-wide, and only the trainer
+calls it, only when its accelerator is the CPU:
+
+* ``torch.cuda.current_device`` returns ``torch.device("cpu")``, so every ``device=`` megatron
+  passes names the CPU;
+* the RNG tracker keeps CPU generator states (same names and seeds as Megatron's:
+  ``model-parallel-rng`` = seed + 2718 + tp_rank, ``data-parallel-rng`` = seed), and the
+  module's CUDA-state getter/setter read and write the CPU generator.
+
+Everything else (layers, attention, collectives over gloo) is megatron-core unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+MODEL_PARALLEL_RNG = "model-parallel-rng"
+DATA_PARALLEL_RNG = "data-parallel-rng"
+EXPERT_PARALLEL_RNG = "expert-parallel-rng"
+
+_APPLIED = False
+
+
+class CpuRNGStatesTracker:
+    """Megatron's ``CudaRNGStatesTracker`` interface over CPU generator states."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.states_: dict[str, torch.Tensor] = {}
+        self.seeds_: set[int] = set()
+
+    def is_initialized(self) -> bool:
+        return bool(self.states_)
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.states_.items()}
+
+    def set_states(self, states: dict[str, torch.Tensor]) -> None:
+        self.states_ = {k: v.clone() for k, v in states.items()}
+
+    def add(self, name: str, seed: int) -> None:
+        if seed in self.seeds_:
+            raise ValueError(f"rng seed {seed} already exists")
+        if name in self.states_:
+            raise ValueError(f"rng state {name} already exists")
+        self.seeds_.add(seed)
+        gen = torch.Generator()
+        gen.manual_seed(seed)
+        self.states_[name] = gen.get_state()
+
+    @contextlib.contextmanager
+    def fork(self, name: str = MODEL_PARALLEL_RNG) -> Iterator[None]:
+        """Run the block on the tracked CPU stream ``name``, then restore the default stream."""
+        if name not in self.states_:
+            raise KeyError(f"rng state {name} is not added")
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+
+def _get_state(*_: Any, **__: Any) -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def _set_state(state: Any, *_: Any, **__: Any) -> None:
+    torch.set_rng_state(state)
+
+
+def applied() -> bool:
+    return _APPLIED
+
+
+def apply() -> None:
+    """Install the replacements (idempotent). Call only in a process whose accelerator is the CPU."""
+    global _APPLIED
+    if _APPLIED:
+        return
+    from megatron.core.tensor_parallel import random as mrandom
+
+    torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment]
+    mrandom._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+    mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+    mrandom._get_cuda_rng_state = _get_state
+    mrandom._set_cuda_rng_state = _set_state
+    _APPLIED = True
+
+
+def seed(seed_: int, tp_rank: int, ep_rank: int = 0) -> None:
+    """Megatron's ``model_parallel_cuda_manual_seed`` on the CPU tracker (same seed offsets)."""
+    from megatron.core.tensor_parallel import random as mrandom
+
+    tracker = mrandom._CUDA_RNG_STATE_TRACKER
+    tracker.reset()
+    tracker.add(DATA_PARALLEL_RNG, seed_)
+    tracker.add(MODEL_PARALLEL_RNG, seed_ + 2718 + tp_rank)
+    tracker.add(EXPERT_PARALLEL_RNG, seed_ + 1024 + 100 * ep_rank)

@@ -1,0 +1,63 @@
+"""Response log-probs (and entropies) of a GPTModel, in the torch backend's convention.
+
+Same convention as ``slime_core.api.response_log_probs``: right-padded rows, position p
+predicts token p + 1, ``log_softmax(logits / T)`` of the full vocabulary in fp32 with
+``T = temperature`` (1 when greedy). The model is built with ``parallel_output=False``, so
+every TP rank holds the whole vocabulary's logits; the rows Megatron pads the vocabulary with
+are dropped before the softmax.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def causal_mask(width: int, device: torch.device) -> torch.Tensor:
+    """Megatron's mask convention: True where attention is *not* allowed, ``[1, 1, s, s]``.
+
+    Passed explicitly: megatron's default causal mask is allocated on ``"cuda"``. Right padding
+    needs nothing more (a real token never attends to a later pad).
+    """
+    return torch.triu(torch.ones(width, width, dtype=torch.bool, device=device), 1)[None, None]
+
+
+def response_log_probs(
+    model: Any,
+    tokens: list[torch.Tensor],
+    response_lengths: list[int],
+    temperature: float,
+    pad_id: int,
+    vocab: int,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-sample response log-probs (and entropies) under ``model`` for one micro-batch."""
+    device = next(model.parameters()).device
+    lengths = [int(t.numel()) for t in tokens]
+    resp = [int(r) for r in response_lengths]
+    width = max(lengths)
+    ids = torch.full((len(tokens), width), pad_id, dtype=torch.long)
+    for row, t in enumerate(tokens):
+        ids[row, : lengths[row]] = t.detach().cpu()
+    ids = ids.to(device)
+    positions = torch.arange(width, device=device).unsqueeze(0).expand(len(tokens), -1)
+    rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))
+    cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
+    rows, cols = rows.to(device), cols.to(device)
+    target = ids[rows, cols + 1]
+    logits = model(ids, positions, attention_mask=causal_mask(width, device))
+    lg = logits[rows, cols, :vocab].float()
+    temp = temperature if temperature > 0 else 1.0
+    if temp != 1.0:
+        lg = lg / temp
+    logp = torch.log_softmax(lg, dim=-1)
+    lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    out = list(lp.split(resp))
+    ents: list[torch.Tensor] | None = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            ent = -(logp.exp() * logp).sum(-1)
+        ents = list(ent.split(resp))
+    return out, ents

@@ -1,0 +1,81 @@
+"""megatron-core's ``GPTModel`` for a :class:`~megatron_backend.layout.Layout` (local layer spec).
+
+The local spec (megatron-core's own modules, no TransformerEngine) runs on every host; fusions
+that need CUDA kernels (bias/activation, masked softmax, RoPE, gradient-accumulation fusion)
+are turned off so the same config builds on the CPU and on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from megatron_backend.layout import Layout
+
+RECOMPUTE = {
+    "none": {},
+    "selective": {"recompute_granularity": "selective", "recompute_modules": ["core_attn"]},
+    "full": {"recompute_granularity": "full", "recompute_method": "uniform"},
+}
+
+
+def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
+    import torch.nn.functional as F
+    from megatron.core.transformer import TransformerConfig
+
+    recompute = dict(RECOMPUTE[mg.recompute])
+    if mg.recompute == "full":
+        recompute["recompute_num_layers"] = mg.recompute_num_layers
+    return TransformerConfig(
+        num_layers=layout.num_layers,
+        hidden_size=layout.hidden,
+        ffn_hidden_size=layout.ffn,
+        num_attention_heads=layout.heads,
+        num_query_groups=layout.kv_heads,
+        kv_channels=layout.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=layout.norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=layout.qkv_bias,
+        qk_layernorm=layout.qk_norm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=mg.tensor_model_parallel_size,
+        pipeline_model_parallel_size=mg.pipeline_model_parallel_size,
+        context_parallel_size=mg.context_parallel_size,
+        sequence_parallel=mg.sequence_parallel,
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=True,
+        perform_initialization=False,  # every weight is overwritten from the HF checkpoint
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        gradient_accumulation_fusion=False,
+        attention_softmax_in_fp32=True,
+        **recompute,
+    )
+
+
+def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device) -> Any:
+    """An uninitialised GPTModel of ``layout`` on ``device`` (weights come from the converter)."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    cfg = transformer_config(layout, dtype, mg)
+    spec = get_gpt_layer_local_spec(qk_layernorm=layout.qk_norm, normalization="RMSNorm")
+    model = GPTModel(
+        config=cfg, transformer_layer_spec=spec, vocab_size=layout.padded_vocab,
+        max_sequence_length=layout.max_positions, position_embedding_type="rope",
+        rotary_base=layout.rope_theta,  # type: ignore[arg-type]  (annotated int, used as a float)
+        share_embeddings_and_output_weights=layout.tied,
+        # the full vocabulary's logits on every TP rank: log-softmax as the torch backend does
+        parallel_output=False, pre_process=True, post_process=True,
+    )
+    return model.to(device)

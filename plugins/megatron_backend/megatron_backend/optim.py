@@ -1,0 +1,98 @@
+"""One optimizer step over micro-batches on a tensor- and data-parallel GPTModel.
+
+The same weighting as the core's ``Accumulation`` (each micro-batch's loss at its share of the
+mini-batch's loss-masked tokens or samples, the shares of the totals over data-parallel
+ranks), with the reductions over Megatron's groups instead of the default one: totals,
+gradients and metrics are summed over the **data-parallel** group (tensor-parallel peers hold
+the same samples), and the gradient norm adds each tensor-parallel shard's squares once over
+the **tensor-parallel** group (replicated tensors, the norms, are counted once). Clipping then
+matches ``torch.nn.utils.clip_grad_norm_`` of the unsharded model: coefficient
+``max_norm / (norm + 1e-6)`` when below 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from megatron_backend import parallel
+
+
+def _all_sum(values: list[float], group: Any) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, group=group)
+    return [float(x) for x in t]
+
+
+def _sum_metrics(metrics: dict[str, float], group: Any) -> dict[str, float]:
+    """Each key summed over ``group`` (a key missing on a rank, an empty share, counts 0)."""
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, metrics, group=group)
+    out: dict[str, float] = {}
+    for m in gathered:
+        for k, v in (m or {}).items():
+            out[k] = out.get(k, 0.0) + float(v)
+    return out
+
+
+def is_sharded(p: torch.Tensor) -> bool:
+    """Megatron marks column/row/vocab-parallel weights with ``tensor_model_parallel``."""
+    return bool(getattr(p, "tensor_model_parallel", False))
+
+
+def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of the gradients of the whole (unsharded) model, on every rank."""
+    sharded = torch.zeros((), dtype=torch.float64)
+    replicated = torch.zeros((), dtype=torch.float64)
+    for p in params:
+        if p.grad is None:
+            continue
+        sq = p.grad.detach().double().pow(2).sum().cpu()
+        if is_sharded(p):
+            sharded += sq
+        else:
+            replicated += sq
+    if parallel.tp_size() > 1:
+        dist.all_reduce(sharded, group=parallel.tp_group())
+    return (sharded + replicated).sqrt()
+
+
+class Accumulation:
+    """Weighted backward passes of one optimizer step, then the reduced, clipped step."""
+
+    def __init__(self, samples: float, tokens: float) -> None:
+        self.dp = parallel.dp_size() > 1
+        if self.dp:
+            samples, tokens = _all_sum([samples, tokens], parallel.dp_group())
+        self.total_samples = samples
+        self.total_tokens = tokens or 1.0
+        self.metrics: dict[str, float] = {}
+
+    def backward(self, loss: torch.Tensor, metrics: dict[str, float], weighting: str,
+                 samples: int, tokens: float) -> None:
+        w = tokens / self.total_tokens if weighting == "tokens" else samples / self.total_samples
+        (loss * w).backward()
+        for k, v in metrics.items():
+            self.metrics[k] = self.metrics.get(k, 0.0) + float(v) * w
+
+    def step(self, params: list[torch.Tensor], optimizer: torch.optim.Optimizer,
+             grad_clip: float) -> tuple[dict[str, float], float]:
+        metrics = self.metrics
+        if self.dp:
+            group = parallel.dp_group()
+            for p in params:
+                if p.grad is None:  # a rank whose share never reached p: zeros, so sums agree
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad, group=group)
+            metrics = _sum_metrics(metrics, group)
+        norm = grad_norm(params)
+        if grad_clip and grad_clip > 0:
+            coef = grad_clip / (float(norm) + 1e-6)
+            if coef < 1.0:
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.mul_(coef)
+        optimizer.step()
+        return metrics, float(norm)

@@ -1,0 +1,243 @@
+"""The ``megatron`` trainer backend: one rank of a tensor- and data-parallel GPTModel.
+
+Mirrors the ``torch`` backend (``slime_core/trainer/torch_trainer.py``) so runs compare value
+for value: log-probs are ``log_softmax(logits / T)`` of the full vocabulary (T =
+``rollout.temperature``, 1 when greedy) in fp32; advantages and losses come from
+``slime_core.api`` (``compute_advantages``, ``compute_loss``), micro-batches from
+``micro_batches`` with each micro-batch weighted by its share of the mini-batch; AdamW with
+``train.*`` settings, the ``lr_schedule(config)`` warm-up/decay, clipping over the whole model.
+
+The model is built from the ``[model]`` Hugging Face checkpoint (or ``init_config``) and each
+rank keeps its TP shard (:mod:`megatron_backend.convert`); ``export_weights`` gathers the shards
+back into HF names. Hooks receive Megatron objects as slime passes them: ``model`` is the
+list of model chunks (one chunk: no virtual pipeline), ``optimizer`` / ``scheduler`` the
+rank's AdamW and LambdaLR.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from slime_core.api import (
+    compute_advantages,
+    compute_loss,
+    get_manager,
+    load_causal_lm,
+    load_tokenizer,
+    lr_schedule,
+    micro_batches,
+    needs_ref,
+    resolve_dtype,
+    step_indices,
+    to_tensor_list,
+)
+from slime_hookspecs import TrainBatch
+
+from megatron_backend import checkpoint, cpu_shims, parallel
+from megatron_backend.convert import to_hf, to_megatron
+from megatron_backend.forward import response_log_probs
+from megatron_backend.gather import gather_shards, load_local_state, local_state
+from megatron_backend.layout import Layout, layout_of
+from megatron_backend.model import build_gpt
+from megatron_backend.optim import Accumulation
+
+
+def hf_config_of(model_cfg: Any) -> Any:
+    """The transformers config of ``[model]`` (``path`` or ``init_config``)."""
+    from transformers import AutoConfig
+
+    if model_cfg.path:
+        return AutoConfig.from_pretrained(model_cfg.path,
+                                          trust_remote_code=bool(model_cfg.trust_remote_code))
+    init = dict(model_cfg.init_config)
+    model_type = init.pop("model_type", None)
+    if not model_type:
+        raise ValueError("model.init_config needs a 'model_type' key (e.g. 'qwen2')")
+    return AutoConfig.for_model(model_type, **init)
+
+
+class MegatronTrainer:
+    """One rank (TP shard of one data-parallel replica) of the megatron backend."""
+
+    def __init__(self, config: Any, rank: int = 0, world_size: int = 1,
+                 accelerator: Any = None) -> None:
+        self.config = config
+        self.mg = config.megatron
+        self.rank, self.world_size = rank, world_size
+        self.accelerator = accelerator
+        self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
+        on_cpu = self.device.type == "cpu"
+        if on_cpu:
+            if self.mg.sequence_parallel:
+                raise ValueError("megatron.sequence_parallel = true needs TransformerEngine and "
+                                 "a GPU; on the CPU set it to false")
+            cpu_shims.apply()
+        parallel.ensure_default_group(rank, world_size, "gloo" if on_cpu else "nccl")
+        parallel.init_model_parallel(self.mg)
+        #: what the trainer group shards by: ranks of one data-parallel index get the same share
+        self.data_parallel_rank = parallel.dp_rank()
+        self.data_parallel_size = parallel.dp_size()
+        self.dtype = resolve_dtype(config.model.dtype, self.device)
+        self.pm = get_manager()
+        self._seed(int(config.run.seed), on_cpu)
+        self.hf_config = hf_config_of(config.model)
+        self.layout: Layout = layout_of(self.hf_config, self.mg.tensor_model_parallel_size,
+                                        self.mg.make_vocab_size_divisible_by)
+        self.model = self._build("actor")
+        self.model.train()
+        self.models = [self.model]  # slime's model list: one chunk per virtual pipeline stage
+        self.ref_model: Any = None
+        self.tokenizer = load_tokenizer(config.model, required=False)
+        tok = self.tokenizer
+        self.pad_id = 0 if tok is None else int(
+            tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+        t = config.train
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
+            weight_decay=t.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule(config))
+        self.pm.hook.slime_trainer_init(config=config, model=self.models)
+
+    def _seed(self, seed: int, on_cpu: bool) -> None:
+        torch.manual_seed(seed)
+        if on_cpu:
+            cpu_shims.seed(seed, parallel.tp_rank())
+        else:
+            from megatron.core import tensor_parallel
+
+            tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+    # -- models ------------------------------------------------------------------------------
+    def _build(self, role: str) -> Any:
+        """GPTModel (or the ``slime_make_model`` answer) with this rank's shard of the HF weights."""
+        model = self.pm.hook.slime_make_model(config=self.config, role=role)
+        if model is None:
+            model = build_gpt(self.layout, self.dtype, self.mg, self.device)
+        hf = load_causal_lm(self.config.model, torch.device("cpu"), torch.float32, role=role,
+                            seed=self.config.run.seed)
+        shard = to_megatron(hf.state_dict(), self.layout, parallel.tp_rank(), parallel.tp_size())
+        del hf
+        load_local_state(model, {k: v.to(self.dtype) for k, v in shard.items()})
+        return model.to(self.device)
+
+    def _ref(self) -> Any:
+        """The frozen reference: the initial policy rebuilt from ``[model]``."""
+        if self.ref_model is None:
+            state = torch.get_rng_state()
+            self.ref_model = self._build("ref")
+            torch.set_rng_state(state)  # building ref must not shift the sampling stream
+            self.ref_model.eval().requires_grad_(False)
+        return self.ref_model
+
+    # -- log-probs ---------------------------------------------------------------------------
+    def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
+        model = self._ref() if role == "ref" else self.model
+        self.pm.hook.slime_before_log_prob(config=self.config, model=[model], role=role)
+        tokens = to_tensor_list(batch.tokens, torch.long)
+        out: list[torch.Tensor | None] = [None] * len(batch)
+        with torch.no_grad():
+            for mb in micro_batches([int(len(x)) for x in tokens],
+                                    self.config.train.micro_batch_tokens):
+                lps, _ = response_log_probs(
+                    model, [tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
+                    self.config.rollout.temperature, self.pad_id, self.layout.vocab)
+                for i, lp in zip(mb, lps, strict=True):
+                    out[i] = lp.float().cpu()
+        return out  # type: ignore[return-value]
+
+    # -- training ----------------------------------------------------------------------------
+    def prepare(self, batch: TrainBatch) -> None:
+        """Tensors, ref/old log-probs and advantages for a step's batch."""
+        batch.tokens = to_tensor_list(batch.tokens, torch.long)
+        batch.loss_masks = to_tensor_list(batch.loss_masks, torch.float32)
+        if batch.rollout_log_probs is not None:
+            batch.rollout_log_probs = to_tensor_list(batch.rollout_log_probs, torch.float32)
+        if self.config.train.loss != "sft":
+            if needs_ref(self.config) and batch.ref_log_probs is None:
+                batch.ref_log_probs = self.compute_log_probs(batch, "ref")
+            if self.config.train.num_steps_per_rollout > 1 and batch.old_log_probs is None:
+                batch.old_log_probs = self.compute_log_probs(batch, "actor")
+        compute_advantages(self.config, batch)
+
+    def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
+        """All optimizer steps of one rollout; returns averaged metrics."""
+        t0 = time.perf_counter()
+        if len(batch) or self.data_parallel_size > 1:
+            self.prepare(batch)
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        tokens = 0
+        for step_id, idx in enumerate(step_indices(len(batch),
+                                                   self.config.train.num_steps_per_rollout)):
+            self.pm.hook.slime_before_train_step(
+                config=self.config, rollout_id=rollout_id, step_id=step_id, model=self.models,
+                optimizer=self.optimizer, scheduler=self.scheduler,
+            )
+            m = self._optimizer_step(batch.select(idx))
+            tokens += sum(int(len(batch.tokens[i])) for i in idx)
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+        metrics = {k: sums[k] / counts[k] for k in sums}
+        metrics.update({k: float(v) for k, v in batch.metadata.get("metrics", {}).items()})
+        elapsed = time.perf_counter() - t0
+        metrics["perf/train_tokens_per_s"] = tokens / elapsed if elapsed > 0 else 0.0
+        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
+        return metrics
+
+    def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
+        self.optimizer.zero_grad(set_to_none=True)
+        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks))
+        want_entropy_grad = self.config.algorithm.entropy_coef != 0
+        for mb_idx in micro_batches([int(len(t)) for t in mini.tokens],
+                                    self.config.train.micro_batch_tokens):
+            mb = mini.select(mb_idx)
+            mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
+            if self.device.type != "cpu":
+                _to_device(mb, self.device)
+            lps, ents = response_log_probs(
+                self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
+                self.pad_id, self.layout.vocab, with_entropy=True,
+                entropy_grad=want_entropy_grad)
+            if ents is not None and not want_entropy_grad:
+                ents = [e.detach() for e in ents]
+            if mb.old_log_probs is None:
+                mb.old_log_probs = [lp.detach() for lp in lps]
+            loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+            acc.backward(loss, m, weighting, len(mb), mb_tokens)
+        metrics, grad_norm = acc.step(list(self.model.parameters()), self.optimizer,
+                                      self.config.train.grad_clip)
+        metrics["train/grad_norm"] = grad_norm
+        self.scheduler.step()
+        return metrics
+
+    # -- weights and checkpoints -------------------------------------------------------------
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """The full policy in HF names and shapes; a collective over the TP group when TP > 1
+        (every rank gets the full dict)."""
+        if parallel.tp_size() == 1:
+            shards = {k: [v] for k, v in local_state(self.model).items()}
+        else:
+            shards = gather_shards(self.model, self.layout)
+        return to_hf(shards, self.layout)
+
+    def save(self, path: str) -> None:
+        checkpoint.save(self, path)
+        self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
+
+    def load(self, path: str) -> None:
+        checkpoint.load(self, path)
+        self.pm.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
+
+
+def _to_device(batch: TrainBatch, device: torch.device) -> None:
+    from slime_hookspecs.batch import TENSOR_KEYS
+
+    for key in TENSOR_KEYS:
+        values = getattr(batch, key)
+        if values and key != "tokens":
+            setattr(batch, key, [v.to(device) if isinstance(v, torch.Tensor) else v
+                                 for v in values])
