@@ -61,8 +61,10 @@ def test_crash_mid_save_keeps_previous_checkpoint(base_config, run_slime, monkey
     assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step_")) == ["step_000001"]
     state = json.loads((ckpts / "step_000001" / "driver_state.json").read_text())
     assert state["step"] == 1
-    # metrics of the completed step survive the crash
-    assert [m["step"] for m in read_metrics(base_config["run"]["run_dir"])] == [1]
+    # every step's row is written before its checkpoint: step 2's row is there, its save is not
+    assert [m["step"] for m in read_metrics(base_config["run"]["run_dir"])] == [1, 2]
     monkeypatch.setattr(torch_trainer.TorchTrainer, "save", real_save)
     run_slime(base_config, resume=base_config["run"]["run_dir"])
+    # the resume drops the row past its checkpoint; step 2 runs again and logs once
     assert [m["step"] for m in read_metrics(base_config["run"]["run_dir"])] == [1, 2, 3]
+    assert not [p for p in ckpts.iterdir() if ".tmp-" in p.name]  # the half-written save is gone

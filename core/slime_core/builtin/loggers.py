@@ -9,9 +9,12 @@ from typing import Any
 
 from slime_hookspecs import LoggerRecord, hookimpl
 
+from slime_core.runner.durable import atomic_write
+
 
 class JsonlLogger:
-    """Appends one JSON object per step to ``run_dir/metrics.jsonl`` (flushed each line)."""
+    """Appends one JSON object per step to ``run_dir/metrics.jsonl``, each line flushed and
+    fsynced before the step's checkpoint starts (so a checkpoint never outlives its row)."""
 
     def __init__(self, config: Any, run_dir: str, filename: str = "metrics.jsonl") -> None:
         self.path = os.path.join(run_dir, filename)
@@ -22,27 +25,86 @@ class JsonlLogger:
                  for k, v in metrics.items()}
         self._fh.write(json.dumps({"step": step, **clean}, sort_keys=True) + "\n")
         self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def rewind(self, step: int) -> None:
+        """A resume restored the state after ``step``: keep one row (the last) per step up to
+        it, move later rows to ``metrics.superseded.jsonl`` and drop a line cut by a kill."""
+        self._fh.close()
+        kept, superseded = rewind_rows(self.path, step)
+        if superseded:
+            with open(self.path.replace(".jsonl", ".superseded.jsonl"), "a",
+                      encoding="utf-8") as fh:
+                fh.writelines(superseded)
+                fh.flush()
+                os.fsync(fh.fileno())
+        atomic_write(self.path, "".join(kept))
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def close(self) -> None:
         self._fh.close()
 
 
+def rewind_rows(path: str, step: int) -> tuple[list[str], list[str]]:
+    """Lines of ``path`` to keep (one per step id <= ``step``, the last one logged, in step
+    order) and the rows past ``step``; lines that are not a JSON row are dropped."""
+    by_step: dict[int, str] = {}
+    later: list[str] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        return [], []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed writer
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            continue
+        text = line if line.endswith("\n") else line + "\n"
+        if row["step"] <= step:
+            by_step[row["step"]] = text
+        else:
+            later.append(text)
+    return [by_step[k] for k in sorted(by_step)], later
+
+
 class TensorBoardLogger:
-    """TensorBoard event files under ``run_dir/tensorboard`` (via torch's SummaryWriter)."""
+    """TensorBoard event files under ``run_dir/tensorboard`` (via torch's SummaryWriter).
+
+    After :meth:`rewind` the next event file starts with a ``purge_step`` marker, which makes
+    TensorBoard discard the earlier files' events of the steps run again."""
 
     def __init__(self, config: Any, run_dir: str) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # a missing package fails at start
 
-        self._writer = SummaryWriter(log_dir=os.path.join(run_dir, "tensorboard"))
+        self._make = SummaryWriter
+        self._dir = os.path.join(run_dir, "tensorboard")
+        self._purge_step: int | None = None
+        self._writer: Any = None  # opened at the first row, once a rewind is known
+
+    def _open(self) -> Any:
+        if self._writer is None:
+            self._writer = self._make(log_dir=self._dir, purge_step=self._purge_step)
+        return self._writer
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        writer = self._open()
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._writer.add_scalar(key, value, step)
-        self._writer.flush()
+                writer.add_scalar(key, value, step)
+        writer.flush()
+
+    def rewind(self, step: int) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._purge_step = step + 1
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 def _tb_probe() -> str | None:

@@ -30,10 +30,16 @@ def run_command(config_path: str | None, overrides: tuple[str, ...], resume: str
         overrides += (f"run.executor={executor}",)
     if ray_address:
         overrides += (f'run.ray_address="{ray_address}"',)
-    if resume and not config_path:
-        from slime_core.runner.rundir import resolved_config_path
+    if resume:
+        from slime_core.runner.rundir import resolved_config_path, resume_selection
 
-        config_path = resolved_config_path(resume)
+        try:
+            if not config_path:
+                config_path = resolved_config_path(resume)
+            selection, line = resume_selection(resume, selection)
+        except (FileNotFoundError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(line, err=True)
     if not config_path:
         raise click.UsageError("give --config FILE (or --resume RUN_DIR)")
     try:

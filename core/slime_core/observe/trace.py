@@ -180,6 +180,58 @@ def write_run_trace(tracer: Tracer, run_dir: str | Path, **other: Any) -> Path:
     return tracer.write(path, run_dir=str(run_dir), **other)
 
 
+def run_traces(run_dir: str | Path) -> list[Path]:
+    """``trace.json`` and the kept traces of earlier segments (``trace.N.json``) of a run."""
+    root = Path(run_dir)
+    found = [p for p in root.glob("trace*.json")
+             if p.name == "trace.json" or p.name[len("trace."):-len(".json")].isdigit()]
+    return sorted(found)
+
+
+def mark_superseded(run_dir: str | Path, step: int) -> list[Path]:
+    """A resume restored the state after ``step``: in each earlier trace of the run, mark the
+    spans of the steps that will run again (``args.superseded = true``) and record
+    ``otherData.superseded_after_step``. Returns the files changed.
+
+    The cut is the end of the ``save`` span of ``step`` (its checkpoint: the run saves after
+    the step's eval and metrics row); a segment without that save whose first trained step
+    comes after ``step`` is superseded from its setup on. An unreadable trace is left alone."""
+    changed = []
+    for path in run_traces(run_dir):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            events = data["traceEvents"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+        phases = [e for e in spans if e.get("pid") == DRIVER_PID]
+        saves = [e for e in phases if e.get("name") == "save"
+                 and (e.get("args") or {}).get("rollout_id") == step]
+        trained = [(e.get("args") or {}).get("rollout_id") for e in phases if e.get("name") == "train"]
+        trained = [r for r in trained if isinstance(r, int)]
+        if saves:
+            cut = max(e["ts"] + e["dur"] for e in saves)
+        elif trained and min(trained) >= step:  # rollout r trains step r + 1
+            setup = [e["ts"] + e["dur"] for e in phases if e.get("name") == "setup"]
+            cut = max(setup) if setup else 0.0
+        else:
+            continue
+        marked = 0
+        for e in spans:
+            if e["ts"] >= cut and not (e.get("pid") == DRIVER_PID and e.get("name") == "run"):
+                e.setdefault("args", {})["superseded"] = True
+                marked += 1
+        other = data.setdefault("otherData", {})
+        prev = other.get("superseded_after_step")
+        other["superseded_after_step"] = step if not isinstance(prev, int) else min(prev, step)
+        if marked or prev != other["superseded_after_step"]:
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
+            os.replace(tmp, path)
+            changed.append(path)
+    return changed
+
+
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
 

@@ -1,7 +1,8 @@
 """The driver loop of ``core run``, the same under every executor (``slime_core.executors``).
 
-rollout -> reward/filters -> convert -> log-probs/advantages -> train -> sync weights -> save
--> eval, with lifecycle hooks around each phase. Metrics go to every configured logger;
+rollout -> reward/filters -> convert -> log-probs/advantages -> train -> sync weights -> eval
+-> log the step's metrics row -> save, with lifecycle hooks around each phase (the row before
+the checkpoint: see ``docs/run_directory.md`` for what a crash at any instant leaves). Metrics go to every configured logger;
 ``slime_on_error`` and ``slime_run_end(status="failed")`` fire before an error propagates,
 and checkpoints already written are never touched by a failing step. With
 ``run.async_rollout`` the rollout of step k+1 is generated while step k trains
@@ -26,6 +27,7 @@ from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import staleness
 from slime_core.runner.components import select_accelerator
 from slime_core.runner.convert import samples_to_batch
+from slime_core.runner.durable import fault_point
 from slime_core.runner.metrics import rollout_metrics
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
@@ -50,6 +52,10 @@ class Driver:
         else:
             self.run_dir = make_run_dir(config)
             write_run_files(self.run_dir, config, plugins)
+        removed = ckpt.remove_stale(self.run_dir)
+        if removed:
+            print(f"removed leftovers of an interrupted save in {self.run_dir}: "
+                  f"{', '.join(removed)}", file=sys.stderr)
         reg = manager.registries
         self.accel_record = select_accelerator(manager, config.run.accelerator)
         staleness.check_config(config)
@@ -66,6 +72,7 @@ class Driver:
             self.loggers = [reg.logger.get(n).factory(config, str(self.run_dir))
                             for n in config.run.loggers]
             self.step = 0
+            self._save_time: float | None = None  # reported in the row after the save
             self._heap_frozen = False  # see _freeze_heap
             self.version = 0  # trainer weight version: optimizer rollouts applied so far
             self.synced_version = -1  # version the engines hold
@@ -78,21 +85,49 @@ class Driver:
 
     # -- state -----------------------------------------------------------------------------
     def _resume(self) -> None:
-        last = ckpt.latest_checkpoint(self.run_dir)
-        if last is None:
-            raise FileNotFoundError(f"--resume {self.run_dir}: no complete checkpoint found")
+        """Load the newest intact checkpoint (or, with none, restart from step 0), then drop
+        what the loggers and traces recorded of the steps that will run again."""
+        restored = ckpt.restore(self.run_dir, self._load_checkpoint)
+        if restored is None:
+            # a run killed before its first checkpoint: nothing to keep but its config
+            print(f"resume: {self.run_dir} has no checkpoint (it stopped before its first "
+                  "save); restarting it from step 0", file=sys.stderr)
+            kept = -1  # the step-0 evaluation runs again too
+        else:
+            last, _ = restored
+            kept = self.step
+            print(f"resumed {self.run_dir} at step {self.step} from {last.name}", file=sys.stderr)
+        for lg in self.loggers:
+            rewind = getattr(lg, "rewind", None)  # optional Logger method (docs/run_directory.md)
+            if rewind is not None:
+                rewind(kept)
+        from slime_core.observe.trace import mark_superseded
+
+        mark_superseded(self.run_dir, kept)
+
+    def _load_checkpoint(self, last: Path) -> dict[str, Any]:
+        # read every file first: a damaged one fails before any state is replaced
         state = ckpt.read_driver_state(last)
-        self.trainer.load(str(last / "trainer"))
-        self.train_source.load_state_dict(json.loads((last / "data_source.json").read_text()))
-        random.setstate(_tuple_state(state["python_rng"]))
-        self.step, self.version = state["step"], state["version"]
+        source = ckpt.read_json(last / "data_source.json")
         inflight = state.get("inflight_rollout")
+        result = None
         if inflight is not None and self._async is not None:
             from slime_core.observe.dumps import dump_path, read_dump
 
-            _, result = read_dump(dump_path(last / INFLIGHT_DIR, inflight, evaluation=False))
+            where = dump_path(last / INFLIGHT_DIR, inflight, evaluation=False)
+            try:
+                _, result = read_dump(where)
+            except Exception as exc:  # noqa: BLE001 - name the file, whatever broke
+                raise ckpt.CheckpointError(f"{where}: unreadable ({type(exc).__name__}: "
+                                           f"{exc})") from exc
+        self.trainer.load(str(last / "trainer"))
+        self.train_source.load_state_dict(source)
+        random.setstate(_tuple_state(state["python_rng"]))
+        self.step, self.version = state["step"], state["version"]
+        if result is not None:
+            assert self._async is not None and inflight is not None
             self._async.restore(int(inflight), result)
-        print(f"resumed {self.run_dir} at step {self.step} from {last.name}", file=sys.stderr)
+        return state
 
     def save(self) -> None:
         path = self.run_dir / "checkpoints" / ckpt.step_name(self.step)
@@ -234,18 +269,24 @@ class Driver:
                 phase = "train"
                 t0 = time.perf_counter()
                 m = self.train_one()
-                phase = "save"
-                if cfg.run.save_interval and self.step % cfg.run.save_interval == 0:
-                    t = time.perf_counter()
-                    self.save()
-                    m["perf/save_time"] = time.perf_counter() - t
                 if self.eval_source is not None and (
                     self.step % cfg.eval.interval == 0 or self.step == cfg.run.num_rollouts
                 ):
                     phase = "eval"
                     m.update(self.evaluate())
+                if self._save_time is not None:
+                    m["perf/save_time"] = self._save_time  # of the checkpoint before this step
+                    self._save_time = None
                 m["perf/total_step_time"] = time.perf_counter() - t0
+                # the row goes out before the checkpoint: a checkpoint of step k always has
+                # row k behind it, and a resume drops the rows past its checkpoint
                 self.log(m, self.step)
+                fault_point("step_logged", self.step)
+                phase = "save"
+                if cfg.run.save_interval and self.step % cfg.run.save_interval == 0:
+                    t = time.perf_counter()
+                    self.save()
+                    self._save_time = time.perf_counter() - t
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(reward=f"{m.get('rollout/reward_mean', 0):.3f}",

@@ -7,18 +7,22 @@ Layout::
     RUN_DIR/metrics.jsonl      one JSON object per step (train, rollout, eval, perf)
     RUN_DIR/tensorboard/       TensorBoard event files
     RUN_DIR/checkpoints/step_000010/   complete checkpoints (atomic rename)
-    RUN_DIR/checkpoints/latest          name of the newest complete checkpoint
+    RUN_DIR/checkpoints/latest          name of the newest complete checkpoint (a hint)
+
+What each file guarantees after a crash at any instant: ``docs/run_directory.md``.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from slime_core.config import Config
+from slime_core.runner.durable import atomic_write, fsync_dir
 
 
 def _toml_value(v: Any) -> str:
@@ -49,17 +53,6 @@ def config_to_toml(config: Config) -> str:
     return "\n".join(lines)
 
 
-def atomic_write(path: str | Path, text: str) -> None:
-    """Write via a temporary file and ``os.replace`` so readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def make_run_dir(config: Config) -> Path:
     if config.run.run_dir:
         path = Path(config.run.run_dir)
@@ -72,9 +65,11 @@ def make_run_dir(config: Config) -> Path:
     if entries - {"config.toml", "plugins.json"}:
         raise FileExistsError(
             f"run directory {path} already exists and is not empty; use --resume {path} to "
-            "continue it, or choose another run.run_dir"
+            "continue it (from its newest checkpoint, or from step 0 when it has none), or "
+            "choose another run.run_dir"
         )
     path.mkdir(parents=True, exist_ok=True)
+    fsync_dir(path.parent)
     return path
 
 
@@ -97,22 +92,86 @@ def plugin_set(manager: Any) -> list[dict[str, Any]]:
     ]
 
 
-def check_resume(run_dir: Path, config: Config, plugins: list[dict[str, Any]]) -> None:
-    """Resume only with the same plugin set and config (``run.num_rollouts`` may grow)."""
-    saved_plugins = json.loads((run_dir / "plugins.json").read_text())
-    key = lambda p: (p["name"], p["distribution"], p["version"])  # noqa: E731
-    before = {key(p) for p in saved_plugins}
-    now = {key(p) for p in plugins}
-    if before != now:
+def recorded_plugins(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The plugin set a run recorded in ``plugins.json``."""
+    path = Path(run_dir) / "plugins.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{run_dir} is not a slime run directory (no plugins.json)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from exc
+    if not isinstance(data, list) or not all(isinstance(p, dict) and "name" in p for p in data):
+        raise ValueError(f"{path}: not a list of plugins")
+    return data
+
+
+def _describe(p: dict[str, Any]) -> str:
+    return f"{p['name']} ({p.get('distribution') or p.get('source')} {p.get('version') or '?'})"
+
+
+def resume_selection(run_dir: str | Path, selection: Any) -> tuple[Any, str]:
+    """The plugin selection a resume of ``run_dir`` loads, and the line that says so.
+
+    Without an explicit ``--plugins`` / ``SLIME_PLUGINS`` the run's recorded set is reused:
+    exactly its entry-point plugins, and its built-ins minus those it ran without (autoload
+    would otherwise add every plugin installed since, and the resume would refuse the
+    changed set). A recorded entry-point plugin that is no longer installed fails here,
+    naming it. ``run.plugin_modules`` comes back with the resolved config."""
+    from dataclasses import replace
+
+    from slime_core.plugins.builtins import BUILTIN_PLUGINS, ESSENTIAL
+
+    if selection.plugins is not None:
+        return selection, (f"resume: using the plugins selected on the command line "
+                           f"({', '.join(selection.plugins) or 'none'}), not the recorded set")
+    recorded = recorded_plugins(run_dir)
+    eps = [p for p in recorded if p.get("source") == "entry point"]
+    installed = {ep.name for ep in entry_points(group="slime")}
+    missing = [p for p in eps if p["name"] not in installed]
+    if missing:
         raise ValueError(
-            f"cannot resume {run_dir}: plugin set changed; only before: {sorted(before - now)}, "
-            f"only now: {sorted(now - before)}"
+            f"cannot resume {run_dir}: recorded plugin{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(_describe(p) for p in missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} not installed; install "
+            f"{'them' if len(missing) > 1 else 'it'}, or choose the plugin set with --plugins"
         )
+    names = {p["name"] for p in recorded}
+    off = [n for n, _, _ in BUILTIN_PLUGINS if n not in names and n not in ESSENTIAL]
+    chosen = replace(selection, plugins=[p["name"] for p in eps],
+                     disabled=sorted(set(selection.disabled) | set(off)))
+    line = (f"resume: reusing the plugin set recorded in {Path(run_dir) / 'plugins.json'}: "
+            f"{', '.join(_describe(p) for p in eps) or 'built-ins only'}")
+    if off:
+        line += f" (built-ins it ran without: {', '.join(off)})"
+    return chosen, line
+
+
+def check_resume(run_dir: Path, config: Config, plugins: list[dict[str, Any]]) -> None:
+    """Resume only with every recorded plugin loaded and the same config (``run.num_rollouts``
+    may grow). A plugin loaded now but not recorded, or at another version, is a warning."""
+    saved_plugins = recorded_plugins(run_dir)
+    now = {p["name"]: p for p in plugins}
+    missing = [p for p in saved_plugins if p["name"] not in now]
+    if missing:
+        raise ValueError(
+            f"cannot resume {run_dir}: recorded plugin{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(_describe(p) for p in missing)} not loaded now"
+        )
+    saved = {p["name"]: p for p in saved_plugins}
+    for name, p in now.items():
+        if name not in saved:
+            print(f"warning: resume: plugin {_describe(p)} was not part of the run's recorded "
+                  "set; it is loaded now", file=sys.stderr)
+        elif (p.get("distribution"), p.get("version")) != (
+                saved[name].get("distribution"), saved[name].get("version")):
+            print(f"warning: resume: plugin {name} was {_describe(saved[name])}, now "
+                  f"{_describe(p)}", file=sys.stderr)
     from slime_core.config.loader import read_toml
 
-    saved = read_toml(run_dir / "config.toml")
+    saved_config = read_toml(run_dir / "config.toml")
     current = config.to_dict()
-    for section, values in saved.items():
+    for section, values in saved_config.items():
         for k, v in values.items():
             if (section, k) in (("run", "num_rollouts"), ("run", "run_dir")):
                 continue

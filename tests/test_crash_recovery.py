@@ -1,0 +1,198 @@
+"""Crash recovery of a run directory (issue 17, items 1, 3, 4, 5), through the real ``core run``
+on the tiny arithmetic model, killed with SIGKILL at chosen points.
+
+Two kinds of kill points: lifecycle hooks (``tests/crash_plugin.py``, which works against any
+version of the driver) and the named points inside a checkpoint save
+(``SLIME_FAULT_KILL_AT``, :func:`slime_core.runner.durable.fault_point`).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import ARITH, core
+from tests.conftest import read_metrics
+
+KILLED = -signal.SIGKILL
+
+
+def _eval_file(tmp_path: Path) -> Path:
+    path = tmp_path / "eval.jsonl"
+    lines = (ARITH / "eval.jsonl").read_text().splitlines()[:6]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _start(run_dir: Path, num: int, save_interval: int, *, eval_path: Path | None = None,
+           env: dict[str, str] | None = None, loggers: str = '["jsonl"]'):  # noqa: ANN202
+    return core(
+        "run", "--plugins", "slime_grpo", "--config", str(ARITH / "grpo.toml"),
+        "-o", f'run.run_dir="{run_dir}"', "-o", f"run.num_rollouts={num}",
+        "-o", f"run.save_interval={save_interval}", "-o", "run.progress=false",
+        "-o", "run.num_threads=1", "-o", f"run.loggers={loggers}",
+        "-o", 'run.plugin_modules=["tests.crash_plugin"]',
+        "-o", "rollout.batch_size=2", "-o", "rollout.n_samples_per_prompt=4",
+        "-o", f'data.eval_path="{eval_path or ""}"', "-o", "eval.interval=5",
+        env=env,
+    )
+
+
+def _resume(run_dir: Path, *extra: str, env: dict[str, str] | None = None):  # noqa: ANN202
+    return core("run", "--resume", str(run_dir), *extra, env=env)
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [m["step"] for m in read_metrics(run_dir)]
+
+
+def _leftovers(run_dir: Path) -> list[str]:
+    return sorted(p.name for d in (run_dir, run_dir / "checkpoints") if d.is_dir()
+                  for p in d.iterdir() if ".tmp-" in p.name or ".deleting-" in p.name)
+
+
+# -- item 1: the README's resume --------------------------------------------------------------
+
+
+def test_resume_reuses_the_recorded_plugin_set(tmp_path: Path) -> None:
+    """``core run --plugins slime_grpo ...`` then ``core run --resume RUN_DIR`` (autoload on,
+    every plugin of the repo installed) continues the run and says which plugins it loads."""
+    run_dir = tmp_path / "run"
+    first = _start(run_dir, 1, 0)
+    assert first.returncode == 0, first.stderr[-3000:]
+    res = _resume(run_dir, "-o", "run.num_rollouts=2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "resume: reusing the plugin set recorded in" in res.stderr
+    assert "slime_grpo (slime-grpo" in res.stderr
+    assert "plugin set changed" not in res.stderr
+    assert _steps(run_dir) == [1, 2]
+
+
+def test_resume_fails_naming_a_missing_recorded_plugin(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.toml").write_text((ARITH / "grpo.toml").read_text())
+    recorded = [{"name": "core_config", "distribution": "slime-core", "version": "0.1.0",
+                 "source": "builtin"},
+                {"name": "slime_gone", "distribution": "slime-gone", "version": "1.2.3",
+                 "source": "entry point"}]
+    (run_dir / "plugins.json").write_text(json.dumps(recorded))
+    res = _resume(run_dir)
+    assert res.returncode == 1
+    assert "recorded plugin slime_gone (slime-gone 1.2.3) is not installed" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+# -- item 3: one metrics row per step after a kill and a resume --------------------------------
+
+
+@pytest.mark.parametrize("crash_at, saved", [
+    # latest moved to step_000002, the driver killed right after the save
+    ("slime_after_save:2", 2),
+    # rows 1..3 written, the newest checkpoint is step 2: step 3 runs again
+    ("slime_before_train:3", 2),
+    # step 2's row written, its save not begun
+    ("slime_before_save:2", 0),
+])
+def test_kill_and_resume_leave_one_row_per_step(tmp_path: Path, crash_at: str, saved: int) -> None:
+    run_dir = tmp_path / "run"
+    eval_path = _eval_file(tmp_path)
+    res = _start(run_dir, 4, 2, eval_path=eval_path, loggers='["jsonl", "tensorboard"]',
+                 env={"SLIME_TEST_CRASH_AT": crash_at})
+    assert res.returncode == KILLED, res.stderr[-3000:]
+    res = _resume(run_dir)
+    assert res.returncode == 0, res.stderr[-3000:]
+    expected = f"at step {saved} from step_{saved:06d}" if saved else "restarting it from step 0"
+    assert expected in res.stderr
+    assert _steps(run_dir) == [0, 1, 2, 3, 4]  # eval-only row 0, then one row per step
+    rows = read_metrics(run_dir)
+    assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[-1]
+    # rows past the restored checkpoint are kept aside, not mixed into the record
+    superseded = run_dir / "metrics.superseded.jsonl"
+    if crash_at == "slime_before_train:3":
+        assert [json.loads(x)["step"] for x in superseded.read_text().splitlines()] == [3]
+    # TensorBoard: the resumed segment's event file purges the steps that ran again
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
+
+    files = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(files) == 2
+    purges = [e.step for f in files for e in EventFileLoader(str(f)).Load()
+              if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    assert purges == [saved + 1 if saved else 0]
+
+
+# -- item 4: a crash before the first checkpoint ----------------------------------------------
+
+
+def test_crash_before_the_first_checkpoint_restarts_from_step_0(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    res = _start(run_dir, 3, 0, eval_path=_eval_file(tmp_path),
+                 env={"SLIME_TEST_CRASH_AT": "slime_before_train:1"})
+    assert res.returncode == KILLED, res.stderr[-3000:]
+    assert _steps(run_dir) == [0, 1] and not (run_dir / "checkpoints").exists()
+    again = _start(run_dir, 3, 0)  # the directory is not reused by a fresh start...
+    assert again.returncode == 1 and "--resume" in again.stderr
+    assert "from step 0 when it has none" in again.stderr
+    res = _resume(run_dir)  # ...but it resumes from step 0
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "has no checkpoint" in res.stderr and "restarting it from step 0" in res.stderr
+    assert _steps(run_dir) == [0, 1, 2, 3]
+    assert (run_dir / "checkpoints" / "step_000003" / "COMPLETE").is_file()
+
+
+# -- item 5: kills inside a save ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("point, resumed_at, left", [
+    # step_2 written in its temp dir, no marker: the temp dir is left, step 1 is resumed
+    ("ckpt_written:2", 1, ".step_000002.tmp-"),
+    # step_2 in place, `latest` still names step_1
+    ("ckpt_renamed:2", 2, None),
+    # step_1 renamed away for deletion, not yet deleted
+    ("ckpt_pruning:3", 3, ".step_000001.deleting-"),
+])
+def test_kill_inside_a_save(tmp_path: Path, point: str, resumed_at: int, left: str | None) -> None:
+    run_dir = tmp_path / "run"
+    res = _start(run_dir, 3, 1, env={"SLIME_FAULT_KILL_AT": point})
+    assert res.returncode == KILLED, res.stderr[-3000:]
+    ckpts = run_dir / "checkpoints"
+    if left is None:
+        assert (ckpts / "latest").read_text().strip() == "step_000001"  # stale
+    else:
+        assert [n for n in _leftovers(run_dir) if n.startswith(left)]
+    res = _resume(run_dir)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"at step {resumed_at} from step_{resumed_at:06d}" in res.stderr
+    assert _leftovers(run_dir) == []
+    assert _steps(run_dir) == [1, 2, 3]
+    assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step_")) == [
+        "step_000002", "step_000003"]
+    assert (ckpts / "latest").read_text().strip() == "step_000003"
+
+
+def test_corrupt_checkpoint_is_named_and_the_previous_one_used(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    res = _start(run_dir, 2, 1)
+    assert res.returncode == 0, res.stderr[-3000:]
+    weights = run_dir / "checkpoints" / "step_000002" / "trainer" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte, same size
+    weights.write_bytes(bytes(data))
+    res = _resume(run_dir, "-o", "run.num_rollouts=3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"checkpoint step_000002 is damaged: {weights}" in res.stderr
+    assert "falling back to step_000001" in res.stderr
+    assert "at step 1 from step_000001" in res.stderr
+    assert _steps(run_dir) == [1, 2, 3]
+    # every checkpoint damaged: one line naming the file, no traceback
+    for ckpt in (run_dir / "checkpoints").glob("step_*"):
+        (ckpt / "driver_state.json").write_text("{not json")
+    res = _resume(run_dir, "-o", "run.num_rollouts=4")
+    assert res.returncode == 1
+    assert "CheckpointError: no intact checkpoint in" in res.stderr
+    assert "step_000003/driver_state.json" in res.stderr
+    assert "Traceback" not in res.stderr
