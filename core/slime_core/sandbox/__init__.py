@@ -7,7 +7,7 @@ from typing import Any
 from slime_hookspecs.records import SandboxRecord
 
 from slime_core.sandbox.local import MISSING_BWRAP, LocalSandbox, SandboxError
-from slime_core.sandbox.probe import probe_local_sandbox
+from slime_core.sandbox.probe import probe_local_sandbox, total_limits_report
 
 __all__ = [
     "MISSING_BWRAP",
@@ -16,6 +16,7 @@ __all__ = [
     "make_local_sandbox",
     "probe_local_sandbox",
     "sandbox_records",
+    "total_limits_report",
 ]
 
 

@@ -21,6 +21,12 @@ with ``--userns-block-fd`` and the caller writes the id maps itself: inside uid 
 (bwrap's own setup, which needs to read root-only paths such as ``/root/.pyenv``) and inside
 uid 1000 is an unprivileged host uid (``nobody`` by default), which the wrapper switches to
 before running anything untrusted. A non-root host process maps uid 1000 to itself as usual.
+
+Nested user namespaces are refused in both cases (``unshare -r`` inside would otherwise give
+uid 0 again): bwrap's ``--disable-userns`` for a non-root host process; as root, where bwrap
+rejects it next to ``--userns-block-fd``, a seccomp filter (:mod:`slime_core.sandbox.nouserns`).
+Totals over all processes of a sandbox (memory, processes, disk) are not rlimits: see
+:mod:`slime_core.sandbox.cgroup` and :mod:`slime_core.sandbox.workfs`.
 """
 
 from __future__ import annotations
@@ -200,11 +206,14 @@ def bwrap_argv(
     info_fd: int,
     userns_block_fd: int | None,
     allow_network: bool,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The full argv: ``bwrap <namespaces> <mounts> python -c WRAPPER <config> <command>``.
 
     ``userns_block_fd`` set means the caller (root) writes the id maps of the new user
     namespace (see the module docstring); ``None`` lets bwrap map the caller's own uid.
+    ``seccomp_fd`` is a compiled filter bwrap applies before the command
+    (:mod:`slime_core.sandbox.nouserns`: the root path's stand-in for ``--disable-userns``).
     """
     args = [bwrap, "--unshare-all"]
     if allow_network:
@@ -217,6 +226,8 @@ def bwrap_argv(
     else:
         args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--disable-userns"]
         switch_to = None
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd),
              "--hostname", "sandbox"]
     args += ["--perms", "0755", "--dir", "/etc"] + _system_args()

@@ -9,6 +9,12 @@ init (its pid-namespace pid 1) on ``--info-fd``; on timeout, cancellation or :me
 that init gets SIGKILL (through a pidfd, so a recycled pid is never hit), which makes the
 kernel kill every process of the namespace, daemonized or not, and bwrap's session gets
 SIGKILL too. ``--die-with-parent`` covers the host process dying instead.
+
+Totals per sandbox: all commands of one sandbox share one cgroup (``memory_mb`` and
+``max_processes`` over everything running in it, :mod:`slime_core.sandbox.cgroup`) and, as
+root, a ``disk_mb`` tmpfs as the work directory (:mod:`slime_core.sandbox.workfs`). Where the
+host does not allow them the per-process rlimits remain; :attr:`LocalSandbox.enforcement`
+says which limit is enforced how, and ``require_total_limits=True`` refuses to start without.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any
 
 from slime_hookspecs.protocols import ExecResult
 
-from slime_core.sandbox import jail, workdir
+from slime_core.sandbox import cgroup, jail, workdir, workfs
+from slime_core.sandbox.nouserns import userns_filter
 from slime_core.sandbox.process import CappedOutput, Running, read_json, write_id_map
 
 MISSING_BWRAP = (
@@ -35,10 +42,45 @@ MISSING_BWRAP = (
 _BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 _SETUP_TIMEOUT_S = 30.0
 _DRAIN_AFTER_KILL_S = 5.0
+_BWRAP_PROCESSES = 2  # bwrap's own processes of each running command, inside the cgroup
 
 
 class SandboxError(RuntimeError):
     """The jail itself could not be set up (not a failure of the command run in it)."""
+
+
+class _HostResources:
+    """What a sandbox holds on the host besides files: its cgroup and its /work mount."""
+
+    def __init__(self) -> None:
+        self.cgroup: cgroup.SandboxCgroup | None = None
+        self.mounted: str | None = None
+
+    def release(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()  # kills anything left in it
+            self.cgroup = None
+        if self.mounted is not None:
+            workfs.unmount(self.mounted)
+            self.mounted = None
+
+
+def _cleanup(state_dir: str, host: _HostResources) -> None:
+    """Finalizer: host resources first (a mounted /work is inside ``state_dir``), then files."""
+    host.release()
+    workdir.remove_tree(state_dir)
+
+
+def _filter_fd(program: bytes | None) -> int | None:
+    """A readable fd holding ``program`` (bwrap reads it to its end), or ``None``."""
+    if program is None:
+        return None
+    r, w = os.pipe()
+    try:
+        os.write(w, program)  # far below a pipe's capacity
+    finally:
+        os.close(w)
+    return r
 
 
 def _positive(name: str, value: Any) -> int:
@@ -64,6 +106,13 @@ class LocalSandbox:
     :param file_size_mb: largest file the command may write (``RLIMIT_FSIZE``).
     :param host_uid: unprivileged host uid (and gid) the command runs as when this process
         is root; ignored otherwise (the command then runs as this process's uid).
+    :param disk_mb: total size of the files in the temporary ``/work`` (a tmpfs; root only).
+    :param require_total_limits: raise :class:`SandboxError` unless memory, processes and disk
+        are enforced over the whole sandbox (not only per process).
+
+    ``memory_mb`` and ``max_processes`` also bound the sum over every process of every running
+    command of this sandbox where a cgroup can be made (bwrap's own two processes per command
+    are added to the process budget).
     """
 
     def __init__(
@@ -78,6 +127,8 @@ class LocalSandbox:
         python: str | None = None,
         file_size_mb: int = 128,
         host_uid: int = 65534,
+        disk_mb: int = 512,
+        require_total_limits: bool = False,
     ) -> None:
         bwrap = shutil.which("bwrap")
         if bwrap is None:
@@ -94,19 +145,68 @@ class LocalSandbox:
         self._python = jail.python_mounts(python)
         self._owner = (host_uid, host_uid) if os.geteuid() == 0 else None
         self._running: set[Running] = set()
+        self._commands = 0  # started and not finished (the cgroup's process budget follows it)
         self._closed = False
+        self.disk_mb = _positive("disk_mb", disk_mb)
+        self._seccomp = userns_filter() if self._owner is not None else None
+        self.enforcement: dict[str, str] = {}
         self._state_dir = tempfile.mkdtemp(prefix="slime-sandbox-")
-        self._finalizer = weakref.finalize(self, workdir.remove_tree, self._state_dir)
-        self._etc_dir = os.path.join(self._state_dir, "etc")
-        jail.write_identity_files(self._etc_dir)
-        if work_dir is None:
-            self.work_dir = os.path.join(self._state_dir, "work")
-            os.mkdir(self.work_dir, 0o755)
+        self._host = _HostResources()
+        self._finalizer = weakref.finalize(self, _cleanup, self._state_dir, self._host)
+        try:
+            self._etc_dir = os.path.join(self._state_dir, "etc")
+            jail.write_identity_files(self._etc_dir)
+            if work_dir is None:
+                self.work_dir = os.path.join(self._state_dir, "work")
+                os.mkdir(self.work_dir, 0o755)
+                why = workfs.mount_tmpfs(self.work_dir, self.disk_mb << 20, self._owner)
+                if why is None:
+                    self._host.mounted = self.work_dir
+            else:
+                self.work_dir = os.path.realpath(os.fspath(work_dir))
+                os.makedirs(self.work_dir, exist_ok=True)
+                why = "a given work_dir is the caller's; its filesystem must cap it"
+            if self._owner is not None:
+                workdir.chown_tree(self.work_dir, self._owner)
+            self._set_up_totals(why, require_total_limits)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _set_up_totals(self, disk_why: str | None, required: bool) -> None:
+        """Make the sandbox's cgroup and fill :attr:`enforcement`."""
+        support = cgroup.detect()
+        cg_why = support if isinstance(support, str) else None
+        if isinstance(support, cgroup.Support):
+            try:
+                self._host.cgroup = cgroup.SandboxCgroup(
+                    support, self.limits.memory_mb << 20, self.limits.max_processes
+                )
+            except OSError as exc:
+                cg_why = f"cannot create a cgroup: {exc}"
+        if self._host.cgroup is not None:
+            where = f"cgroup v{self._host.cgroup.version}"
+            self.enforcement["memory"] = f"total {self.limits.memory_mb} MiB ({where})"
+            self.enforcement["processes"] = f"total {self.limits.max_processes} ({where})"
         else:
-            self.work_dir = os.path.realpath(os.fspath(work_dir))
-            os.makedirs(self.work_dir, exist_ok=True)
-        if self._owner is not None:
-            workdir.chown_tree(self.work_dir, self._owner)
+            self.enforcement["memory"] = f"per process only (RLIMIT_AS): {cg_why}"
+            self.enforcement["processes"] = f"per command only (RLIMIT_NPROC): {cg_why}"
+        if disk_why is None:
+            self.enforcement["disk"] = f"total {self.disk_mb} MiB (tmpfs /work)"
+        else:
+            self.enforcement["disk"] = f"per file only (RLIMIT_FSIZE): {disk_why}"
+        if self._owner is None:
+            self.enforcement["user_namespaces"] = "refused (bwrap --disable-userns)"
+        elif self._seccomp is not None:
+            self.enforcement["user_namespaces"] = "refused (seccomp filter)"
+        else:
+            self.enforcement["user_namespaces"] = (
+                "allowed: no seccomp filter for this architecture and bwrap rejects "
+                "--disable-userns with --userns-block-fd")
+        missing = [f"{k}: {v}" for k, v in self.enforcement.items()
+                   if k != "user_namespaces" and not v.startswith("total")]
+        if required and missing:
+            raise SandboxError("require_total_limits: not enforced here: " + "; ".join(missing))
 
     # -- commands -----------------------------------------------------------------------
 
@@ -130,25 +230,34 @@ class LocalSandbox:
         deadline = None if timeout is None else started + max(float(timeout), 0.0)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe() if self._owner is not None else (None, None)
-        pass_fds = (info_w,) if block_r is None else (info_w, block_r)
+        seccomp_r = _filter_fd(self._seccomp)
+        pass_fds = tuple(fd for fd in (info_w, block_r, seccomp_r) if fd is not None)
+        run: Running | None = None
         try:
             argv = jail.bwrap_argv(
                 self._bwrap, command, limits=self.limits, python=self._python,
                 work_dir=self.work_dir, etc_dir=self._etc_dir, info_fd=info_w,
                 userns_block_fd=block_r, allow_network=self.allow_network,
+                seccomp_fd=seccomp_r,
             )
+            self._commands += 1
+            self._budget()
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=environ, pass_fds=pass_fds,
                 start_new_session=True,
+                # into the sandbox's cgroup before bwrap runs: nothing it starts is outside
+                preexec_fn=self._host.cgroup.join if self._host.cgroup is not None else None,
             )
         except BaseException:
             for fd in (info_r, block_w):
                 if fd is not None:
                     os.close(fd)
+            self._commands -= 1
+            self._budget()
             raise
         finally:
-            for fd in (info_w, block_r):
+            for fd in (info_w, block_r, seccomp_r):
                 if fd is not None:
                     os.close(fd)
         run = Running(proc)
@@ -238,6 +347,15 @@ class LocalSandbox:
                 task.cancel()
         run.release()
         self._running.discard(run)
+        self._commands -= 1
+        self._budget()
+
+    def _budget(self) -> None:
+        """The cgroup's process limit: ``max_processes`` plus bwrap's own per command."""
+        if self._host.cgroup is not None and not self._closed:
+            with contextlib.suppress(OSError):
+                self._host.cgroup.set_max_processes(
+                    self.limits.max_processes + _BWRAP_PROCESSES * max(self._commands, 1))
 
     # -- files --------------------------------------------------------------------------
 
@@ -270,6 +388,8 @@ class LocalSandbox:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(run.proc.wait(), _DRAIN_AFTER_KILL_S)
         await asyncio.to_thread(self._finalizer)
+
+
 
     async def __aenter__(self) -> LocalSandbox:
         return self

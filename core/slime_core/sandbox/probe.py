@@ -1,5 +1,8 @@
 """Availability of the ``local`` sandbox: is bwrap installed, and can it build a jail here?
 
+:func:`total_limits_report` says which limits hold for a whole sandbox here (cgroups, a
+tmpfs ``/work``) and which only per process, with the reason (what the host must provide).
+
 The second question is answered by running ``true`` in a real jail, once per bwrap binary and
 effective uid (cached): bwrap may be installed where user namespaces are disabled
 (``kernel.unprivileged_userns_clone=0``, ``user.max_user_namespaces=0``, Ubuntu's AppArmor
@@ -43,6 +46,22 @@ async def _run_true() -> str | None:
         return None
     message = " ".join(result.stderr.split()) or f"exit code {result.exit_code}"
     return f"bwrap is installed but cannot run a sandbox here: {message} {_HINT}"
+
+
+def total_limits_report() -> dict[str, str]:
+    """How a ``local`` sandbox made here enforces memory, processes, disk and nested user
+    namespaces (``{"memory": "total 512 MiB (cgroup v1)", ...}``): what the host provides.
+    Never raises; without a usable bwrap the only key is ``"sandbox"``."""
+    reason = probe_local_sandbox()
+    if reason is not None:
+        return {"sandbox": reason}
+    try:
+        box = LocalSandbox()
+    except Exception as exc:  # noqa: BLE001 - a probe reports, never raises
+        return {"sandbox": f"{type(exc).__name__}: {exc}"}
+    report = dict(box.enforcement)
+    box._finalizer()  # nothing ran in it: releasing its cgroup, mount and files is all
+    return report
 
 
 def _trial() -> str | None:
