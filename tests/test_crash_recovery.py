@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from slime_hookspecs import hookimpl
 
 from tests.cli_support import ARITH, core
 from tests.conftest import read_metrics
@@ -196,3 +197,54 @@ def test_corrupt_checkpoint_is_named_and_the_previous_one_used(tmp_path: Path) -
     assert "CheckpointError: no intact checkpoint in" in res.stderr
     assert "step_000003/driver_state.json" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+class _FailAt:
+    """Raises at ``slime_before_train`` of one rollout (``None``: never)."""
+
+    def __init__(self, rollout_id: int | None) -> None:
+        self.rollout_id = rollout_id
+
+    @hookimpl
+    def slime_before_train(self, config, rollout_id):  # noqa: ANN001, ANN201
+        if rollout_id == self.rollout_id:
+            raise RuntimeError("crash in step")
+
+
+def test_half_deleted_newest_checkpoint_falls_back(base_config, run_slime,  # noqa: ANN001
+                                                   capsys: pytest.CaptureFixture) -> None:
+    base_config["run"].update(num_rollouts=2, save_interval=1)
+    run_dir = run_slime(base_config)
+    gone = run_dir / "checkpoints" / "step_000002" / "trainer" / "trainer_state.pt"
+    gone.unlink()
+    base_config["run"]["num_rollouts"] = 3
+    run_slime(base_config, resume=str(run_dir))
+    err = capsys.readouterr().err
+    assert f"checkpoint step_000002 is damaged: {gone}: missing" in err
+    assert "resumed" in err and "at step 1 from step_000001" in err
+    assert _steps(run_dir) == [1, 2, 3]
+
+
+def test_resume_marks_the_superseded_spans_of_earlier_traces(base_config,  # noqa: ANN001
+                                                             run_slime) -> None:
+    base_config["run"].update(num_rollouts=3, save_interval=2)
+    run_dir = Path(base_config["run"]["run_dir"])
+    with pytest.raises(RuntimeError, match="crash in step"):
+        run_slime(base_config, plugins=[_FailAt(2)])  # step 3 fails after checkpoint 2
+    assert json.loads((run_dir / "trace.json").read_text())["otherData"]["status"] == "failed"
+    run_slime(base_config, plugins=[_FailAt(None)], resume=str(run_dir))
+    old = json.loads((run_dir / "trace.1.json").read_text())
+    assert old["otherData"]["superseded_after_step"] == 2
+
+    def superseded(name: str, rollout_id: int) -> list[bool]:
+        return [bool(e["args"].get("superseded")) for e in old["traceEvents"]
+                if e["ph"] == "X" and e["pid"] == 1 and e["name"] == name
+                and e["args"].get("rollout_id") == rollout_id]
+
+    assert superseded("train", 0) == superseded("train", 1) == [False]
+    assert superseded("save", 2) == [False]
+    assert superseded("rollout", 2) == [True]  # step 3 runs again in the resumed segment
+    new = json.loads((run_dir / "trace.json").read_text())
+    assert new["otherData"]["status"] == "completed"
+    assert not any(e.get("args", {}).get("superseded") for e in new["traceEvents"])
+    assert _steps(run_dir) == [1, 2, 3]
