@@ -81,3 +81,10 @@ def check_weight_agreement(trainer_digest: str, engine_digests: list[str | None]
                 f"weight sync of version {version}: engine {i}'s weights differ from the "
                 f"trainer's (digest {d[:12]} != {trainer_digest[:12]})"
             )
+
+
+def local_only_plugins(manager: Any, selection: Any) -> list[str]:
+    """Plugin objects registered in this process that a worker process cannot rebuild."""
+    return sorted(i.name for i in manager.infos.values()
+                  if i.source == "module" and i.name not in selection.modules
+                  and i.status == "active")

@@ -54,7 +54,9 @@ class StoreServer:
 
     def close(self) -> None:
         self.store = None
-        self._sock.close()
+        # the TCPStore owned the listening fd and closed it when it was released: detach, so
+        # a later close cannot hit another file that reused the descriptor number
+        self._sock.detach()
 
 
 def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> Any:

@@ -1,6 +1,7 @@
 """The ``local`` executor: every component in the driver's process (laptops, most tests).
 
-One trainer rank, ``rollout.num_engines`` engines, the rollout manager and the data sources
+One trainer rank in this process (or, with ``train.num_ranks > 1``, one spawned process per
+rank: :mod:`.local_ranks`), ``rollout.num_engines`` engines, the rollout manager and the data sources
 are plain objects; weights move through the configured transport in-process. Asynchronous
 one-step-off rollouts run in one background thread (the engines' own lock keeps a weight
 update out of a running generation; the driver never syncs while a rollout is in flight).
@@ -8,6 +9,7 @@ update out of a running generation; the driver never syncs while a rollout is in
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,12 @@ from typing import Any
 from slime_hookspecs import AcceleratorRecord
 
 from slime_core.context import set_rollout_manager
-from slime_core.executors.base import check_weight_agreement, engine_weights, weights_digest
+from slime_core.executors.base import (
+    check_weight_agreement,
+    engine_weights,
+    local_only_plugins,
+    weights_digest,
+)
 from slime_core.plugins import SlimePluginManager
 from slime_core.runner.components import attach_buffer_filter, has_eval, make_data_source
 from slime_core.runner.rollout import RolloutManager
@@ -24,17 +31,26 @@ from slime_core.runner.rollout import RolloutManager
 class LocalExecutor:
     def __init__(self, manager: SlimePluginManager, config: Any, run_dir: Path,
                  accel_record: AcceleratorRecord) -> None:
-        if config.train.num_ranks != 1:
-            raise ValueError(
-                f"train.num_ranks = {config.train.num_ranks} needs run.executor = 'ray' "
-                "(the local executor runs one trainer rank)"
-            )
         self.config = config
         reg = manager.registries
         self.accelerator = accel_record.factory()
-        self.trainer = reg.trainer_backend.get(config.train.backend).factory(
-            config, 0, 1, self.accelerator
-        )
+        self.trainer: Any
+        if config.train.num_ranks > 1:
+            from slime_core.executors.local_ranks import LocalRankGroup
+
+            selection = manager.snapshot()
+            only_here = local_only_plugins(manager, selection)
+            if only_here:
+                print(f"slime: plugin objects registered in the driver only "
+                      f"({', '.join(only_here)}): their hooks do not fire in the trainer rank "
+                      "processes; give importable modules in run.plugin_modules",
+                      file=sys.stderr)
+            reg.trainer_backend.get(config.train.backend)  # unknown names fail here, not in a rank
+            self.trainer = LocalRankGroup(selection, config, accel_record, self.accelerator)
+        else:
+            self.trainer = reg.trainer_backend.get(config.train.backend).factory(
+                config, 0, 1, self.accelerator
+            )
         engine_rec = reg.rollout_engine.get(config.rollout.engine)
         self.engines = [engine_rec.factory(config, i, self.accelerator)
                         for i in range(config.rollout.num_engines)]
@@ -66,6 +82,8 @@ class LocalExecutor:
         return self._pool.submit(self.rollouts.rollout, rollout_id)
 
     def shutdown(self) -> None:
+        if hasattr(self.trainer, "shutdown"):
+            self.trainer.shutdown()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

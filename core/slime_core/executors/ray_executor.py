@@ -32,10 +32,11 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from slime_hookspecs import AcceleratorRecord, RolloutResult, TrainBatch
 
-from slime_core.executors.base import check_weight_agreement
+from slime_core.executors.base import check_weight_agreement, local_only_plugins
 from slime_core.executors.dist_group import is_loopback
 from slime_core.executors.placement import ActorSlot, plan_placement
 from slime_core.executors.ray_cluster import RayConnection
+from slime_core.executors.trainer_group import TrainerGroup
 from slime_core.executors.ray_workers import (
     EngineWorker,
     RemoteEngine,
@@ -44,7 +45,6 @@ from slime_core.executors.ray_workers import (
 )
 from slime_core.plugins import PluginSelection, SlimePluginManager
 from slime_core.runner.components import has_eval
-from slime_core.trainer.sharding import imbalance, shard_by_tokens
 
 _Trainer = ray.remote(TrainerWorker)
 _Engine = ray.remote(EngineWorker)
@@ -66,13 +66,6 @@ def wait_all(refs: list[Any], what: str) -> list[Any]:
                 raise RuntimeError(f"{what}: actor {index[r]} failed: "
                                    f"{type(exc).__name__}: {exc}") from exc
     return out
-
-
-def local_only_plugins(manager: SlimePluginManager, selection: PluginSelection) -> list[str]:
-    """Plugin objects registered in this process that a worker cannot rebuild."""
-    return sorted(i.name for i in manager.infos.values()
-                  if i.source == "module" and i.name not in selection.modules
-                  and i.status == "active")
 
 
 class RayFuture:
@@ -120,23 +113,21 @@ class RayRollouts:
         return ray.get(self.actor.rollout.remote(rollout_id, evaluation))
 
 
-class RayTrainerGroup:
-    """The :class:`~slime_hookspecs.Trainer` protocol over the data-parallel ranks."""
+class RayTrainerGroup(TrainerGroup):
+    """The :class:`~slime_hookspecs.Trainer` protocol over the trainer rank actors
+    (sharding by data-parallel index: :class:`~slime_core.executors.trainer_group.TrainerGroup`)."""
 
     def __init__(self, ranks: list[Any], colocated_engines: list[RemoteEngine]) -> None:
+        super().__init__(len(ranks))
         self.ranks = ranks
         self.colocated = colocated_engines
 
-    def _shards(self, batch: TrainBatch) -> list[list[int]]:
-        if len(self.ranks) == 1:
-            return [list(range(len(batch)))]
-        if len(batch.group_indices) != len(batch):
-            raise ValueError(
-                "data-parallel training needs TrainBatch.group_indices (one per sample) to keep "
-                "groups on one rank; a custom slime_convert_samples_to_train_data must set them"
-            )
-        return shard_by_tokens(list(batch.group_indices), [len(t) for t in batch.tokens],
-                               len(self.ranks))
+    def call(self, method: str, args: list[tuple[Any, ...]], what: str) -> list[Any]:
+        return wait_all([getattr(r, method).remote(*a)
+                         for r, a in zip(self.ranks, args, strict=True)], what)
+
+    def call_rank0(self, method: str, args: tuple[Any, ...], what: str) -> Any:
+        return wait_all([getattr(self.ranks[0], method).remote(*args)], what)[0]
 
     def _engines(self, method: str) -> None:
         from ray.exceptions import RayActorError
@@ -148,41 +139,19 @@ class RayTrainerGroup:
                 pass  # a dead engine is the rollout manager's to restart
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
-        shards = self._shards(batch)
-        parts = [batch if len(self.ranks) == 1 else batch.select(s) for s in shards]
         self._engines("sleep")  # colocated: give the devices to the trainer
         try:
-            results = wait_all([r.train_step.remote(p, rollout_id)
-                                for r, p in zip(self.ranks, parts, strict=True)],
-                               f"train_step of rollout {rollout_id} (trainer ranks)")
+            return super().train_step(batch, rollout_id)
         finally:
             self._engines("wake_up")
-        metrics = dict(results[0])  # ranks agree after the all-reduce; perf is per rank
-        if len(self.ranks) > 1:
-            metrics["perf/train_tokens_per_s"] = sum(m.get("perf/train_tokens_per_s", 0.0)
-                                                     for m in results)
-            metrics["train/dp_token_imbalance"] = imbalance([len(t) for t in batch.tokens],
-                                                            shards)
-        return metrics
 
-    def compute_log_probs(self, batch: TrainBatch, role: str) -> list[Any]:
-        shards = self._shards(batch)
-        parts = wait_all([r.compute_log_probs.remote(batch.select(s), role)
-                          for r, s in zip(self.ranks, shards, strict=True)], "compute_log_probs")
-        out: list[Any] = [None] * len(batch)
-        for s, lps in zip(shards, parts, strict=True):
-            for i, lp in zip(s, lps, strict=True):
-                out[i] = lp
-        return out
-
-    def save(self, path: str) -> None:
-        wait_all([r.save.remote(path) for r in self.ranks], f"save to {path}")
-
-    def load(self, path: str) -> None:
-        wait_all([r.load.remote(path) for r in self.ranks], f"load from {path}")
-
-    def export_weights(self) -> dict[str, Any]:
-        return ray.get(self.ranks[0].export_weights.remote())
+    def on_rank0(self, method: str, *args: Any) -> Any:
+        """``method`` on rank 0 while the other ranks join a collective weight export."""
+        helpers = ([r.join_export.remote() for r in self.ranks[1:]]
+                   if self.collective_export else [])
+        result = wait_all([getattr(self.ranks[0], method).remote(*args)] + helpers,
+                          f"{method} (trainer ranks)")
+        return result[0]
 
 
 class RayExecutor:
@@ -238,7 +207,7 @@ class RayExecutor:
                       for r, slot in enumerate(self.plan.trainers)]
         if world > 1:
             self._init_data_parallel()
-        wait_all([r.build.remote() for r in self.ranks], "building the trainer ranks")
+        layouts = wait_all([r.build.remote() for r in self.ranks], "building the trainer ranks")
         restarts = cfg.ray.max_engine_restarts if cfg.run.fault_tolerance else 0
         self.engine_handles = [
             _Engine.options(**self._options(slot, max_concurrency=8, max_restarts=restarts,
@@ -251,6 +220,7 @@ class RayExecutor:
         ray.get(self.manager_actor.restarts.remote())
         self.engines = [RemoteEngine(h, i) for i, h in enumerate(self.engine_handles)]
         self.trainer = RayTrainerGroup(self.ranks, self.engines if cfg.ray.colocate else [])
+        self.trainer.set_layout(layouts)
         self.rollouts = RayRollouts(self.manager_actor, len(self.engine_handles))
         self.train_source = RemoteSource(self.manager_actor, "train")
         self.eval_source = RemoteSource(self.manager_actor, "eval") if has_eval(cfg) else None
@@ -279,13 +249,13 @@ class RayExecutor:
             if restarts != self._restarts_seen:  # a restarted engine left the broadcast group
                 ray.get(self.ranks[0].reset_weight_group.remote())
                 self._restarts_seen = restarts
-        stats = ray.get(self.ranks[0].send_weights.remote(version, self.engine_handles))
+        stats = self.trainer.on_rank0("send_weights", version, self.engine_handles)
         if cfg.run.fault_tolerance:
             box = ray.get(self.ranks[0].resync_refs.remote())
             ray.get(self.manager_actor.set_resync_source.remote(box, version))
         if cfg.weights.verify:
             check_weight_agreement(
-                ray.get(self.ranks[0].weights_digest.remote()),
+                self.trainer.on_rank0("weights_digest"),
                 ray.get([h.weights_digest.remote() for h in self.engine_handles]),
                 version,
             )

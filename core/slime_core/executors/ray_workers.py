@@ -51,11 +51,11 @@ def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:
 def make_accelerator(manager: SlimePluginManager, name: str) -> tuple[Any, Any]:
     """The record and accelerator object; custom resources get their visible-devices variable
     from the ids Ray assigned (Ray sets ``CUDA_VISIBLE_DEVICES`` itself)."""
-    import ray
-
     rec = manager.registries.accelerator.get(name)
     env = rec.visible_devices_env
     if env and rec.ray_resource not in ("CPU", "GPU") and not os.environ.get(env):
+        import ray  # only inside a Ray worker: the local executor's ranks have no Ray
+
         ids = ray.get_runtime_context().get_accelerator_ids().get(rec.ray_resource)
         if ids:
             os.environ[env] = ",".join(str(i) for i in ids)
@@ -435,9 +435,17 @@ class TrainerWorker:
         init_data_parallel(self.record.dist_backend, host, port, prefix, self.rank,
                            self.world_size, self.config.ray.collective_timeout_s, self._server)
 
-    def build(self) -> None:
+    def build(self) -> tuple[int, int]:
+        """Build this rank's trainer; its ``(data_parallel_rank, data_parallel_size)``."""
+        from slime_core.executors.trainer_group import rank_layout
+
         rec = self.manager.registries.trainer_backend.get(self.config.train.backend)
         self.trainer = rec.factory(self.config, self.rank, self.world_size, self.accelerator)
+        return rank_layout(self.trainer, self.rank, self.world_size)
+
+    def join_export(self) -> None:
+        """Take part in a collective weight export whose result rank 0 uses."""
+        self.trainer.export_weights()
 
     def train_step(self, batch: Any, rollout_id: int) -> dict[str, float]:
         return self.trainer.train_step(batch, rollout_id)

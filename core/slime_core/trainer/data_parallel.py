@@ -31,8 +31,7 @@ def active(world_size: int) -> bool:
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             f"a trainer with world_size={world_size} needs torch.distributed initialised "
-            "(the ray executor does this); the local executor runs one rank "
-            "(train.num_ranks = 1)"
+            "(the ray executor and the local executor's rank processes do this)"
         )
     if dist.get_world_size() != world_size:
         raise RuntimeError(
