@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.inherit_site import inherit
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "plugins" / "slime-answer-format"
 
@@ -58,6 +60,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = root / "venv"
     out = _run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)])
     assert out.returncode == 0, out.stderr
+    inherit(env_dir)  # also when this Python is itself a venv's (see tests/inherit_site.py)
     py = env_dir / "bin" / "python"
     out = _run([str(py), "-m", "pip", "install", "--no-index", "--no-deps", *map(str, wheels)])
     assert out.returncode == 0, out.stdout + out.stderr

@@ -19,6 +19,9 @@ if ! "$VENV/bin/python" -c "import sglang" >/dev/null 2>&1; then
     uvloop==0.23.0 uvicorn==0.54.0 einops==0.8.2 setproctitle==1.3.8 xgrammar==0.2.9 \
     soundfile==0.14.0 python-multipart==0.0.34
 fi
+# the venv sees the packages of the Python running this script (a venv's too, not only the
+# base interpreter's: tests/inherit_site.py), so the editable slime packages import there
+python tests/inherit_site.py "$VENV" >/dev/null
 # the venv must still see the system's CPU torch (--no-deps kept sglang's CUDA torch out)
 "$VENV/bin/python" -c "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
 "$VENV/bin/python" -m pytest -q plugins/sglang_rollout/tests/test_sglang_types.py

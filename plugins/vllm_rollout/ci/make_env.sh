@@ -35,6 +35,10 @@ else
     say "venv $VENV exists"
 fi
 VPY="$VENV/bin/python"
+# --system-site-packages links the *base* interpreter's packages; when $PY is itself a venv's
+# python (the README followed in a virtual environment), that is not where torch and the
+# editable slime packages were installed: add $PY's own site directories too.
+"$PY" "$HERE/../../../tests/inherit_site.py" "$VENV" >/dev/null
 
 # Installed in the venv itself (not only visible from the system)?
 have_vllm() {
