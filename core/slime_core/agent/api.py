@@ -4,42 +4,73 @@ An external agent framework drives episodes through it; every completion is reco
 session (see :mod:`slime_core.agent.sessions`) and a finished session becomes training
 samples. Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``):
 
-* ``POST /v1/chat/completions`` -- ``messages``, optional ``tools`` (rendered by the chat
-  template; tool calls in the output are parsed with ``agent_api.tool_parser`` and returned as
-  OpenAI ``tool_calls``), ``max_tokens`` / ``max_completion_tokens``, ``temperature``,
-  ``top_p``, ``top_k``, ``stop``, ``seed``. ``n`` must be 1 and ``stream`` false. The session is
-  the ``X-Session-Id`` header, else the ``user`` field, else a new one; the response carries
-  it in the ``X-Session-Id`` header and a ``session_id`` field.
+* ``POST /v1/chat/completions`` -- ``messages`` (roles system, developer (as system), user,
+  assistant, tool; text content), optional ``tools`` (rendered by the chat template; tool
+  calls in the output are parsed with ``agent_api.tool_parser`` and returned as OpenAI
+  ``tool_calls``), ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``,
+  ``top_k``, ``stop``, ``seed``, ``logprobs`` (the sampled tokens' log-probs, as recorded for
+  training), ``stream`` (server-sent events; ``stream_options.include_usage``). Parameters the
+  engines cannot honour are refused by name (:data:`~slime_core.agent.openai_wire.UNSUPPORTED`),
+  unknown ones too. The session is the ``X-Session-Id`` header, else the ``user`` field; the
+  response carries it in the ``X-Session-Id`` header and a ``session_id`` field. A request
+  with neither is stateless: answered, not recorded.
 * ``POST /v1/sessions/{id}/finish`` -- body ``{"reward", "label", "metadata", "rollout_id"}``
   (all optional) -> ``{"session_id", "samples": [Sample.to_dict(), ...]}``; the session is gone.
 * ``GET /v1/sessions/{id}`` -- a summary; ``DELETE /v1/sessions/{id}`` -- drop it.
 * ``GET /v1/models``, ``GET /health``.
 
-Errors use OpenAI's shape ``{"error": {"message", "type", "code"}}``. The server runs on its
-own thread and event loop with its own :class:`EngineClient` per engine (requests of
-concurrent sessions are batched into one engine call), so it can sit beside a training loop.
+Bodies are parsed and checked by :mod:`slime_core.agent.validation` against
+:data:`slime_core.agent.schemas.CHAT` / ``FINISH`` (shared with the rollout buffer). Errors use
+OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``, unknown paths included; a
+bad field is a 400 naming it in ``param``, a prompt plus ``max_tokens`` beyond the model's
+context a 400 ``context_length_exceeded``. The server runs on its own thread and event loop
+with its own :class:`EngineClient` per engine (requests of concurrent sessions are batched
+into one engine call), so it can sit beside a training loop.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from slime_core.agent import schemas
 from slime_core.agent.config import check_bind
-from slime_core.agent.http import ServerThread, bearer_auth, new_token
+from slime_core.agent.http import ServerThread, bearer_auth, errors_middleware, new_token
+from slime_core.agent.openai_wire import (
+    Answer,
+    openai_error,
+    refuse_unsupported,
+    sse,
+    token_logprobs,
+)
 from slime_core.agent.sessions import SessionError, SessionStore
+from slime_core.agent.validation import check, parse_json
 from slime_hookspecs import SamplingParams
 
 SESSION_HEADER = "X-Session-Id"
-_ROLES = ("system", "user", "assistant", "tool")
+__all__ = ["AgentApiServer", "SESSION_HEADER", "engine_context_length", "openai_error"]
 
 
-def openai_error(status: int, message: str, code: str | None = None) -> dict[str, Any]:
-    kind = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
-        status, "invalid_request_error" if status < 500 else "server_error")
-    return {"error": {"message": message, "type": kind, "code": code}}
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None
+    params: SamplingParams
+    max_tokens: int | None  # as asked (None: the server's default, shrunk to fit)
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+
+
+def engine_context_length(engine: Any) -> int | None:
+    """``engine.context_length`` when the engine states it (a local engine does)."""
+    try:
+        value = getattr(engine, "context_length", None)
+    except Exception:  # noqa: BLE001 - remote handles may refuse attribute access
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 class AgentApiServer:
@@ -50,12 +81,15 @@ class AgentApiServer:
     :param tool_parser: a parser (``parser(text) -> (content, calls, errors)`` with ``stop``)
         used when a request carries tools; ``None`` returns text only.
     :param max_tokens: the largest ``max_tokens`` a request may ask for (also its default).
+    :param context_length: prompt + completion tokens a request may need; ``None``: the first
+        engine's ``context_length`` if it has one, else no limit but the 1 MiB body.
     """
 
     def __init__(self, engines: list[Any], tokenizer: Any, *, host: str = "127.0.0.1",
                  port: int = 0, token: str = "", allow_remote: bool = False,
                  model_name: str = "slime", tool_parser: Any = None, max_tokens: int = 1024,
-                 max_sessions: int = 4096, session_ttl_s: float = 3600.0) -> None:
+                 max_sessions: int = 4096, session_ttl_s: float = 3600.0,
+                 context_length: int | None = None) -> None:
         if not engines:
             raise ValueError("AgentApiServer needs at least one rollout engine")
         check_bind(host, allow_remote, "agent_api")
@@ -65,6 +99,7 @@ class AgentApiServer:
         self.model_name = model_name
         self.tool_parser = tool_parser
         self.max_tokens = int(max_tokens)
+        self.context_length = context_length or engine_context_length(self.engines[0])
         self.store = SessionStore(tokenizer, len(self.engines), max_sessions, session_ttl_s)
         self._clients: list[Any] = []
         self._server = ServerThread(self._app, host, port, "slime-agent-api")
@@ -88,7 +123,8 @@ class AgentApiServer:
         return cls(engines, tokenizer, host=api.host, port=api.port, token=api.token,
                    allow_remote=api.allow_remote, model_name=api.model_name, tool_parser=parser,
                    max_tokens=api.max_tokens or config.rollout.max_new_tokens,
-                   max_sessions=api.max_sessions, session_ttl_s=api.session_ttl_s)
+                   max_sessions=api.max_sessions, session_ttl_s=api.session_ttl_s,
+                   context_length=api.max_context_tokens or None)
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> AgentApiServer:
@@ -122,7 +158,8 @@ class AgentApiServer:
 
         self._clients = [EngineClient(e, 0, i) for i, e in enumerate(self.engines)]
         app = web.Application(middlewares=[
-            _errors_middleware(), bearer_auth(self.token, openai_error, frozenset({"/health"}))])
+            errors_middleware(openai_error),
+            bearer_auth(self.token, openai_error, frozenset({"/health"}))])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/sessions/{sid}/finish", self._finish)
@@ -134,7 +171,10 @@ class AgentApiServer:
     async def _health(self, request: Any) -> Any:
         from aiohttp import web
 
-        return web.json_response({"ok": True, "sessions": len(self.store.sessions)})
+        st = self.store
+        return web.json_response({"ok": True, "sessions": len(st.sessions),
+                                  "max_sessions": st.max_sessions, "evicted_sessions": st.evicted,
+                                  "expired_sessions": st.expired})
 
     async def _models(self, request: Any) -> Any:
         from aiohttp import web
@@ -145,29 +185,59 @@ class AgentApiServer:
     async def _chat(self, request: Any) -> Any:
         from aiohttp import web
 
-        body = await _json_body(request)
-        messages, tools, params = self._parse_request(body)
+        body = parse_json(await request.read())
+        req = self._parse_request(body)
         sid = request.headers.get(SESSION_HEADER) or body.get("user") or None
-        session = self.store.get_or_create(str(sid) if sid else None)
+        if sid is not None and len(sid) > 1024:
+            raise SessionError("the session id is longer than 1024 characters", 400,
+                               "user" if body.get("user") == sid else None)
+        # no id: stateless like OpenAI's API (answered, not recorded, nothing left open)
+        session = self.store.get_or_create(sid) if sid else self.store.stateless()
         async with session.lock:
-            plan = self.store.plan(session, messages, tools)
+            plan = self.store.plan(session, req.messages, req.tools)
+            params = self._fit_context(len(plan.prompt_ids), req)
             out = await self._clients[session.engine_index].generate(plan.prompt_ids, params)
             self.requests += 1
             text = out.text or self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-            message, finish = self._reply(text, out, tools, len(session.segments))
-            self.store.commit(session, plan, out, text, message)
-        payload = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
-            "created": int(time.time()), "model": self.model_name,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                         "logprobs": None}],
-            "usage": {"prompt_tokens": len(plan.prompt_ids),
-                      "completion_tokens": len(out.token_ids),
-                      "total_tokens": len(plan.prompt_ids) + len(out.token_ids)},
-            "session_id": session.id,
-            "weight_version": out.weight_version,
-        }
-        return web.json_response(payload, headers={SESSION_HEADER: session.id})
+            message, finish = self._reply(text, out, req.tools, len(session.segments))
+            if session.id:
+                self.store.commit(session, plan, out, text, message)
+        logprobs = (token_logprobs(self.tokenizer, out.token_ids, out.log_probs)
+                    if req.logprobs else None)
+        answer = Answer(self.model_name, message, finish, len(plan.prompt_ids),
+                        len(out.token_ids), logprobs, session.id or None, out.weight_version)
+        headers = {SESSION_HEADER: session.id} if session.id else {}
+        if not req.stream:
+            return web.json_response(answer.completion(), headers=headers)
+        # the engine call is not incremental: the stream carries the finished answer in
+        # OpenAI's chunk sequence, so streaming clients work unchanged
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache", **headers})
+        await resp.prepare(request)
+        for chunk in answer.chunks(req.include_usage):
+            await resp.write(sse(chunk))
+        await resp.write(sse("[DONE]"))
+        await resp.write_eof()
+        return resp
+
+    def _fit_context(self, prompt_tokens: int, req: ChatRequest) -> SamplingParams:
+        """The request's sampling parameters, or a 400 if prompt + completion do not fit."""
+        if prompt_tokens == 0:
+            raise SessionError("messages: the conversation renders to an empty prompt", 400,
+                               "messages", "empty_prompt")
+        max_tokens = req.max_tokens or self.max_tokens
+        limit = self.context_length
+        if limit is not None and prompt_tokens + max_tokens > limit:
+            room = limit - prompt_tokens
+            if req.max_tokens is None and room >= 1:  # no explicit ask: what still fits
+                max_tokens = min(max_tokens, room)
+            else:
+                raise SessionError(
+                    f"This model's maximum context length is {limit} tokens. However, you "
+                    f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+                    f"messages, {max_tokens} in the completion). Please reduce the length of "
+                    "the messages or completion.", 400, "messages", "context_length_exceeded")
+        return req.params.replace(max_new_tokens=max_tokens)
 
     def _reply(self, text: str, out: Any, tools: Any, seg: int) -> tuple[dict[str, Any], str]:
         finish = {"length": "length", "abort": "abort"}.get(out.finish_reason, "stop")
@@ -186,62 +256,45 @@ class AgentApiServer:
                     finish = "tool_calls"
         return message, finish
 
-    def _parse_request(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], Any, SamplingParams]:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise SessionError("'messages' must be a non-empty list")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in _ROLES:
-                raise SessionError(f"messages[{i}] needs a 'role' in {', '.join(_ROLES)}")
-        if body.get("stream"):
-            raise SessionError("streaming is not supported (set 'stream': false)")
-        if body.get("n", 1) != 1:
-            raise SessionError("only n = 1 is supported")
+    def _parse_request(self, body: dict[str, Any]) -> ChatRequest:
+        unknown = sorted(set(body) - set(schemas.CHAT["properties"]))
+        if unknown:
+            raise SessionError(f"Unrecognized request argument supplied: {unknown[0]}", 400,
+                               unknown[0], "unknown_parameter")
+        check(body, schemas.CHAT, status=400)
+        refuse_unsupported(body)
+        messages = [{**m, "role": "system"} if m["role"] == "developer" else m
+                    for m in body["messages"]]
         tools = body.get("tools") or None
-        if tools is not None and not (isinstance(tools, list)
-                                      and all(isinstance(t, dict) for t in tools)):
-            raise SessionError("'tools' must be a list of tool objects")
         if body.get("tool_choice") == "none":
             tools = None
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or self.max_tokens
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise SessionError("'max_tokens' must be a positive integer")
-        if max_tokens > self.max_tokens:
-            raise SessionError(f"'max_tokens' {max_tokens} is above the limit {self.max_tokens} "
-                               "(agent_api.max_tokens)")
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        if max_tokens is not None and max_tokens > self.max_tokens:
+            param = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+            raise SessionError(f"{param}: {max_tokens} is above the limit {self.max_tokens} "
+                               "(agent_api.max_tokens)", 400, param, "invalid_value")
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
-        if not all(isinstance(s, str) for s in stop):
-            raise SessionError("'stop' must be a string or a list of strings")
         if tools and self.tool_parser is not None:
             stop += [s for s in getattr(self.tool_parser, "stop", []) if s not in stop]
-        try:
-            params = SamplingParams(
-                temperature=float(body.get("temperature", 1.0)),
-                top_p=float(body.get("top_p", 1.0)), top_k=int(body.get("top_k", -1)),
-                max_new_tokens=max_tokens, stop=stop,
-                seed=None if body.get("seed") is None else int(body["seed"]),
-            )
-        except (TypeError, ValueError) as exc:
-            raise SessionError(f"bad sampling parameter: {exc}") from None
-        return messages, tools, params
+        get = lambda k, d: d if body.get(k) is None else body[k]  # noqa: E731 - null = default
+        params = SamplingParams(
+            temperature=float(get("temperature", 1.0)), top_p=float(get("top_p", 1.0)),
+            top_k=int(get("top_k", -1)), max_new_tokens=max_tokens or self.max_tokens,
+            stop=stop, seed=body.get("seed"))
+        return ChatRequest(messages, tools, params, max_tokens, bool(body.get("stream")),
+                           bool((body.get("stream_options") or {}).get("include_usage")),
+                           bool(body.get("logprobs")))
 
     async def _finish(self, request: Any) -> Any:
         from aiohttp import web
 
-        body = await _json_body(request, allow_empty=True)
-        rollout_id = body.get("rollout_id", -1)
-        if not isinstance(rollout_id, int):
-            raise SessionError("'rollout_id' must be an integer")
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise SessionError("'metadata' must be an object")
-        reward = body.get("reward")
-        if reward is not None and not isinstance(reward, (int, float, dict)):
-            raise SessionError("'reward' must be a number, an object of numbers or null")
+        body = parse_json(await request.read(), allow_empty=True)
+        check(body, schemas.FINISH, status=400)
         sid = request.match_info["sid"]
-        samples = self.store.finish(sid, reward=reward, label=body.get("label"),
-                                    metadata=metadata, rollout_id=rollout_id)
+        samples = self.store.finish(sid, reward=body.get("reward"), label=body.get("label"),
+                                    metadata=body.get("metadata") or {},
+                                    rollout_id=body.get("rollout_id", -1))
         return web.json_response({"session_id": sid, "samples": [s.to_dict() for s in samples]})
 
     async def _session(self, request: Any) -> Any:
@@ -257,37 +310,5 @@ class AgentApiServer:
         from aiohttp import web
 
         sid = request.match_info["sid"]
-        self.store.get(sid)
-        del self.store.sessions[sid]
+        self.store.drop(sid)
         return web.json_response({"session_id": sid, "deleted": True})
-
-
-async def _json_body(request: Any, allow_empty: bool = False) -> dict[str, Any]:
-    raw = await request.read()
-    if not raw and allow_empty:
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise SessionError("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise SessionError("the request body must be a JSON object")
-    return body
-
-
-def _errors_middleware() -> Any:
-    from aiohttp import web
-
-    @web.middleware
-    async def errors(request: Any, handler: Any) -> Any:
-        try:
-            return await handler(request)
-        except SessionError as exc:
-            return web.json_response(openai_error(exc.status, str(exc)), status=exc.status)
-        except web.HTTPException as exc:
-            return web.json_response(openai_error(exc.status, exc.reason), status=exc.status)
-        except Exception as exc:  # noqa: BLE001 - the agent gets a 500 naming the error
-            return web.json_response(
-                openai_error(500, f"{type(exc).__name__}: {exc}"), status=500)
-
-    return errors

@@ -86,10 +86,13 @@ class AgentApiSection:
     max_tokens: int = 0  # cap of max_tokens per request (0: rollout.max_new_tokens)
     max_sessions: int = 4096  # open sessions at once
     session_ttl_s: float = 3600.0  # idle sessions are dropped after this many seconds
+    # prompt + completion tokens of one request (0: the engine's context, max_position_embeddings)
+    max_context_tokens: int = 0
 
     def __post_init__(self) -> None:
         _need(0 <= self.port <= 65535, "agent_api.port", "must be in 0..65535")
         _need(self.max_tokens >= 0, "agent_api.max_tokens", "must be >= 0")
+        _need(self.max_context_tokens >= 0, "agent_api.max_context_tokens", "must be >= 0")
         _need(self.max_sessions >= 1, "agent_api.max_sessions", "must be >= 1")
         _need(self.session_ttl_s > 0, "agent_api.session_ttl_s", "must be > 0")
         check_bind(self.host, self.allow_remote, "agent_api")

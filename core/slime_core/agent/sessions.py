@@ -17,27 +17,34 @@ sequence that becomes one :class:`~slime_hookspecs.Sample`:
 
 Model ids are appended with loss mask 1 and their log-probs. The store is used from one
 event loop; each session has an ``asyncio.Lock`` so its requests are applied in order.
+
+Capacity: ``max_sessions`` sessions are kept. A new session at capacity evicts the least
+recently used idle one (counted in ``evicted``; finishing it later answers 404 saying so), so
+abandoned episodes cannot lock the API; only when every session has a request in flight is
+the new one refused (429). Idle sessions also expire after ``ttl_s``. A request without a
+session id is *stateless* (:meth:`SessionStore.stateless`): answered, never stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from slime_core.agent import chat
+from slime_core.agent.validation import RequestError
 from slime_hookspecs import GenerateOutput, Sample, Status
 
 
-class SessionError(ValueError):
+class SessionError(RequestError):
     """A request the session cannot take; ``status`` is the HTTP status to answer."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+    def __init__(self, message: str, status: int = 400, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message, status, param, code)
 
 
 @dataclass
@@ -114,28 +121,55 @@ class SessionStore:
         self.num_engines = max(1, num_engines)
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
-        self.sessions: dict[str, Session] = {}
+        # least recently used first: a hit moves the session to the end
+        self.sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
+        self._gone: collections.OrderedDict[str, str] = collections.OrderedDict()  # id -> why
+        self.evicted = 0
+        self.expired = 0
         self._next_engine = 0
 
-    def get_or_create(self, session_id: str | None) -> Session:
+    def _engine(self) -> int:
+        self._next_engine += 1
+        return (self._next_engine - 1) % self.num_engines
+
+    def stateless(self) -> Session:
+        """A session for one request that is not stored (no id was given)."""
+        return Session(id="", engine_index=self._engine())
+
+    def get_or_create(self, session_id: str) -> Session:
         self._expire()
-        sid = session_id or f"sess-{uuid.uuid4().hex}"
-        s = self.sessions.get(sid)
+        s = self.sessions.get(session_id)
         if s is None:
             if len(self.sessions) >= self.max_sessions:
-                raise SessionError(
-                    f"{len(self.sessions)} sessions are open (agent_api.max_sessions); finish "
-                    "some with POST /v1/sessions/{id}/finish", status=429)
-            s = Session(id=sid, engine_index=self._next_engine % self.num_engines)
-            self._next_engine += 1
-            self.sessions[sid] = s
+                self._evict_one()
+            s = Session(id=session_id, engine_index=self._engine())
+            self.sessions[session_id] = s
+            self._gone.pop(session_id, None)
+        self.sessions.move_to_end(session_id)
         s.last_used = time.monotonic()
         return s
+
+    def _evict_one(self) -> None:
+        victim = next((k for k, s in self.sessions.items() if not s.lock.locked()), None)
+        if victim is None:
+            raise SessionError(
+                f"all {len(self.sessions)} sessions (agent_api.max_sessions) have a request in "
+                "flight; retry when one completes", 429, code="rate_limit_exceeded")
+        del self.sessions[victim]
+        self.evicted += 1
+        self._forget(victim, "was evicted, the least recently used of agent_api.max_sessions = "
+                             f"{self.max_sessions} sessions, to make room for a new one")
+
+    def _forget(self, sid: str, why: str) -> None:
+        self._gone[sid] = why
+        while len(self._gone) > max(self.max_sessions, 1024):
+            self._gone.popitem(last=False)
 
     def get(self, session_id: str) -> Session:
         s = self.sessions.get(session_id)
         if s is None:
-            raise SessionError(f"no session {session_id!r} (finished, expired or never used)", 404)
+            why = self._gone.get(session_id, "finished, expired or never used")
+            raise SessionError(f"no session {session_id!r} ({why})", 404, code="session_not_found")
         return s
 
     def _expire(self) -> None:
@@ -143,6 +177,8 @@ class SessionStore:
         for sid in [k for k, s in self.sessions.items()
                     if now - s.last_used > self.ttl_s and not s.lock.locked()]:
             del self.sessions[sid]
+            self.expired += 1
+            self._forget(sid, f"expired after agent_api.session_ttl_s = {self.ttl_s:g} s idle")
 
     # -- one request ------------------------------------------------------------------------
     def plan(self, session: Session, messages: list[dict[str, Any]],
@@ -201,6 +237,12 @@ class SessionStore:
         session.last_used = time.monotonic()
         return seg
 
+    def drop(self, session_id: str) -> None:
+        """Forget a session without making samples (``DELETE /v1/sessions/{id}``)."""
+        self.get(session_id)
+        del self.sessions[session_id]
+        self._forget(session_id, "deleted")
+
     # -- the end of an episode ---------------------------------------------------------------
     def finish(self, session_id: str, reward: Any = None, label: Any = None,
                metadata: dict[str, Any] | None = None, rollout_id: int = -1) -> list[Sample]:
@@ -211,6 +253,7 @@ class SessionStore:
         if not s.segments:
             raise SessionError(f"session {session_id!r} has no completions to finish", 409)
         del self.sessions[session_id]
+        self._forget(session_id, "already finished")
         return [self._sample(s, i, seg, reward, label, metadata or {}, rollout_id)
                 for i, seg in enumerate(s.segments)]
 

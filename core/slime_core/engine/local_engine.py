@@ -87,6 +87,10 @@ class LocalEngine:
         pad = getattr(self.tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        # the longest prompt accepted: a longer one is refused before it reaches attention,
+        # whose masks grow with its square (a 900 kB prompt asked for 810 GB)
+        ctx = getattr(model.config, "max_position_embeddings", None)
+        self.context_length: int | None = int(ctx) if isinstance(ctx, int) and ctx > 0 else None
         self.generate_batch_size = int(getattr(config.rollout, "generate_batch_size", 0) or 0)
         # rollout.cuda_graphs: static KV cache + one CUDA graph per decode step (CUDA only;
         # the CPU keeps the dynamic cache, which drops finished rows and attends no further
@@ -183,6 +187,11 @@ class LocalEngine:
             prompt = [int(t) for t in prompt]
             if not prompt:
                 raise ValueError(f"generate: prompt {i} is empty")
+            if self.context_length is not None and len(prompt) >= self.context_length:
+                raise ValueError(
+                    f"generate: prompt {i} has {len(prompt)} tokens, the model's context is "
+                    f"{self.context_length} (max_position_embeddings)"
+                )
             bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
             if bad is not None:
                 raise ValueError(
