@@ -88,28 +88,50 @@ def _retire(path: Path, saving: int) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
+def _promotable(tmp: Path, root: Path) -> Path | None:
+    """``step_N`` for a ``.step_N.tmp-PID`` directory whose save got as far as its marker
+    while no ``step_N`` exists (a kill between the marker and the rename), else ``None``."""
+    name = tmp.name[1:].split(".tmp-", 1)[0]
+    final = root / name
+    if _step_of(final) is None or final.exists() or not (tmp / MARKER).is_file():
+        return None
+    try:
+        check_complete(tmp)
+    except CheckpointError:
+        return None
+    return final
+
+
 def remove_stale(run_dir: Path) -> list[str]:
-    """Delete what a killed save or prune left behind (``.step_N.tmp-PID``,
+    """Clean up what a killed save or prune left behind (``.step_N.tmp-PID``,
     ``.latest.tmp-PID``, ``.step_N.deleting-PID``, run-directory ``.*.tmp-PID`` files).
 
-    Only one process drives a run directory, so every such entry is garbage by the time a
-    run starts, resumes or saves. Returns the names removed."""
-    removed = []
-    for folder in (run_dir, run_dir / "checkpoints"):
+    A temporary checkpoint that already has its marker, with no ``step_N`` beside it, is
+    complete: it is renamed into place instead of deleted. Only one process drives a run
+    directory, so everything else is garbage by the time a run starts, resumes or saves.
+    Returns what was done, one entry per name."""
+    done = []
+    root = run_dir / "checkpoints"
+    for folder in (run_dir, root):
         if not folder.is_dir():
             continue
-        for p in folder.iterdir():
-            if p.name.startswith(".") and (".tmp-" in p.name or ".deleting-" in p.name):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-                removed.append(p.name)
-    if removed:
-        for folder in (run_dir, run_dir / "checkpoints"):
+        for p in sorted(folder.iterdir()):
+            if not (p.name.startswith(".") and (".tmp-" in p.name or ".deleting-" in p.name)):
+                continue
+            if folder == root and p.is_dir() and (final := _promotable(p, root)) is not None:
+                os.replace(p, final)
+                done.append(f"{p.name} (complete: renamed to {final.name})")
+            elif p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                done.append(p.name)
+            else:
+                p.unlink(missing_ok=True)
+                done.append(p.name)
+    if done:
+        for folder in (run_dir, root):
             if folder.is_dir():
                 fsync_dir(folder)
-    return sorted(removed)
+    return sorted(done)
 
 
 def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None],
@@ -129,10 +151,14 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None],
     marker = {"format": FORMAT, "version": 1, "step": step, "files": _manifest(tmp)}
     atomic_write(tmp / MARKER, json.dumps(marker, indent=1) + "\n")
     fault_point("ckpt_marked", step)
-    if final.exists():  # the same step saved again (a resumed run past its last step)
-        _retire(final, step)
+    old_self = None
+    if final.exists():  # the same step saved again: move it aside, then the new one in
+        old_self = final.with_name(f".{final.name}.deleting-{os.getpid()}")
+        os.replace(final, old_self)  # a kill now leaves the marked temp dir: promoted later
     os.replace(tmp, final)
     fsync_dir(root)
+    if old_self is not None:
+        shutil.rmtree(old_self, ignore_errors=True)
     fault_point("ckpt_renamed", step)
     atomic_write(root / "latest", final.name + "\n")
     fault_point("ckpt_latest", step)

@@ -116,3 +116,20 @@ def test_jsonl_rewind_keeps_one_row_per_step_up_to_the_checkpoint(tmp_path: Path
     aside = [json.loads(x)["step"] for x in (tmp_path / "metrics.superseded.jsonl").read_text()
              .splitlines()]
     assert aside == [3, 3, 4]
+
+
+def test_a_marked_temporary_checkpoint_is_promoted_not_deleted(tmp_path: Path) -> None:
+    _save(tmp_path, 1)
+    root = tmp_path / "checkpoints"
+    # a kill after the marker of step 2 was written and before the rename
+    os.replace(_save(tmp_path, 2), root / ".step_000002.tmp-999")
+    assert ckpt.remove_stale(tmp_path) == [
+        ".step_000002.tmp-999 (complete: renamed to step_000002)"]
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_000002"
+
+
+def test_saving_the_same_step_again_replaces_it(tmp_path: Path) -> None:
+    _save(tmp_path, 1)
+    again = ckpt.save_checkpoint(tmp_path, 1, _writer(b"new"), {"step": 1}, 2)
+    assert (again / "trainer" / "model.bin").read_bytes() == b"new"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000001"]
