@@ -188,20 +188,60 @@ def _unmet_requirements(info: PluginInfo) -> list[str]:
     return out
 
 
+def unavailable_plugins(manager: SlimePluginManager) -> list[tuple[str, str]]:
+    """``(name, reason)`` of loaded plugins none of whose records can be used on this host."""
+    out = []
+    for info in manager.infos.values():
+        status, reason = plugin_status(manager, info)
+        if status == "unavailable":
+            out.append((info.name, reason or "unavailable"))
+    return out
+
+
 @plugins_group.command("check")
 @selection_options
 def check_command(selection: PluginSelection) -> None:
-    """Validate plugins: hooks, load errors, requirements, registries, availability."""
+    """Validate plugins: hooks, load errors, requirements, registries, availability.
+
+    \b
+    Exit status 1 on problems: a plugin that fails to load (import or registration error),
+    hook validation, an unmet requirement, a registry or config-section conflict.
+    Plugins and records unavailable on this host (no GPU or NPU here, an optional backend
+    not installed) are reported as info and notes: they are expected, not errors.
+    """
     manager = load_manager(selection)
     problems, notes = find_problems(manager)
+    unavailable = unavailable_plugins(manager)
+    for name, reason in unavailable:
+        click.echo(f"info: plugin {name!r} is unavailable on this host: {reason}")
     for note in notes:
         click.echo(f"note: {note}")
+    for note in _sandbox_notes(manager):
+        click.echo(f"note: {note}")
+    failed = [i.name for i in manager.infos.values() if i.status == "failed"]
+    n = len([i for i in manager.infos.values() if i.status == "active"]) - len(unavailable)
+    counts = f"{n} plugins active, {len(unavailable)} unavailable here"
     if problems:
         for p in problems:
             click.echo(f"problem: {p}", err=True)
+        click.echo(f"{len(problems)} problem(s): {counts}"
+                   + (f", {len(failed)} failed to load ({', '.join(failed)})" if failed else ""),
+                   err=True)
         raise click.exceptions.Exit(1)
-    n = len([i for i in manager.infos.values() if i.status == "active"])
-    click.echo(f"ok: {n} plugins active, no problems")
+    click.echo(f"ok: {counts} (info above), no problems")
+
+
+def _sandbox_notes(manager: SlimePluginManager) -> list[str]:
+    """How the ``local`` sandbox enforces its limits here, when it is registered and usable."""
+    try:
+        rec = manager.registries.sandbox.get("local", require_available=False)
+    except Exception:  # noqa: BLE001 - not registered (core_sandbox disabled)
+        return []
+    if rec.unavailable_reason() is not None:
+        return []
+    from slime_core.sandbox import total_limits_report
+
+    return [f"sandbox 'local' {k}: {v}" for k, v in total_limits_report().items()]
 
 
 @plugins_group.command("new")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,21 +59,34 @@ def load_config(
     if data:
         for sec, values in data.items():
             raw.setdefault(sec, {}).update(values)
+    overridden: dict[str, str] = {}  # "section.key" -> the -o item that set it
     for item in overrides:
         sec, key, value = parse_override(item)
         table = raw.setdefault(sec, {})
         if not isinstance(table, dict):
-            raise ConfigError(f"override {item!r}: [{sec}] is not a table")
+            raise ConfigError(f"override -o {item}: [{sec}] is not a table")
         table[key] = value
+        overridden[f"{sec}.{key}"] = item
     where = f" in {path}" if path else ""
     for name, values in raw.items():
         if not isinstance(values, dict):
             raise ConfigError(f"top-level key {name!r}{where} must be a [section] table")
-        schema.get(name)  # unknown section -> nearest valid name
+        try:
+            schema.get(name)  # unknown section -> nearest valid name
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{_source(str(exc), overridden, where, section=name)}") from exc
     sections = {}
     for name in schema.sections():
         try:
             sections[name] = schema.build(name, raw.get(name, {}))
         except ConfigError as exc:
-            raise ConfigError(f"{exc}{where}") from exc
+            raise ConfigError(f"{exc}{_source(str(exc), overridden, where)}") from exc
     return Config(sections, source=str(path) if path else None)
+
+
+def _source(message: str, overridden: dict[str, str], where: str, section: str | None = None) -> str:
+    """Where the key an error names came from: its ``-o`` override, else the file."""
+    for dotted, item in overridden.items():
+        if dotted.partition(".")[0] == section or re.search(rf"\b{re.escape(dotted)}\b", message):
+            return f" (from the override -o {item})"
+    return where

@@ -1,9 +1,10 @@
 """The plugin manager: built-ins first, then entry points of group ``slime``, one at a time.
 
 A plugin that fails to import or to register is reported as ``failed`` and the others still
-load (as conda does), unless it was explicitly requested (``--plugins``, ``SLIME_PLUGINS``,
-``run.required_plugins``): then loading stops with
-``Error loading plugin "<name>" from <dist> <version>: <reason>``.
+load (as conda does), with one warning on stderr naming it and the error; unless it was
+explicitly requested (``--plugins``, ``SLIME_PLUGINS``, ``run.required_plugins``): then loading
+stops with ``Error loading plugin "<name>" from <dist> <version>: <reason>``. Disabling a name
+that is no plugin (``--disable-plugin nope``) is a usage error listing the valid names.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ class PluginUsageError(ValueError):
 
 class PluginLoadError(RuntimeError):
     """A requested plugin could not be imported or registered."""
+
+
+_warned: set[tuple[str, str]] = set()  # (plugin, reason) warned about in this process
+
+
+def _warn_failed(name: str, dist: str, version: str, reason: str) -> None:
+    """Say once per process that an autoloaded plugin was skipped (it used to be silent)."""
+    if (name, reason) in _warned:
+        return
+    _warned.add((name, reason))
+    print(f'warning: plugin "{name}" from {dist} {version} failed to load and is skipped: '
+          f"{reason} (`core plugins info {name}` shows the traceback)", file=sys.stderr)
 
 
 def _split(value: str | None) -> list[str]:
@@ -200,6 +213,7 @@ class SlimePluginManager:
             module = importlib.import_module(modname)
             self._register(module, name)
         self._load_entry_points()
+        self._check_disabled_names()
         for modname in sel.modules:
             self._load_module(modname)
         missing = [
@@ -265,6 +279,18 @@ class SlimePluginManager:
                     ) from exc
                 info.status, info.reason = "failed", reason
                 info.traceback = "".join(traceback.format_exception(exc))
+                _warn_failed(ep.name, dist, version, reason)
+
+    def _check_disabled_names(self) -> None:
+        unknown = [d for d in self.selection.disabled if d not in self.infos]
+        if unknown:
+            name = unknown[0]
+            close = difflib.get_close_matches(name, sorted(self.infos), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise PluginUsageError(
+                f"--disable-plugin / SLIME_DISABLE_PLUGINS: no plugin named {name!r}{hint}; "
+                f"plugins: {', '.join(sorted(self.infos))}"
+            )
 
     def _load_module(self, modname: str) -> None:
         if modname in self.infos:

@@ -89,6 +89,11 @@ class RolloutManager:
         self._next_engine = 0
         self._reward_fns: dict[str, Any] = {}
         self._hook_calls: tuple[FirstAnswer, FirstAnswer] | None = None
+        # an unknown reward name fails here, once, before anything is generated (raised later
+        # by every concurrent group task it ended runs with hundreds of asyncio warnings)
+        self.reward_fn(False)
+        if eval_source is not None:
+            self.reward_fn(True)
         reg = self.pm.registries
         self._ds_filter = (
             reg.filter.get(config.rollout.dynamic_sampling_filter).factory
@@ -209,6 +214,10 @@ class RolloutManager:
             pending = set(tasks)
             while pending and len(kept) < target:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                failed = next((t for t in done if not t.cancelled() and t.exception() is not None), None)
+                if failed is not None:  # one error, not one "never retrieved" warning per task
+                    await _cancel(pending | done)
+                    raise failed.exception()  # type: ignore[misc]
                 for task in done:
                     group = task.result()
                     everything.append(group)
@@ -377,6 +386,13 @@ class RolloutManager:
                 f"(group={samples[0].group_index})"
             )
         return [check_reward(r, source, s) for s, r in zip(samples, rewards, strict=True)]
+
+
+async def _cancel(tasks: set[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and collect their outcomes, so none is left unretrieved."""
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _reason(exc: Exception, source: str | None = None) -> str:
