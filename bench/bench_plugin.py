@@ -20,16 +20,18 @@ from typing import Any
 from slime_hookspecs import hookimpl
 
 
-def plugin_selection() -> Any:
-    """``slime_grpo`` by its entry point when installed, else by module path (a machine where the
-    repository is only on ``PYTHONPATH``, e.g. the GPU host, which cannot pip-install)."""
+def plugin_selection(extra: tuple[str, ...] = ()) -> Any:
+    """``slime_grpo`` (and the ``extra`` plugins) by entry point when installed, else by module
+    path ``<name>.plugin`` (a machine where the repository is only on ``PYTHONPATH``, e.g. the
+    GPU host, which cannot pip-install)."""
     from importlib.metadata import entry_points
 
     from slime_core.plugins import PluginSelection
 
-    if any(ep.name == "slime_grpo" for ep in entry_points(group="slime")):
-        return PluginSelection(plugins=["slime_grpo"])
-    return PluginSelection(plugins=[], modules=["slime_grpo.plugin"])
+    names = ("slime_grpo", *extra)
+    installed = {ep.name for ep in entry_points(group="slime")}
+    return PluginSelection(plugins=[n for n in names if n in installed],
+                           modules=[f"{n}.plugin" for n in names if n not in installed])
 
 
 def digit_share(text: str) -> float:

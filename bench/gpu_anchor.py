@@ -60,6 +60,10 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                        "train": {"micro_batch_tokens": 16384}},
     "compiled_all_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
                            "train": {"micro_batch_tokens": 16384, "compile": True}},
+    # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
+    # same engine, same micro-batches, so the train phase compares the two backends
+    "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
+                       "train": {"micro_batch_tokens": 16384, "backend": "megatron"}},
 }
 
 
@@ -227,7 +231,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         last = warmup + steps
         data["profile"] = {"steps": [last, last + 1], "scope": "all", "row_limit": 80,
                            "sort_by": "self_cpu_time_total" if smoke else "self_cuda_time_total"}
-    manager, config = resolve(plugin_selection(), None, (), data)
+    extra = ("megatron_backend",) if over["train"].get("backend") == "megatron" else ()
+    manager, config = resolve(plugin_selection(extra), None, (), data)
     bench = BenchPlugin(cuda=not smoke)
     manager.register_object(bench, "bench_gpu_anchor")
     if not smoke:
