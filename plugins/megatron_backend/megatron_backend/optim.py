@@ -37,20 +37,20 @@ def _sum_metrics(metrics: dict[str, float], group: Any) -> dict[str, float]:
     return out
 
 
-def is_sharded(p: torch.Tensor) -> bool:
-    """Megatron marks column/row/vocab-parallel weights with ``tensor_model_parallel``."""
-    return bool(getattr(p, "tensor_model_parallel", False))
+def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str]) -> torch.Tensor:
+    """L2 norm of the gradients of the whole (unsharded) model, on every rank.
 
-
-def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
-    """L2 norm of the gradients of the whole (unsharded) model, on every rank."""
+    Which tensors are TP shards comes from the converter's table, not from Megatron's
+    ``tensor_model_parallel`` attribute: that is only set when Megatron initialises the weights
+    itself, which this backend skips (the HF checkpoint overwrites them).
+    """
     sharded = torch.zeros((), dtype=torch.float64)
     replicated = torch.zeros((), dtype=torch.float64)
-    for p in params:
+    for name, p in params.items():
         if p.grad is None:
             continue
         sq = p.grad.detach().double().pow(2).sum().cpu()
-        if is_sharded(p):
+        if name in sharded_names:
             sharded += sq
         else:
             replicated += sq
@@ -77,8 +77,11 @@ class Accumulation:
         for k, v in metrics.items():
             self.metrics[k] = self.metrics.get(k, 0.0) + float(v) * w
 
-    def step(self, params: list[torch.Tensor], optimizer: torch.optim.Optimizer,
-             grad_clip: float) -> tuple[dict[str, float], float]:
+    def step(self, named: dict[str, torch.Tensor], sharded_names: set[str],
+             optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[dict[str, float], float]:
+        """All-reduce over data-parallel ranks, clip by the full model's norm, step; the
+        metrics and the norm before clipping."""
+        params = list(named.values())
         metrics = self.metrics
         if self.dp:
             group = parallel.dp_group()
@@ -87,7 +90,7 @@ class Accumulation:
                     p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad, group=group)
             metrics = _sum_metrics(metrics, group)
-        norm = grad_norm(params)
+        norm = grad_norm(named, sharded_names)
         if grad_clip and grad_clip > 0:
             coef = grad_clip / (float(norm) + 1e-6)
             if coef < 1.0:

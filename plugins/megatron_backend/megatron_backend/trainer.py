@@ -36,7 +36,7 @@ from slime_core.api import (
 from slime_hookspecs import TrainBatch
 
 from megatron_backend import checkpoint, cpu_shims, parallel
-from megatron_backend.convert import to_hf, to_megatron
+from megatron_backend.convert import megatron_names, to_hf, to_megatron
 from megatron_backend.forward import response_log_probs
 from megatron_backend.gather import gather_shards, load_local_state, local_state
 from megatron_backend.layout import Layout, layout_of
@@ -86,6 +86,8 @@ class MegatronTrainer:
         self.layout: Layout = layout_of(self.hf_config, self.mg.tensor_model_parallel_size,
                                         self.mg.make_vocab_size_divisible_by)
         self.model = self._build("actor")
+        self.sharded_names = {k for k, split in megatron_names(self.layout).items()
+                              if split is not None}
         self.model.train()
         self.models = [self.model]  # slime's model list: one chunk per virtual pipeline stage
         self.ref_model: Any = None
@@ -208,8 +210,8 @@ class MegatronTrainer:
                 mb.old_log_probs = [lp.detach() for lp in lps]
             loss, m, weighting = compute_loss(self.config, mb, lps, ents)
             acc.backward(loss, m, weighting, len(mb), mb_tokens)
-        metrics, grad_norm = acc.step(list(self.model.parameters()), self.optimizer,
-                                      self.config.train.grad_clip)
+        metrics, grad_norm = acc.step(dict(self.model.named_parameters()), self.sharded_names,
+                                      self.optimizer, self.config.train.grad_clip)
         metrics["train/grad_norm"] = grad_norm
         self.scheduler.step()
         return metrics
