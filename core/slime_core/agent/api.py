@@ -50,7 +50,7 @@ from slime_core.agent.validation import check, parse_json
 from slime_hookspecs import SamplingParams
 
 SESSION_HEADER = "X-Session-Id"
-__all__ = ["AgentApiServer", "SESSION_HEADER", "engine_context_length", "openai_error"]
+__all__ = ["AgentApiServer", "SESSION_HEADER", "engine_int", "openai_error"]
 
 
 @dataclass
@@ -64,13 +64,14 @@ class ChatRequest:
     logprobs: bool
 
 
-def engine_context_length(engine: Any) -> int | None:
-    """``engine.context_length`` when the engine states it (a local engine does)."""
+def engine_int(engine: Any, name: str) -> int | None:
+    """``engine.<name>`` (``context_length``, ``vocab_size``) when the engine states it as a
+    positive int (a local engine does; a remote handle may not)."""
     try:
-        value = getattr(engine, "context_length", None)
+        value = getattr(engine, name, None)
     except Exception:  # noqa: BLE001 - remote handles may refuse attribute access
         return None
-    return value if isinstance(value, int) and value > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class AgentApiServer:
@@ -96,10 +97,12 @@ class AgentApiServer:
         self.engines = list(engines)
         self.tokenizer = tokenizer
         self.token = token or new_token()
+        self.token_generated = not token
         self.model_name = model_name
         self.tool_parser = tool_parser
         self.max_tokens = int(max_tokens)
-        self.context_length = context_length or engine_context_length(self.engines[0])
+        self.context_length = context_length or engine_int(self.engines[0], "context_length")
+        self.vocab_size = engine_int(self.engines[0], "vocab_size")  # handed to buffer workers
         self.store = SessionStore(tokenizer, len(self.engines), max_sessions, session_ttl_s)
         self._clients: list[Any] = []
         self._server = ServerThread(self._app, host, port, "slime-agent-api")

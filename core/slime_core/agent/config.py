@@ -86,8 +86,7 @@ class AgentApiSection:
     max_tokens: int = 0  # cap of max_tokens per request (0: rollout.max_new_tokens)
     max_sessions: int = 4096  # open sessions at once
     session_ttl_s: float = 3600.0  # idle sessions are dropped after this many seconds
-    # prompt + completion tokens of one request (0: the engine's context, max_position_embeddings)
-    max_context_tokens: int = 0
+    max_context_tokens: int = 0  # prompt + completion tokens per request (0: engine's context)
 
     def __post_init__(self) -> None:
         _need(0 <= self.port <= 65535, "agent_api.port", "must be in 0..65535")

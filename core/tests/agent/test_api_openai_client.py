@@ -264,3 +264,34 @@ def test_finish_body_is_validated(api):
     status, body, _ = raw(api, "POST", "/v1/sessions/f/finish", b'{"reward": Infinity}')
     assert status == 400 and assert_openai_error(body)["param"] == "reward"
     assert c.post("/sessions/f/finish", body={"reward": 1.0}, cast_to=object)["samples"]
+
+
+def test_the_agent_api_starts_alone(tmp_path):
+    """``python -m slime_core.agent.serve --config FILE`` as docs/agentic.md shows."""
+    import os
+    import subprocess
+    import sys
+
+    tok = write_char_tokenizer(tmp_path / "tok")
+    init = ", ".join(f"{k} = {json.dumps(v)}" for k, v in TINY_QWEN2.items())
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text(f'[model]\ntokenizer = "{tok}"\ninit_config = {{ {init} }}\n'
+                   "[rollout]\nmax_new_tokens = 8\n[agent_api]\nport = 0\n")
+    env = {**os.environ, "SLIME_DISABLE_PLUGIN_AUTOLOAD": "1", "SLIME_AGENT_API_TOKEN": "tk"}
+    proc = subprocess.Popen([sys.executable, "-m", "slime_core.agent.serve", "--config",
+                             str(cfg)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("agent API on http://127.0.0.1:"), line + proc.stdout.read()
+        url = line.split(" on ", 1)[1].strip()
+        client = openai.OpenAI(base_url=url, api_key="tk", max_retries=0, timeout=60)
+        r = client.chat.completions.create(model="slime", messages=USER, max_tokens=3,
+                                           user="alone")
+        assert r.session_id == "alone" and r.usage.completion_tokens <= 3
+        (s,) = client.post("/sessions/alone/finish", body={"reward": 1.0},
+                           cast_to=object)["samples"]
+        assert s["reward"] == 1.0 and len(s["loss_mask"]) == r.usage.completion_tokens
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0

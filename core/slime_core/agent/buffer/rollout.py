@@ -47,6 +47,8 @@ def start_task(config: Any, source: Any) -> None:
     if section(config, "rollout_buffer").serve_engine_api:
         api = engine_api(config, get_rollout_manager())
         engine = {"base_url": api.url, "token": api.token, "model": api.model_name}
+        if api.vocab_size:  # the buffer then refuses writes with larger token ids
+            engine["vocab_size"] = api.vocab_size
     source.start(engine)
 
 

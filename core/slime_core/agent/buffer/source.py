@@ -111,6 +111,8 @@ class RolloutBufferSource:
             "tools": list(tools.enabled), "max_turns": tools.max_turns,
             "task_type": cfg.task_type, "task_kwargs": dict(cfg.task_kwargs),
         }
+        if engine and engine.get("vocab_size"):  # writes with larger ids are refused (422)
+            task["vocab_size"] = int(engine["vocab_size"])
         self.client.start(task)
         self.engine, self.started = engine, True
         pending = list(self.queued.values()) + self._to_queue
