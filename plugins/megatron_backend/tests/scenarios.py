@@ -57,3 +57,36 @@ def compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
     out["update_cosine"] = float(torch.nn.functional.cosine_similarity(d_t, d_m, dim=0))
     out["moved"] = float(d_m.abs().max())
     return out
+
+
+def _train_metrics(m: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in m.items() if not k.startswith("perf/")}
+
+
+def resume(rank: int, world_size: int, data: dict[str, Any], ckpt: str) -> dict[str, Any]:
+    """Train 2 steps, save, train a 3rd; a fresh trainer loads and trains the 3rd: same?"""
+    from megatron_backend.trainer import MegatronTrainer
+
+    config = make_config(data)
+    a = MegatronTrainer(config, rank, world_size, None)
+    vocab = a.layout.vocab
+    for step in range(2):
+        a.train_step(grpo_batch(vocab, seed=step), step)
+    a.save(ckpt)
+    saved = {k: v.clone() for k, v in a.export_weights().items()}
+    m_a = _train_metrics(a.train_step(grpo_batch(vocab, seed=2), 2))
+    w_a = a.export_weights()
+    rng_a = torch.rand(3)
+    b = MegatronTrainer(config, rank, world_size, None)
+    fresh_equal = all(torch.equal(b.export_weights()[k], saved[k]) for k in saved)
+    b.load(ckpt)
+    m_b = _train_metrics(b.train_step(grpo_batch(vocab, seed=2), 2))
+    w_b = b.export_weights()
+    rng_b = torch.rand(3)
+    return {
+        "fresh_differs": not fresh_equal,  # else the test could not tell a load from no load
+        "metrics": (m_a, m_b),
+        "weights_equal": all(torch.equal(w_a[k], w_b[k]) for k in w_a),
+        "rng_equal": bool(torch.equal(rng_a, rng_b)),
+        "saved": saved if rank == 0 else None,
+    }
