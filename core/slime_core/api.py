@@ -25,7 +25,8 @@ Groups:
 * **training steps**: :class:`Accumulation`, :func:`step_indices`, :func:`micro_batches`,
   :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`.
-* **engines**: :class:`EngineClient` (the batching async front of a rollout engine).
+* **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
+  :func:`rollout_engine_clients` (this process's rollout manager's clients).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "resolve_dtype": ("slime_core.engine.model_loading", "resolve_dtype"),
     # engines
     "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
+    "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     # errors
     "UnknownRecordError": ("slime_core.plugins.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.plugins.registry", "UnavailableRecordError"),

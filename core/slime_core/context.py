@@ -47,3 +47,11 @@ def get_rollout_manager() -> object:
     if _ROLLOUT_MANAGER is None:
         raise RuntimeError("no rollout manager in this process")
     return _ROLLOUT_MANAGER
+
+
+def rollout_engine_clients() -> list[Any]:
+    """The :class:`~slime_core.runner.engine_client.EngineClient` of each rollout engine of this
+    process's rollout manager (empty where there is none: trainer ranks, listing commands).
+    For plugins that generate outside ``slime_generate`` (e.g. an HTTP front of the engines)."""
+    manager = _ROLLOUT_MANAGER
+    return list(getattr(manager, "clients", None) or []) if manager is not None else []
