@@ -8,6 +8,12 @@ from typing import Any
 
 from slime_core.config import Config, ConfigSchema, load_config
 from slime_core.config.loader import parse_override, read_toml
+from slime_core.config.names import (
+    Sources,
+    check_record_names,
+    check_sections,
+    remember_sources,
+)
 from slime_core.plugins import PluginSelection, SlimePluginManager
 from slime_hookspecs.records import ConfigSection
 
@@ -48,8 +54,15 @@ def resolve(
     config_path: str | Path | None = None,
     overrides: tuple[str, ...] | list[str] = (),
     data: dict[str, Any] | None = None,
+    check_names: bool = True,
 ) -> tuple[SlimePluginManager, Config]:
-    """Load plugins (adding the config's required plugins and modules), then the config."""
+    """Load plugins (adding the config's required plugins and modules), then the config.
+
+    Every record name of the config (``algorithm.advantage_estimator``, ``rollout.engine``,
+    ...) is resolved against the registries here, before anything is built
+    (:mod:`slime_core.config.names`). ``check_names=False`` defers that to the driver, for
+    callers that register in-memory plugins on the returned manager (tests).
+    """
     required, modules = _plugin_keys(config_path, overrides, data)
     selection = replace(
         selection,
@@ -58,6 +71,12 @@ def resolve(
     )
     manager = SlimePluginManager(selection).load()
     manager.check_pending()
-    config = load_config(build_schema(manager), config_path, overrides, data)
+    schema = build_schema(manager)
+    sources = Sources.of(config_path, overrides, data)
+    check_sections(manager, schema, sources)
+    config = load_config(schema, config_path, overrides, data)
     manager.hook.slime_configure.call_historic(kwargs={"config": config})
+    remember_sources(config, sources)
+    if check_names:
+        check_record_names(manager, config, schema, sources)
     return manager, config

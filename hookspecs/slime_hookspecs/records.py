@@ -22,6 +22,7 @@ class Record:
     """Common fields of every record."""
 
     kind: ClassVar[str] = "record"
+    hook: ClassVar[str] = ""  # the slime_register_* hook that returns records of this type
 
     name: str
     factory: Callable[..., Any]
@@ -51,6 +52,7 @@ class RolloutEngineRecord(Record):
     """``factory(config, engine_index, accelerator) -> RolloutEngine``."""
 
     kind: ClassVar[str] = "rollout_engine"
+    hook: ClassVar[str] = "slime_register_rollout_engines"
 
 
 @dataclass
@@ -58,6 +60,7 @@ class TrainerBackendRecord(Record):
     """``factory(config, rank, world_size, accelerator) -> Trainer``."""
 
     kind: ClassVar[str] = "trainer_backend"
+    hook: ClassVar[str] = "slime_register_trainer_backends"
 
 
 @dataclass
@@ -70,6 +73,7 @@ class AdvantageEstimatorRecord(Record):
     """
 
     kind: ClassVar[str] = "advantage_estimator"
+    hook: ClassVar[str] = "slime_register_advantage_estimators"
     needs_ref: bool = False
     needs_critic: bool = False
 
@@ -79,6 +83,7 @@ class PolicyLossRecord(Record):
     """``factory(config, batch, log_probs, reducer) -> (loss, metrics)`` on one micro-batch."""
 
     kind: ClassVar[str] = "policy_loss"
+    hook: ClassVar[str] = "slime_register_policy_losses"
 
 
 @dataclass
@@ -86,6 +91,7 @@ class KLEstimatorRecord(Record):
     """``factory(log_probs, ref_log_probs) -> per-token KL`` (one tensor, same shape)."""
 
     kind: ClassVar[str] = "kl_estimator"
+    hook: ClassVar[str] = "slime_register_kl_estimators"
 
 
 @dataclass
@@ -94,6 +100,7 @@ class ISCorrectionRecord(Record):
     -> (pg_loss, loss_masks, metrics)``; per-sample lists in and out."""
 
     kind: ClassVar[str] = "is_correction"
+    hook: ClassVar[str] = "slime_register_is_corrections"
 
 
 @dataclass
@@ -102,6 +109,7 @@ class LossReducerRecord(Record):
     ``reducer(list_of_per_token_losses) -> scalar``."""
 
     kind: ClassVar[str] = "loss_reducer"
+    hook: ClassVar[str] = "slime_register_loss_reducers"
 
 
 @dataclass
@@ -112,6 +120,7 @@ class RewardFunctionRecord(Record):
     """
 
     kind: ClassVar[str] = "reward_function"
+    hook: ClassVar[str] = "slime_register_reward_functions"
     group: bool = False
 
 
@@ -120,6 +129,7 @@ class DataSourceRecord(Record):
     """``factory(config, split) -> DataSource`` (split is ``"train"`` or ``"eval"``)."""
 
     kind: ClassVar[str] = "data_source"
+    hook: ClassVar[str] = "slime_register_data_sources"
 
 
 @dataclass
@@ -132,6 +142,7 @@ class FilterRecord(Record):
     """
 
     kind: ClassVar[str] = "filter"
+    hook: ClassVar[str] = "slime_register_filters"
     stage: str = "dynamic_sampling"
 
     def __post_init__(self) -> None:
@@ -148,6 +159,7 @@ class WeightTransportRecord(Record):
     """``factory(config, accelerator) -> WeightTransport``."""
 
     kind: ClassVar[str] = "weight_transport"
+    hook: ClassVar[str] = "slime_register_weight_transports"
 
 
 @dataclass
@@ -161,6 +173,7 @@ class AcceleratorRecord(Record):
     """
 
     kind: ClassVar[str] = "accelerator"
+    hook: ClassVar[str] = "slime_register_accelerators"
     device_type: str = "cpu"
     dist_backend: str = "gloo"
     ray_resource: str = "CPU"
@@ -173,6 +186,7 @@ class SandboxRecord(Record):
     """``factory(config, **options) -> Sandbox`` (an async context manager)."""
 
     kind: ClassVar[str] = "sandbox"
+    hook: ClassVar[str] = "slime_register_sandboxes"
 
 
 @dataclass
@@ -181,6 +195,7 @@ class ToolRecord(Record):
     (may be async). ``parameters`` is the JSON schema of the arguments, as in OpenAI tools."""
 
     kind: ClassVar[str] = "tool"
+    hook: ClassVar[str] = "slime_register_tools"
     description: str = ""
     parameters: dict[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
@@ -203,6 +218,7 @@ class LoggerRecord(Record):
     """``factory(config, run_dir) -> Logger``."""
 
     kind: ClassVar[str] = "logger"
+    hook: ClassVar[str] = "slime_register_loggers"
 
 
 @dataclass
@@ -210,6 +226,7 @@ class ToolParserRecord(Record):
     """``factory(config, tokenizer) -> parser``; ``parser(text) -> (content, calls, errors)``."""
 
     kind: ClassVar[str] = "tool_parser"
+    hook: ClassVar[str] = "slime_register_tool_parsers"
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (
@@ -240,15 +257,37 @@ class FilterResult:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class RecordKey:
+    """Declares that a config key's value names a record (or, for a list, several).
+
+    The core resolves such names against the registries when it resolves the config, before
+    any model loads: an unknown name fails naming the key, the value, where it was set, the
+    choices and the plugin that would provide it.
+
+    * ``record``: the record type the name must resolve to (``RolloutEngineRecord``, ...);
+    * ``optional``: the empty string turns the feature off (``algorithm.is_correction = ""``);
+    * ``special``: values that are not record names (``run.accelerator = "auto"``);
+    * ``stage``: filters only: the ``FilterRecord.stage`` the named filter must serve.
+    """
+
+    record: type[Record]
+    optional: bool = False
+    special: tuple[str, ...] = ()
+    stage: str | None = None
+
+
 @dataclass
 class ConfigSection:
     """A typed configuration section contributed by ``slime_add_config``.
 
     ``schema`` is a dataclass type; its fields (with type hints and defaults) are the keys of
-    the TOML table ``[name]``.
+    the TOML table ``[name]``. ``record_keys`` maps the keys whose values name records to
+    their :class:`RecordKey` (see there: the names are checked before the run starts).
     """
 
     name: str
     schema: type
     summary: str = ""
     owner: str | None = None
+    record_keys: dict[str, RecordKey] = field(default_factory=dict)

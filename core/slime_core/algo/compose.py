@@ -34,9 +34,10 @@ def needs_ref(config: Any) -> bool:
     alg = config.algorithm
     if alg.use_kl_loss or alg.kl_in_reward_coef > 0:
         return True
-    reg = get_manager().registries.advantage_estimator
-    rec = reg.records.get(alg.advantage_estimator)
-    return bool(rec is not None and rec.needs_ref)
+    # .get raises on an unknown name: a typo must not silently skip the reference log-probs
+    rec = get_manager().registries.advantage_estimator.get(alg.advantage_estimator,
+                                                            require_available=False)
+    return bool(rec.needs_ref)
 
 
 def compute_advantages(config: Any, batch: TrainBatch) -> None:

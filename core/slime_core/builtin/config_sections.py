@@ -9,7 +9,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_hookspecs import ConfigSection, hookimpl
+from slime_hookspecs import (
+    AcceleratorRecord,
+    AdvantageEstimatorRecord,
+    ConfigSection,
+    DataSourceRecord,
+    FilterRecord,
+    ISCorrectionRecord,
+    KLEstimatorRecord,
+    LoggerRecord,
+    LossReducerRecord,
+    PolicyLossRecord,
+    RecordKey,
+    RewardFunctionRecord,
+    RolloutEngineRecord,
+    TrainerBackendRecord,
+    WeightTransportRecord,
+    hookimpl,
+)
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -258,6 +275,36 @@ SECTIONS = (
 )
 
 
+# Keys whose values name records: resolved against the registries with the config
+# (slime_core.config.names), so a typo fails before any model loads.
+RECORD_KEYS: dict[str, dict[str, RecordKey]] = {
+    "run": {
+        "accelerator": RecordKey(AcceleratorRecord, special=("auto",)),
+        "loggers": RecordKey(LoggerRecord),
+    },
+    "data": {"source": RecordKey(DataSourceRecord)},
+    "rollout": {
+        "engine": RecordKey(RolloutEngineRecord),
+        "reward": RecordKey(RewardFunctionRecord),
+        "dynamic_sampling_filter": RecordKey(FilterRecord, optional=True,
+                                             stage="dynamic_sampling"),
+        "buffer_filter": RecordKey(FilterRecord, optional=True, stage="buffer"),
+        "sample_filter": RecordKey(FilterRecord, optional=True, stage="sample"),
+    },
+    "eval": {"reward": RecordKey(RewardFunctionRecord, optional=True)},
+    "train": {"backend": RecordKey(TrainerBackendRecord)},
+    "algorithm": {
+        "advantage_estimator": RecordKey(AdvantageEstimatorRecord),
+        "policy_loss": RecordKey(PolicyLossRecord),
+        "loss_reducer": RecordKey(LossReducerRecord),
+        "kl_estimator": RecordKey(KLEstimatorRecord),
+        "is_correction": RecordKey(ISCorrectionRecord, optional=True),
+    },
+    "weights": {"transport": RecordKey(WeightTransportRecord)},
+}
+
+
 @hookimpl
 def slime_add_config(schema: Any) -> list[ConfigSection]:
-    return [ConfigSection(name=n, schema=s, summary=doc) for n, s, doc in SECTIONS]
+    return [ConfigSection(name=n, schema=s, summary=doc, record_keys=RECORD_KEYS.get(n, {}))
+            for n, s, doc in SECTIONS]

@@ -19,6 +19,8 @@ from typing import Any
 from slime_hookspecs import (
     ConfigSection,
     DataSourceRecord,
+    RecordKey,
+    SandboxRecord,
     ToolParserRecord,
     ToolRecord,
     hookimpl,
@@ -31,11 +33,24 @@ def _tools_on(config: Any) -> bool:
     return bool(section(config, "tools").enabled)
 
 
+# names of records in these sections, checked with the config (slime_core.config.names)
+RECORD_KEYS: dict[str, dict[str, RecordKey]] = {
+    "tools": {
+        "enabled": RecordKey(ToolRecord),
+        "parser": RecordKey(ToolParserRecord),
+        "sandbox": RecordKey(SandboxRecord),
+    },
+    "agent_api": {"tool_parser": RecordKey(ToolParserRecord)},
+    "rollout_buffer": {"prompt_source": RecordKey(DataSourceRecord)},
+}
+
+
 @hookimpl
 def slime_add_config(schema: Any) -> list[ConfigSection]:
     from slime_core.agent.config import SECTIONS
 
-    return [ConfigSection(name=n, schema=s, summary=doc) for n, s, doc in SECTIONS]
+    return [ConfigSection(name=n, schema=s, summary=doc, record_keys=RECORD_KEYS.get(n, {}))
+            for n, s, doc in SECTIONS]
 
 
 @hookimpl

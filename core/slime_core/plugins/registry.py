@@ -16,29 +16,10 @@ if TYPE_CHECKING:
     from slime_core.plugins.manager import SlimePluginManager
 
 
-# kind -> (hook name, human label, record type)
-KINDS: dict[str, tuple[str, str, type[Record]]] = {}
-for _rt in RECORD_TYPES:
-    _label = _rt.kind.replace("_", " ")
-    _hook = {
-        "rollout_engine": "slime_register_rollout_engines",
-        "trainer_backend": "slime_register_trainer_backends",
-        "advantage_estimator": "slime_register_advantage_estimators",
-        "policy_loss": "slime_register_policy_losses",
-        "kl_estimator": "slime_register_kl_estimators",
-        "is_correction": "slime_register_is_corrections",
-        "loss_reducer": "slime_register_loss_reducers",
-        "reward_function": "slime_register_reward_functions",
-        "data_source": "slime_register_data_sources",
-        "filter": "slime_register_filters",
-        "weight_transport": "slime_register_weight_transports",
-        "accelerator": "slime_register_accelerators",
-        "sandbox": "slime_register_sandboxes",
-        "tool": "slime_register_tools",
-        "tool_parser": "slime_register_tool_parsers",
-        "logger": "slime_register_loggers",
-    }[_rt.kind]
-    KINDS[_rt.kind] = (_hook, _label, _rt)
+# kind -> (hook name, human label, record type); the hook name is the record type's own
+KINDS: dict[str, tuple[str, str, type[Record]]] = {
+    rt.kind: (rt.hook, rt.kind.replace("_", " "), rt) for rt in RECORD_TYPES
+}
 
 
 class DuplicateRecordError(ValueError):

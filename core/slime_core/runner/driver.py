@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slime_core.config.names import check_record_names
 from slime_core.context import set_manager
 from slime_core.executors import make_executor
 from slime_core.plugins import SlimePluginManager
@@ -42,6 +43,9 @@ class Driver:
 
         self.manager, self.config, self.pm = manager, config, manager.hook
         set_manager(manager)
+        # again here for records of plugins registered after resolve() (in-memory ones):
+        # a wrong name fails before a run directory or a model exists
+        check_record_names(manager, config)
         if config.run.num_threads:
             torch.set_num_threads(config.run.num_threads)
         random.seed(config.run.seed)

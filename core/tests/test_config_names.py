@@ -1,0 +1,130 @@
+"""Record names in a config are resolved with the config, before anything is built (issue 18)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slime_core.builtin.config_sections import RECORD_KEYS as CORE_KEYS
+from slime_core.builtin.tools_plugin import RECORD_KEYS as TOOLS_KEYS
+from slime_core.config import ConfigError
+from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.session import resolve
+
+ARITH = Path(__file__).resolve().parents[2] / "examples" / "tiny_arith" / "grpo.toml"
+KEYS = [(sec, key, spec) for table in (CORE_KEYS, TOOLS_KEYS)
+        for sec, keys in table.items() for key, spec in keys.items()]
+GRPO = PluginSelection(plugins=["slime_grpo"])
+
+
+def _valid_name(spec) -> str:  # noqa: ANN001
+    """A registered name of the key's kind (and filter stage)."""
+    m = SlimePluginManager(GRPO).load()
+    names = sorted(r.name for r in m.registries.get(spec.record.kind)
+                   if spec.stage is None or r.stage == spec.stage)
+    assert names, f"no {spec.record.kind} registered to test with"
+    return names[0]
+
+
+def test_every_record_key_is_declared_on_a_field() -> None:
+    from dataclasses import fields
+
+    from slime_core.session import build_schema
+
+    schema = build_schema(SlimePluginManager(GRPO).load())
+    for sec, key, _ in KEYS:
+        assert key in {f.name for f in fields(schema.get(sec).schema)}, f"{sec}.{key}"
+        assert schema.get(sec).record_keys[key] is not None
+
+
+@pytest.mark.parametrize(("section", "key", "spec"), KEYS, ids=[f"{s}.{k}" for s, k, _ in KEYS])
+def test_a_typo_in_any_record_key_fails_at_resolve(section: str, key: str, spec) -> None:  # noqa: ANN001
+    good = _valid_name(spec)
+    typo = good + "z"
+    is_list = key in ("loggers", "enabled")
+    override = f"{section}.{key}=" + (f'["{typo}"]' if is_list else typo)
+    with pytest.raises(ConfigError) as err:
+        resolve(GRPO, ARITH, (override,))
+    msg = str(err.value)
+    assert f"config {section}.{key} = " in msg
+    assert f"(from -o {override})" in msg
+    assert f"unknown {spec.record.kind.replace('_', ' ')} {typo!r}" in msg
+    assert f"did you mean {good!r}?" in msg
+    assert f"available: {good}" in msg or f", {good}" in msg
+
+
+def test_the_toml_file_is_named_as_the_source(tmp_path: Path) -> None:
+    p = tmp_path / "run.toml"
+    p.write_text('[rollout]\nengine = "vlm"\n')
+    with pytest.raises(ConfigError, match=rf"rollout.engine = 'vlm' \(from {p}\): unknown rollout "
+                                          r"engine 'vlm'; available: local, replay"):
+        resolve(GRPO, p)
+
+
+def test_a_name_of_an_installed_unselected_plugin_names_it() -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve(GRPO, ARITH, ("algorithm.advantage_estimator=gae",))
+    assert ("'gae' is provided by plugin slime_ppo (installed, not selected: add --plugins "
+            "slime_grpo,slime_ppo)") in str(err.value)
+
+
+def test_a_plugin_section_without_its_plugin_names_the_owner(tmp_path: Path) -> None:
+    p = tmp_path / "run.toml"
+    p.write_text("[ppo]\ncritic_lr = 1e-5\n")
+    with pytest.raises(ConfigError, match=rf"config section \[ppo\] \(in {p}\) belongs to plugin "
+                                          r"slime_ppo \(installed, not selected: add --plugins "
+                                          r"slime_grpo,slime_ppo\)"):
+        resolve(GRPO, p)
+
+
+def test_a_filter_of_the_wrong_stage_fails() -> None:
+    with pytest.raises(ConfigError, match="'fifo' .* is a buffer filter; "
+                                          "rollout.dynamic_sampling_filter needs a "
+                                          "dynamic_sampling filter: nonzero_std"):
+        resolve(GRPO, ARITH, ("rollout.dynamic_sampling_filter=fifo",))
+
+
+def test_optional_and_special_values_pass() -> None:
+    _, cfg = resolve(GRPO, ARITH, ('algorithm.is_correction=""', "run.accelerator=auto",
+                                   'eval.reward=""'))
+    assert cfg.algorithm.is_correction == ""
+
+
+def test_defaults_of_an_empty_registry_are_left_alone() -> None:
+    # no algorithm plugin: the default estimator 'grpo' cannot resolve, and need not here
+    _, cfg = resolve(PluginSelection(autoload=False))
+    assert cfg.algorithm.advantage_estimator == "grpo"
+    with pytest.raises(ConfigError, match="advantage_estimator = 'grpo' .*provided by plugin "
+                                          "slime_grpo .*autoload disabled"):
+        resolve(PluginSelection(autoload=False), None, ("algorithm.advantage_estimator=grpo",))
+
+
+def test_core_run_fails_before_any_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import slime_core.engine.model_loading as loading
+    from slime_core.cli.main import cli
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded before the config's names were checked")
+
+    monkeypatch.setattr(loading, "load_causal_lm", boom)
+    monkeypatch.setattr(loading, "load_tokenizer", boom)
+    res = CliRunner().invoke(cli, ["run", "--plugins", "slime_grpo", "--config", str(ARITH),
+                                    "-o", "algorithm.advantage_estimator=grpoo"])
+    assert res.exit_code != 0
+    assert "algorithm.advantage_estimator = 'grpoo'" in res.output
+    assert "-o algorithm.advantage_estimator=grpoo" in res.output
+    assert "did you mean 'grpo'?" in res.output
+
+
+def test_needs_ref_fails_on_an_unknown_estimator() -> None:
+    from slime_core.algo.compose import needs_ref
+    from slime_core.context import set_manager
+    from slime_core.plugins import UnknownRecordError
+    from slime_core.testing import build_test_config
+
+    set_manager(SlimePluginManager(GRPO).load())
+    cfg = build_test_config(algorithm={"advantage_estimator": "grpoo"})
+    with pytest.raises(UnknownRecordError, match="did you mean 'grpo'"):
+        needs_ref(cfg)
