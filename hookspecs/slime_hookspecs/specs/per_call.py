@@ -264,6 +264,11 @@ def slime_make_model(config: Any, role: str) -> Any | None:
     **Returns**: a ``torch.nn.Module`` whose forward takes ``input_ids`` (and optional
     ``position_ids``) and returns an object with ``.logits`` (critic: values), or ``None`` for
     the backend's default loader.
+    **Megatron backend** (``train.backend = "megatron"``): return a megatron-core module with
+    ``GPTModel``'s parameter names and forward (``input_ids, position_ids, attention_mask`` ->
+    logits ``[batch, seq, vocab]``), built for this rank's parallel state (slime's
+    ``--custom-model-provider-path``); the backend then loads this rank's shard of the
+    ``[model]`` checkpoint into it. ``None``: the backend's ``GPTModel`` (local layer spec).
 
     .. versionadded:: 0.1
     """
@@ -308,7 +313,10 @@ def slime_trainer_init(config: Any, model: Any) -> None:
     """Observe or adjust the actor model after it is built (Megatron init hook).
 
     **When**: once per trainer rank after the actor model and optimizer exist.
-    **Process**: each trainer rank. **Returns**: nothing.
+    **Process**: each trainer rank. **Args**: ``model`` -- the ``torch`` backend passes its
+    ``torch.nn.Module``; the ``megatron`` backend passes slime's Megatron model list (one
+    ``GPTModel`` chunk per virtual pipeline stage: a one-element list), as slime's
+    ``--custom-megatron-init-path`` receives it. **Returns**: nothing.
 
     .. versionadded:: 0.1
     """
@@ -319,7 +327,9 @@ def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
     """Called before log-probs are computed with ``model`` for ``role`` (actor, ref, old).
 
     **When**: once per role per training step. **Process**: each trainer rank.
-    **Returns**: nothing.
+    **Args**: ``model`` -- the ``torch`` backend's module; the ``megatron`` backend's model list
+    of that role (``[GPTModel]``; ref: the frozen reference), as slime's
+    ``--custom-megatron-before-log-prob-hook-path`` receives it. **Returns**: nothing.
 
     .. versionadded:: 0.1
     """
@@ -332,7 +342,11 @@ def slime_before_train_step(
     """Called before each optimizer step's forward/backward.
 
     **When**: ``step_id`` counts optimizer steps within rollout ``rollout_id``.
-    **Process**: each trainer rank. **Returns**: nothing.
+    **Process**: each trainer rank. **Args**: ``torch`` backend: its module, AdamW and
+    ``LambdaLR``; ``megatron`` backend: the model list (``[GPTModel]``), this rank's AdamW over
+    its tensor-parallel shards and its ``LambdaLR``, as slime's
+    ``--custom-megatron-before-train-step-hook-path`` receives model, optimizer and scheduler.
+    **Returns**: nothing.
 
     .. versionadded:: 0.1
     """
@@ -346,6 +360,8 @@ def slime_trainer_save(config: Any, path: str, rank: int) -> None:
     checkpoint's temporary directory, renamed atomically once everything is written, so a
     crash here leaves the previous checkpoint intact.
     **Process**: each trainer rank (``rank``); write rank-specific files or only on rank 0.
+    The ``megatron`` backend calls it on every rank after writing ``megatron/`` (per-rank
+    shards, optimizer and RNG) and ``hf/``; ``rank`` is the global rank.
     **Returns**: nothing.
 
     .. versionadded:: 0.1
@@ -356,7 +372,8 @@ def slime_trainer_save(config: Any, path: str, rank: int) -> None:
 def slime_trainer_load(config: Any, path: str, rank: int) -> None:
     """Restore what ``slime_trainer_save`` wrote, when a run resumes.
 
-    **When**: inside ``Trainer.load``, after the backend restored its own state.
+    **When**: inside ``Trainer.load``, after the backend restored its own state (``megatron``
+    backend: this rank's shard, optimizer, scheduler and RNG).
     **Process**: each trainer rank. **Returns**: nothing.
 
     .. versionadded:: 0.1
