@@ -1,5 +1,7 @@
-"""Built-in plugin ``core_rewards``: the ``exact``, ``math``, ``reasoning_gym`` and ``remote``
-reward functions. Heavy verifiers are imported on first use; probes only look for modules.
+"""Built-in plugin ``core_rewards``: the reward functions of slime's rm_hub and more: ``exact``,
+``math``, ``dapo``, ``deepscaler``, the ``boxed_`` form of each math reward, ``f1``, ``gpqa``,
+``random``, ``reasoning_gym`` and ``remote``. A row's ``metadata.rm_type`` picks one of them per
+row (:mod:`slime_core.rewards.routing`). Heavy verifiers are imported on first use; probes only look for modules.
 ``extra["needs_label"]`` makes the file sources refuse rows without a usable label
 (:mod:`slime_core.data.rowcheck`)."""
 
@@ -13,6 +15,12 @@ from slime_core.rewards import (
     make_reasoning_gym_reward,
     make_remote_reward,
 )
+from slime_core.rewards.dapo import make_boxed_dapo_reward, make_dapo_reward
+from slime_core.rewards.deepscaler import make_boxed_deepscaler_reward, make_deepscaler_reward
+from slime_core.rewards.f1 import make_f1_reward
+from slime_core.rewards.gpqa import make_gpqa_reward
+from slime_core.rewards.math_reward import make_boxed_math_reward
+from slime_core.rewards.random_reward import make_random_reward
 from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 
@@ -36,6 +44,43 @@ def slime_register_reward_functions() -> list[RewardFunctionRecord]:
             name="math", factory=make_math_reward, extra={"needs_label": True},
             summary="math-verify: the response's answer (\\boxed{} first) equals the label",
             probe=_needs("math_verify", "math-verify"),
+        ),
+        RewardFunctionRecord(
+            name="boxed_math", factory=make_boxed_math_reward, extra={"needs_label": True},
+            summary="math on the last \\boxed{} only; 0.0 without one",
+            probe=_needs("math_verify", "math-verify"),
+        ),
+        RewardFunctionRecord(
+            name="dapo", factory=make_dapo_reward, extra={"needs_label": True},
+            summary="DAPO: the last 'Answer:' line equals the integer label: 1.0, else -1.0",
+        ),
+        RewardFunctionRecord(
+            name="boxed_dapo", factory=make_boxed_dapo_reward, extra={"needs_label": True},
+            summary="DAPO's strict box: the last \\boxed{} equals the integer label: 1.0, else -1.0",
+        ),
+        RewardFunctionRecord(
+            name="deepscaler", factory=make_deepscaler_reward, extra={"needs_label": True},
+            summary="DeepScaleR: the \\boxed{} answer after </think> equals the label (MATH "
+                    "normalisation or sympy): 1.0, else 0.0",
+            probe=_needs("sympy", "sympy"),
+        ),
+        RewardFunctionRecord(
+            name="boxed_deepscaler", factory=make_boxed_deepscaler_reward,
+            extra={"needs_label": True}, probe=_needs("sympy", "sympy"),
+            summary="deepscaler on the last \\boxed{} of the response, no </think> needed",
+        ),
+        RewardFunctionRecord(
+            name="f1", factory=make_f1_reward, extra={"needs_label": True},
+            summary="SQuAD token F1 of the response against the label (yes/no all or nothing)",
+        ),
+        RewardFunctionRecord(
+            name="gpqa", factory=make_gpqa_reward,
+            summary="multiple choice: the response's letter equals the right one (label or "
+                    "metadata.correct_letter / choices)",
+        ),
+        RewardFunctionRecord(
+            name="random", factory=make_random_reward,
+            summary="0.0 or 1.0, a seeded coin per sample (pipeline smoke tests)",
         ),
         RewardFunctionRecord(
             name="reasoning_gym", factory=make_reasoning_gym_reward,

@@ -73,3 +73,28 @@ def make_math_reward(config: Any) -> Callable[[Sample], float]:
     """Record factory; ``rollout.reward_kwargs.timeout`` (seconds, default 5) bounds parsing."""
     timeout = int(config.rollout.reward_kwargs.get("timeout", 5))
     return functools.partial(math_reward, timeout=timeout)
+
+
+def boxed_math_reward(sample: Sample, timeout: int = 5) -> float:
+    """``math`` on the last ``\\boxed{}`` of the response alone; 0.0 without one (a bare
+    number elsewhere in the text does not count)."""
+    from slime_core.rewards.boxed import last_boxed
+
+    box = last_boxed(sample.response or "")
+    if box is None:
+        return 0.0
+    return math_reward(_with_response(sample, f"\\boxed{{{box}}}"), timeout)
+
+
+def _with_response(sample: Sample, response: str) -> Sample:
+    import copy
+
+    out = copy.copy(sample)
+    out.response = response
+    return out
+
+
+def make_boxed_math_reward(config: Any) -> Callable[[Sample], float]:
+    """Record factory; options as :func:`make_math_reward`."""
+    timeout = int(config.rollout.reward_kwargs.get("timeout", 5))
+    return functools.partial(boxed_math_reward, timeout=timeout)

@@ -33,6 +33,7 @@ from slime_hookspecs import (
 
 from slime_core.context import get_manager
 from slime_core.observe.trace import span
+from slime_core.rewards.routing import RewardFunctions, row_reward_name
 from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
 from slime_core.runner.engine_client import EngineClient
 from slime_core.runner.engine_host import CallerThreadHost
@@ -87,7 +88,7 @@ class RolloutManager:
         self.train_source = train_source
         self.eval_source = eval_source
         self._next_engine = 0
-        self._reward_fns: dict[str, Any] = {}
+        self._rewards = RewardFunctions(self.pm, config)
         self._hook_calls: tuple[FirstAnswer, FirstAnswer] | None = None
         # an unknown reward name fails here, once, before anything is generated (raised later
         # by every concurrent group task it ended runs with hundreds of asyncio warnings)
@@ -96,11 +97,11 @@ class RolloutManager:
             self.reward_fn(True)
         reg = self.pm.registries
         self._ds_filter = (
-            reg.filter.get(config.rollout.dynamic_sampling_filter).factory
+            reg.filter.get(config.rollout.dynamic_sampling_filter).factory(config)
             if config.rollout.dynamic_sampling_filter else None
         )
         self._sample_filter = (
-            reg.filter.get(config.rollout.sample_filter).factory
+            reg.filter.get(config.rollout.sample_filter).factory(config)
             if config.rollout.sample_filter else None
         )
 
@@ -113,11 +114,7 @@ class RolloutManager:
         """``(fn, is_group, source)``: the configured reward function; ``source`` names it and
         its plugin for error messages."""
         name = (self.config.eval.reward if evaluation else "") or self.config.rollout.reward
-        if name not in self._reward_fns:
-            rec = self.pm.registries.reward_function.get(name)
-            source = f"reward function {name!r} (plugin {rec.owner!r})"
-            self._reward_fns[name] = (rec.factory(self.config), rec.group, source)
-        return self._reward_fns[name]
+        return self._rewards.get(name)
 
     def _reward_hooks(self) -> tuple[FirstAnswer, FirstAnswer]:
         # built on first use: tests register plugins after the manager was loaded
@@ -178,7 +175,7 @@ class RolloutManager:
         else:
             kept, all_groups = await self._train_groups(rollout_id, source, params, metrics)
             if self._sample_filter is not None:
-                self._sample_filter(cfg, kept)
+                self._sample_filter(kept)
             self.pm.hook.slime_rollout_sample_filter(config=cfg, groups=kept)
             self.pm.hook.slime_rollout_all_samples(config=cfg, groups=all_groups, data_source=source)
         metrics["perf/rollout_time"] = time.perf_counter() - t0
@@ -281,7 +278,7 @@ class RolloutManager:
             return False, "aborted"
         answers = self.pm.hook.slime_dynamic_sampling_filter(config=self.config, group=group)
         if self._ds_filter is not None:
-            answers.append(self._ds_filter(self.config, group))
+            answers.append(self._ds_filter(group))
         for a in answers:
             if a is not None and not a.keep:
                 return False, a.reason or "filtered"
@@ -345,33 +342,41 @@ class RolloutManager:
                 for s, r in zip(todo, checked, strict=True):
                     s.reward = r
                 return
+        routed = [s for s in todo if row_reward_name(s) is not None]  # metadata.rm_type
+        if routed:
+            todo = [s for s in todo if row_reward_name(s) is None]
         fn, is_group, fn_source = self.reward_fn(evaluation)
-        if is_group:
+        if is_group and todo:
             try:
                 rewards = await _maybe_await(await self._on_caller(fn, todo))
                 checked = self._check_group(rewards, fn_source, todo)
             except Exception as exc:  # noqa: BLE001
                 for s in todo:
                     s.status, s.error = Status.FAILED, f"reward: {_reason(exc, fn_source)}"
-                return
-            for s, r in zip(todo, checked, strict=True):
-                s.reward = r
-            return
+            else:
+                for s, r in zip(todo, checked, strict=True):
+                    s.reward = r
+            todo = []
 
-        async def one(s: Sample) -> None:
+        async def one(s: Sample, routed: bool) -> None:
             source = fn_source
             try:
                 with span("reward", sample=s):  # the hook and the registry function alike
                     r, plugin = await sample_hook(config=cfg, sample=s) if sample_hook else (None, None)
                     if r is not None:
                         source = f"plugin {plugin!r} hook slime_reward"
+                    elif routed:
+                        source = f"metadata.rm_type {row_reward_name(s)!r}"
+                        row_fn, row_group, source = self._rewards.for_row(s)  # type: ignore[misc]
+                        r = await _maybe_await(await self._on_caller(row_fn, [s] if row_group else s))
+                        r = self._check_group(r, source, [s])[0] if row_group else r
                     else:
                         r = await _maybe_await(await self._on_caller(fn, s))
                 s.reward = check_reward(r, source, s)
             except Exception as exc:  # noqa: BLE001 - the sample fails, the step goes on
                 s.status, s.error = Status.FAILED, f"reward: {_reason(exc, source)}"
 
-        await asyncio.gather(*(one(s) for s in todo))
+        await asyncio.gather(*(one(s, False) for s in todo), *(one(s, True) for s in routed))
 
     @staticmethod
     def _check_group(rewards: Any, source: str, samples: list[Sample]) -> list[Any]:

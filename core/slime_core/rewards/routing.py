@@ -1,0 +1,45 @@
+"""Which reward function scores a sample: per-row routing through ``metadata["rm_type"]``.
+
+As slime's ``rm_type`` field: a row whose metadata names a reward function record
+(``{"prompt": ..., "label": ..., "metadata": {"rm_type": "gpqa"}}``) is scored by that record
+whatever ``rollout.reward`` (or ``eval.reward``, or an eval dataset's ``reward``) says, so one
+data file mixes tasks. Rows without it use the configured reward. A record that scores whole
+groups (``group=True``) is called with the one sample. An unknown name fails that sample,
+naming the row's value and the valid names; the others are scored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import Sample
+
+ROW_KEY = "rm_type"
+
+
+def row_reward_name(sample: Sample) -> str | None:
+    """The reward named by the sample's row (``metadata["rm_type"]``), if any."""
+    md = sample.metadata if isinstance(sample.metadata, dict) else {}
+    name = md.get(ROW_KEY)
+    return (str(name).strip() or None) if name is not None else None
+
+
+class RewardFunctions:
+    """Reward function records by name, built once each from the config."""
+
+    def __init__(self, manager: Any, config: Any) -> None:
+        self.manager, self.config = manager, config
+        self._built: dict[str, tuple[Any, bool, str]] = {}
+
+    def get(self, name: str, why: str = "") -> tuple[Any, bool, str]:
+        """``(fn, is_group, source)``; ``source`` names it and its plugin for messages."""
+        if name not in self._built:
+            rec = self.manager.registries.reward_function.get(name)
+            source = f"reward function {name!r} (plugin {rec.owner!r}{why})"
+            self._built[name] = (rec.factory(self.config), rec.group, source)
+        return self._built[name]
+
+    def for_row(self, sample: Sample) -> tuple[Any, bool, str] | None:
+        """The row's own reward (``None`` when the row names none)."""
+        name = row_reward_name(sample)
+        return None if name is None else self.get(name, ", from the row's metadata.rm_type")
