@@ -135,8 +135,8 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_async_run(
 
     a = {m["step"]: m for m in read_metrics(straight)}
     b = {m["step"]: m for m in read_metrics(tmp_path / "b")}
-    assert sorted(b) == [1, 3, 4]  # step 2's metrics were not logged before the crash
-    for step in (3, 4):  # step 3 trains on the in-flight rollout the checkpoint kept
+    assert sorted(b) == [1, 2, 3, 4]  # step 2's row is written before its checkpoint
+    for step in (2, 3, 4):  # step 3 trains on the in-flight rollout the checkpoint kept
         for key in ("rollout/reward_mean", "rollout/response_length_mean", "train/loss",
                     "train/grad_norm", "rollout/staleness_max"):
             assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
