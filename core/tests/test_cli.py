@@ -136,10 +136,15 @@ def test_run_reports_bad_inputs_in_one_line(tmp_path: Path) -> None:
     assert "Error: FileNotFoundError: model.path:" in res.output and "no_model" in res.output
     assert "Traceback" not in res.output
 
-    # the failed start left only config.toml and plugins.json: a retry may reuse the directory
-    assert sorted(x.name for x in (tmp_path / "run").iterdir()) == ["config.toml", "plugins.json"]
+    # the failed start removed the directory it made (issue 17 item 8): a retry starts afresh
+    assert not (tmp_path / "run").exists()
     res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])
     assert "Error: FileNotFoundError: model.path:" in res.output, res.output
+    # an (empty) directory that was there stays; only the run's own files go
+    (tmp_path / "run").mkdir()
+    res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])
+    assert "Error: FileNotFoundError: model.path:" in res.output, res.output
+    assert (tmp_path / "run").is_dir() and not any((tmp_path / "run").iterdir())
     # a directory that holds anything more is refused and left as it is
     (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
     res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])

@@ -23,6 +23,7 @@ from typing import Any
 
 from slime_core.config.names import check_record_names
 from slime_core.context import set_manager
+from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
 from slime_core.plugins import SlimePluginManager
 from slime_core.runner import checkpoint as ckpt
@@ -55,6 +56,9 @@ class Driver:
             self.run_dir = Path(resume_dir)
             check_resume(self.run_dir, config, plugins)
         else:
+            given = Path(config.run.run_dir) if config.run.run_dir else None
+            # what a given directory held before: a failed start removes only its own files
+            self._kept = {p.name for p in given.iterdir()} if given and given.is_dir() else None
             self.run_dir = make_run_dir(config)
             write_run_files(self.run_dir, config, plugins)
         self._fresh = not resume_dir
@@ -211,7 +215,7 @@ class Driver:
         t0 = time.perf_counter()
         result = self.rollouts.rollout(self.step, evaluation=True)
         samples = list(result.samples())
-        m = rollout_metrics(self.config, samples, "eval")
+        m = eval_metrics(self.config, samples)  # eval/... and eval/<dataset>/... (pass@k)
         m["perf/eval_time"] = time.perf_counter() - t0
         self.pm.slime_log_eval(config=self.config, rollout_id=self.step, samples=samples, metrics=m)
         self.last_eval = (self.step, m)
@@ -341,8 +345,16 @@ class Driver:
             return
         if ckpt.latest_checkpoint(self.run_dir) is not None:
             return
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        print(f"removed the run directory {self.run_dir}: the run failed before its first step",
+        kept = getattr(self, "_kept", None)
+        if kept is None:  # made by this run
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            what = "the run directory"
+        else:
+            for p in self.run_dir.iterdir():
+                if p.name not in kept:
+                    shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            what = "this run's files from"
+        print(f"removed {what} {self.run_dir}: the run failed before its first step",
               file=sys.stderr)
 
 

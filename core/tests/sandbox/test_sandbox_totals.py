@@ -33,7 +33,7 @@ HOLD = (
     "b = bytearray({mib} * 1024 * 1024)\n"
     "b[::4096] = b'x' * len(b[::4096])  # touch every page: resident, not only reserved\n"
     "print('held', flush=True)\n"
-    "time.sleep(2)\n"
+    "time.sleep(8)\n"
 )
 
 
