@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from support import copy_batch, grpo_batch, make_config
 
 
@@ -28,9 +27,8 @@ def hf_reference(config: Any) -> dict[str, torch.Tensor]:
 
 
 def compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
-    from slime_core.trainer.torch_trainer import TorchTrainer
-
     from megatron_backend.trainer import MegatronTrainer
+    from slime_core.trainer.torch_trainer import TorchTrainer
 
     config = make_config(data)
     ref = hf_reference(config)

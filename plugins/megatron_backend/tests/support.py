@@ -13,8 +13,9 @@ import os
 import pickle
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

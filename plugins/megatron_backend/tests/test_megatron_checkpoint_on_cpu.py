@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from scenarios import resume
 from support import base_data, spawn
 

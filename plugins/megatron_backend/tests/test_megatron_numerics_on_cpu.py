@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from scenarios import compare
 from support import TINY_LLAMA, base_data, spawn
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import torch
 from slime_hookspecs import hookimpl
-
 from support import base_data, grpo_batch, make_config
 
 
@@ -39,9 +38,8 @@ def test_listing_names_the_backend_without_importing_torch_or_megatron() -> None
 
 def test_a_host_without_megatron_core_lists_it_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
-    from slime_core.cli.main import cli
-
     from megatron_backend import plugin
+    from slime_core.cli.main import cli
 
     monkeypatch.setattr(plugin, "megatron_core_version", lambda: None)
     res = CliRunner().invoke(cli, ["plugins", "--json"])
@@ -129,9 +127,8 @@ class Recorder:
 
 def test_hooks_receive_megatron_objects(tmp_path: Any) -> None:
     from megatron.core.models.gpt import GPTModel
-    from slime_core.api import get_manager
-
     from megatron_backend.trainer import MegatronTrainer
+    from slime_core.api import get_manager
 
     cfg = make_config(base_data(train={"num_steps_per_rollout": 2},
                                 algorithm={"use_kl_loss": True, "kl_loss_coef": 0.01},
