@@ -88,3 +88,29 @@ def resume(rank: int, world_size: int, data: dict[str, Any], ckpt: str) -> dict[
         "rng_equal": bool(torch.equal(rng_a, rng_b)),
         "saved": saved if rank == 0 else None,
     }
+
+
+def data_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """TP=1 over ``world_size`` ranks (pure data parallel): each rank trains on its groups;
+    the step must equal the torch backend's on the whole batch in one process."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_core.trainer.torch_trainer import TorchTrainer
+
+    config = make_config(data)
+    torch_tr = TorchTrainer(config, 0, 1, None)
+    mg = MegatronTrainer(config, rank, world_size, None)
+    batch = grpo_batch(mg.layout.vocab, groups=2 * world_size)
+    mine = [i for i, g in enumerate(batch.group_indices) if g % world_size == rank]
+    ref = hf_reference(config)
+    m_torch = torch_tr.train_step(copy_batch(batch), 0)
+    m_mg = mg.train_step(copy_batch(batch).select(mine), 0)
+    after_t, after_m = torch_tr.export_weights(), mg.export_weights()
+    d_t = torch.cat([(after_t[k] - ref[k]).flatten() for k in sorted(ref)])
+    d_m = torch.cat([(after_m[k] - ref[k]).flatten() for k in sorted(ref)])
+    return {
+        "dp": (mg.data_parallel_rank, mg.data_parallel_size),
+        "loss": (m_torch["train/loss"], m_mg["train/loss"]),
+        "grad_norm": (m_torch["train/grad_norm"], m_mg["train/grad_norm"]),
+        "entropy": (m_torch["train/entropy"], m_mg["train/entropy"]),
+        "update_cosine": float(torch.nn.functional.cosine_similarity(d_t, d_m, dim=0)),
+    }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenarios import compare
+from scenarios import compare, data_parallel
 from support import TINY_LLAMA, base_data, spawn
 
 LOGPROB_TOL = 1e-5
@@ -54,3 +54,15 @@ def test_tp2_matches_torch_backend(tiny_qwen2: Path, tiny_qwen3: Path) -> None:
             # TP=2 over 2 ranks: one data-parallel replica, both ranks export the full model
             assert result["dp"] == (0, 1), (rank, path)
             check(result)
+
+
+def test_data_parallel_2_matches_one_process() -> None:
+    # TP=1 on 2 ranks: Megatron's data-parallel group is both ranks; each trains on its own
+    # groups and the reduced step equals the torch backend's on the whole batch
+    per_rank = spawn(data_parallel, 2, base_data(train={"num_ranks": 2}))
+    for rank, result in enumerate(per_rank):
+        assert result["dp"] == (rank, 2)
+        for key in ("loss", "grad_norm", "entropy"):
+            a, b = result[key]
+            assert abs(a - b) < STEP_TOL, (key, result)
+        assert result["update_cosine"] > 0.999, result
