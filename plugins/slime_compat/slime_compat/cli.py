@@ -1,0 +1,39 @@
+"""``core slime-import SCRIPT``: a slime launch script (or flag list) -> this project's TOML."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command("slime-import")
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="where to write the TOML (default: SCRIPT with .toml)")
+@click.option("--model-path", default=None, help="use this model directory instead of --hf-checkpoint")
+@click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE",
+              help="give a value to a flag the script sets through a shell variable")
+def slime_import(script: str, output: str | None, model_path: str | None, sets: tuple[str, ...]) -> None:
+    """Translate a slime launch script (bash with --flag value arrays, as slime's
+    scripts/run-*.sh) or a plain flag list into a config for `core run --config`, and list
+    every flag that could not be translated, with the reason."""
+    from pathlib import Path
+
+    from slime_compat.importer import parse_script, render_report, to_config, write_toml
+
+    text = Path(script).read_text(encoding="utf-8")
+    flags = parse_script(text)
+    for item in sets:
+        key, _, value = item.partition("=")
+        flags.append((key.lstrip("-").replace("_", "-"), value if value else None))
+    result = to_config(flags, model_path=model_path)
+    out = Path(output) if output else Path(script).with_suffix(".toml")
+    write_toml(result.config, out, source=script)
+    click.echo(f"wrote {out} ({len(result.mapped)} flags translated, {len(result.dropped)} not)")
+    if result.dropped:
+        click.echo(render_report(result.dropped))
+    if result.warnings:
+        for w in result.warnings:
+            click.echo(f"note: {w}", err=True)
+    sys.stdout.flush()

@@ -1,0 +1,293 @@
+"""Entry point of ``slime-compat``: the ``[slime]`` section and one hook per slime flag.
+
+Each hook answers only when its ``[slime]`` path is set (``None`` otherwise, so the project's
+defaults run). Kept light: the adapters (torch, aiohttp) load on first use, and the shim
+``slime`` package is only put on ``sys.path`` (:mod:`slime_compat.shim`), nothing is imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from slime_hookspecs import ConfigSection, hookimpl
+
+from slime_compat import shim
+from slime_compat.config import SECTION, SlimeSection
+
+shim.install()
+
+
+def _sec(config: Any) -> SlimeSection | None:
+    return config.section(SECTION) if SECTION in config else None
+
+
+# -- configuration ---------------------------------------------------------------------------
+@hookimpl
+def slime_add_config(schema: Any) -> ConfigSection:
+    return ConfigSection(name=SECTION, schema=SlimeSection,
+                         summary="THUDM/slime function-path flags, run with slime's signatures")
+
+
+@hookimpl
+def slime_configure(config: Any) -> None:
+    sec = _sec(config)
+    if sec is None or not sec.paths() and not sec.custom_config_path:
+        return
+    from slime_compat.functions import check_paths
+
+    if shim.mode() == "real":
+        print(f"slime_compat: THUDM/slime is installed ({shim.real_location()}); its modules "
+              "are used for slime's import names", file=sys.stderr)
+        shim.adopt_real_status()
+    if sec.custom_model_provider_path:
+        raise ValueError("[slime].custom_model_provider_path: no trainer backend of this project "
+                         "builds Megatron GPTModels through a provider (slime_make_model returns "
+                         "a Hugging Face-style module); see plugins/slime_compat/README.md")
+    if sec.group_rm and not sec.custom_rm_path:
+        raise ValueError("[slime].group_rm needs [slime].custom_rm_path (a function scoring a "
+                         "whole group)")
+    if sec.custom_config_path:
+        from slime_compat.args import read_custom_config
+
+        read_custom_config(sec.custom_config_path)  # a bad YAML fails before any model loads
+    check_paths(sec.paths())
+
+
+@hookimpl
+def slime_register_commands(cli: Any) -> None:
+    from slime_compat.cli import slime_import
+
+    cli.add_command(slime_import)
+
+
+# -- rollout side (the rollout manager) --------------------------------------------------------
+@hookimpl
+def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+    sec = _sec(config)
+    # evaluation runs slime code only with eval_function_path: the project's eval rollout
+    # (its eval set, greedy settings) is the stand-in for slime's args.eval_datasets
+    if sec is None or not (sec.eval_function_path if evaluation else sec.rollout_function_path):
+        return None
+    from slime_compat.rollout_side import rollout
+
+    return rollout(config, rollout_id, data_source, evaluation)
+
+
+@hookimpl
+def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+    sec = _sec(config)
+    if sec is None or not (sec.custom_generate_function_path or sec.rollout_sample_hook_path):
+        return None
+    from slime_compat.rollout_side import generate
+
+    return generate(config, sample, sampling_params, engine)
+
+
+@hookimpl
+def slime_reward(config: Any, sample: Any) -> Any:
+    sec = _sec(config)
+    if sec is None:
+        return None
+    if not sec.custom_rm_path or sec.group_rm:
+        # slime keeps a reward a custom generate function already filled in
+        if sec.custom_generate_function_path and sample.reward is not None and not sec.group_rm:
+            return sample.reward
+        return None
+    from slime_compat.rollout_side import reward
+
+    return reward(config, sample)
+
+
+@hookimpl
+def slime_reward_group(config: Any, samples: list[Any]) -> Any:
+    sec = _sec(config)
+    if sec is None or not (sec.custom_rm_path and sec.group_rm):
+        return None
+    from slime_compat.rollout_side import reward_group
+
+    return reward_group(config, samples)
+
+
+@hookimpl
+def slime_dynamic_sampling_filter(config: Any, group: list[Any]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.dynamic_sampling_filter_path:
+        return None
+    from slime_compat.rollout_side import dynamic_filter
+
+    return dynamic_filter(config, group)
+
+
+@hookimpl
+def slime_buffer_filter(config: Any, rollout_id: int, buffer: list[list[Any]], num_groups: int) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.buffer_filter_path:
+        return None
+    from slime_compat.rollout_side import buffer_filter
+
+    return buffer_filter(config, rollout_id, buffer, num_groups)
+
+
+@hookimpl
+def slime_rollout_sample_filter(config: Any, groups: list[list[Any]]) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.rollout_sample_filter_path:
+        from slime_compat.rollout_side import sample_filter
+
+        sample_filter(config, groups)
+
+
+@hookimpl
+def slime_rollout_all_samples(config: Any, groups: list[list[Any]], data_source: Any) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.rollout_all_samples_process_path:
+        from slime_compat.rollout_side import all_samples
+
+        all_samples(config, groups, data_source)
+
+
+@hookimpl
+def slime_make_data_source(config: Any, split: str) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.data_source_path:
+        return None
+    from slime_compat.data_source import make
+
+    return make(config, split)
+
+
+# -- driver: conversion and logs -----------------------------------------------------------------
+@hookimpl
+def slime_reward_post_process(config: Any, samples: list[Any]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_reward_post_process_path:
+        return None
+    from slime_compat.train_side import reward_post_process
+
+    return reward_post_process(config, samples)
+
+
+@hookimpl
+def slime_convert_samples_to_train_data(config: Any, samples: list[Any]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_convert_samples_to_train_data_path:
+        return None
+    from slime_compat.train_side import convert
+
+    return convert(config, samples)
+
+
+@hookimpl
+def slime_before_train(config: Any, rollout_id: int) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.rollout_data_postprocess_path:
+        from slime_compat.runtime import runtime
+
+        runtime(config).step = rollout_id  # the rollout id slime's postprocess receives
+
+
+@hookimpl
+def slime_log_rollout(config: Any, rollout_id: int, samples: list[Any], metrics: dict[str, float]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_rollout_log_function_path:
+        return None
+    from slime_compat.logs import log_rollout
+
+    return log_rollout(config, rollout_id, samples, metrics)
+
+
+@hookimpl
+def slime_log_eval(config: Any, rollout_id: int, samples: list[Any], metrics: dict[str, float]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_eval_rollout_log_function_path:
+        return None
+    from slime_compat.logs import log_eval
+
+    return log_eval(config, rollout_id, samples, metrics)
+
+
+@hookimpl
+def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+    from slime_compat.runtime import shutdown
+
+    shutdown()
+
+
+# -- trainer ranks ------------------------------------------------------------------------------
+@hookimpl
+def slime_compute_advantages(config: Any, batch: Any) -> Any:
+    sec = _sec(config)
+    if sec is None or not (sec.custom_advantage_function_path or sec.rollout_data_postprocess_path):
+        return None
+    from slime_compat.train_side import advantages
+
+    return advantages(config, batch)
+
+
+@hookimpl
+def slime_loss(config: Any, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_loss_function_path:
+        return None
+    from slime_compat.train_side import loss
+
+    return loss(config, batch, log_probs, reducer)
+
+
+@hookimpl
+def slime_is_correction(config: Any, pg_loss: list[Any], train_log_probs: list[Any],
+                        rollout_log_probs: list[Any], loss_masks: list[Any]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_tis_function_path:
+        return None
+    from slime_compat.train_side import is_correction
+
+    return is_correction(config, pg_loss, train_log_probs, rollout_log_probs, loss_masks)
+
+
+@hookimpl
+def slime_pg_loss_reducer(config: Any, response_lengths: list[int], loss_masks: list[Any]) -> Any:
+    sec = _sec(config)
+    if sec is None or not sec.custom_pg_loss_reducer_function_path:
+        return None
+    from slime_compat.train_side import pg_loss_reducer
+
+    return pg_loss_reducer(config, response_lengths, loss_masks)
+
+
+@hookimpl
+def slime_trainer_init(config: Any, model: Any) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.custom_megatron_init_path:
+        from slime_compat.train_side import trainer_init
+
+        trainer_init(config, model)
+
+
+@hookimpl
+def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.custom_megatron_before_log_prob_hook_path:
+        from slime_compat.train_side import before_log_prob
+
+        before_log_prob(config, model, role)
+
+
+@hookimpl
+def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: Any,
+                            optimizer: Any, scheduler: Any) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.custom_megatron_before_train_step_hook_path:
+        from slime_compat.train_side import before_train_step
+
+        before_train_step(config, rollout_id, step_id, model, optimizer, scheduler)
+
+
+@hookimpl
+def slime_after_weights_written(config: Any, version_dir: str, engines: list[Any]) -> None:
+    sec = _sec(config)
+    if sec is not None and sec.custom_update_weight_post_write_path:
+        from slime_compat.train_side import after_weights_written
+
+        after_weights_written(config, version_dir, engines)
