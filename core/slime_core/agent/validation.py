@@ -6,7 +6,8 @@ what they accept ends up in a training batch. Everything goes through here:
 * :func:`parse_json` -- the body as a JSON object: bad JSON, nesting deeper than
   :data:`MAX_DEPTH` (``json`` itself recurses; 100k levels raised ``RecursionError``) and the
   non-standard ``NaN`` / ``Infinity`` literals (Python's ``json`` accepts them, and
-  ``json.dumps`` writes them) are refused, naming where they are;
+  ``json.dumps`` writes them), like ``1e999`` (read as infinity), are refused, naming where
+  they are;
 * :func:`query_values` -- query-string values read as JSON scalars, so ``?num_groups=2.7``
   and ``?wait=nan`` meet the same schema as a body;
 * :func:`check` -- a JSON schema (draft 2020-12) with two deliberate tightenings: an
@@ -45,6 +46,12 @@ class _NonFinite:
         self.literal = literal
 
 
+def _float(text: str) -> Any:
+    """``parse_float``: ``1e999`` is valid JSON that Python reads as ``inf``."""
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text)
+
+
 def field_path(parts: Any) -> str:
     """``["samples", 0, "tokens"]`` -> ``samples[0].tokens``."""
     out = ""
@@ -65,7 +72,8 @@ def parse_json(raw: bytes, *, allow_empty: bool = False, value_status: int = 400
         raise RequestError("the request body is empty; send a JSON object", code="invalid_json")
     try:
         text = raw.decode("utf-8")  # JSON is UTF-8 (RFC 8259); json.loads would pass lone
-        body = json.loads(text, parse_constant=_NonFinite)  # surrogates on to tokenizers
+        body = json.loads(text, parse_constant=_NonFinite,  # surrogates on to tokenizers
+                          parse_float=_float)
     except RecursionError:
         raise RequestError(f"the request body is nested deeper than {MAX_DEPTH} levels",
                            code="invalid_json") from None
@@ -109,11 +117,16 @@ def query_values(query: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in query.items():
         try:
-            parsed = json.loads(value, parse_constant=lambda s: s)
+            parsed = json.loads(value, parse_constant=str, parse_float=_query_float)
         except ValueError:
             parsed = value
         out[key] = parsed if isinstance(parsed, (int, float, str, bool)) else value
     return out
+
+
+def _query_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else text  # stays text: fails a number schema
 
 
 # -- the schema validator ---------------------------------------------------------------------

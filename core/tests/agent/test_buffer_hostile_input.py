@@ -62,7 +62,8 @@ def test_wait_nan_is_refused_without_spinning(server):
     c, _ = started(server)
     t0, cpu0 = time.monotonic(), time.process_time()
     for path in ("/get_rollout_data?num_groups=1&wait=nan", "/get_rollout_data?wait=NaN",
-                 "/get_rollout_data?wait=inf", "/get_rollout_data?wait=-1", "/task?wait=nan"):
+                 "/get_rollout_data?wait=inf", "/get_rollout_data?wait=1e999",
+                 "/get_rollout_data?wait=-1", "/task?wait=nan"):
         status, body = raw(server, "GET", path, timeout=5)
         assert status == 422 and body["field"] == "wait", (path, body)
         assert body["message"].startswith("wait: ")
@@ -138,17 +139,21 @@ def test_bad_sample_fields_are_refused_with_422(server, key, value, needle):
     assert group["samples"][0]["tokens"] == [5, 6, 7, 9, 10]
 
 
-@pytest.mark.parametrize(("literal", "key"), [
-    (b"NaN", "reward"), (b"Infinity", "reward"), (b"-Infinity", "rollout_log_probs"),
+@pytest.mark.parametrize(("literal", "key", "value", "where"), [
+    (b"NaN", "reward", "@@", "reward"),
+    (b"Infinity", "reward", "@@", "reward"),
+    (b"1e999", "reward", {"acc": "@@"}, "reward.acc"),  # valid JSON, read as inf
+    (b"-Infinity", "rollout_log_probs", [-0.5, "@@"], "rollout_log_probs[1]"),
+    (b"NaN", "metadata", {"deep": [{"x": "@@"}]}, "metadata.deep[0].x"),  # any-typed fields too
 ])
-def test_non_finite_numbers_are_refused(server, literal, key):
+def test_non_finite_numbers_are_refused(server, literal, key, value, where):
     c, job = started(server)
     d = finished(job)
-    d[key] = "@@" if key == "reward" else [-0.5, "@@"]
+    d[key] = value
     data = json.dumps({"instance_id": "g0", "slot": 0, "samples": [d]}).encode()
     status, body = raw(server, "POST", "/buffer/write", data.replace(b'"@@"', literal))
     assert status == 422 and "not a finite number" in body["message"], body
-    assert body["message"].startswith(f"samples[0].{key}")
+    assert body["field"] == f"samples[0].{where}"
     assert c.get_rollout_data(1)["groups"] == []
     assert c.status()["report"]["stats"]["invalid_writes"] == 1
 
