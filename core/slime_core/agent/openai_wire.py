@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_core.agent.sessions import SessionError
 
@@ -69,7 +70,7 @@ def refuse_unsupported(body: dict[str, Any]) -> None:
 def token_logprobs(tokenizer: Any, ids: list[int], log_probs: list[float]) -> dict[str, Any]:
     """``choices[].logprobs`` of OpenAI: one entry per generated token (no alternatives)."""
     content = []
-    for t, lp in zip(ids, log_probs):
+    for t, lp in zip(ids, log_probs, strict=True):
         text = tokenizer.decode([int(t)], skip_special_tokens=False)
         content.append({"token": text, "logprob": float(lp), "bytes": list(text.encode()),
                         "top_logprobs": []})

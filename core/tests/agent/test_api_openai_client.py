@@ -14,7 +14,6 @@ import urllib.request
 from typing import Any
 
 import pytest
-
 from slime_core.agent.api import AgentApiServer
 from slime_core.agent.sessions import SessionError, SessionStore
 from slime_core.testing import TINY_QWEN2, write_char_tokenizer

@@ -17,7 +17,6 @@ import urllib.request
 from typing import Any
 
 import pytest
-
 from slime_core.agent import schemas
 from slime_core.agent.buffer.client import RolloutBufferClient
 from slime_core.agent.buffer.server import RolloutBufferServer
