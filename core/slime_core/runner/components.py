@@ -21,6 +21,17 @@ def select_accelerator(manager: SlimePluginManager, name: str) -> AcceleratorRec
 
 
 def make_data_source(manager: SlimePluginManager, config: Any, split: str) -> Any:
+    """The source of ``split``; with ``eval.datasets`` the eval split is an
+    :class:`~slime_core.evaluation.suite.EvalSuite` over them (and over ``data.eval_path``)."""
+    if split == "eval" and config.eval.datasets:
+        from slime_core.evaluation.suite import build_suite
+
+        plain = _plain_source(manager, config, split) if _has_plain_eval(config) else None
+        return build_suite(manager, config, plain)
+    return _plain_source(manager, config, split)
+
+
+def _plain_source(manager: SlimePluginManager, config: Any, split: str) -> Any:
     with labels_required_by(_label_needed_by(manager, config, split)):
         custom = manager.hook.slime_make_data_source(config=config, split=split)
         if custom is not None:
@@ -45,6 +56,10 @@ def _label_needed_by(manager: SlimePluginManager, config: Any, split: str) -> st
 def has_eval(config: Any) -> bool:
     if config.eval.interval <= 0:
         return False
+    return _has_plain_eval(config) or bool(config.eval.datasets)
+
+
+def _has_plain_eval(config: Any) -> bool:
     return bool(config.data.eval_path) or config.data.source == "reasoning_gym"
 
 
