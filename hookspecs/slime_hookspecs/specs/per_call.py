@@ -316,7 +316,9 @@ def slime_trainer_init(config: Any, model: Any) -> None:
     **Process**: each trainer rank. **Args**: ``model`` -- the ``torch`` backend passes its
     ``torch.nn.Module``; the ``megatron`` backend passes slime's Megatron model list (one
     ``GPTModel`` chunk per virtual pipeline stage: a one-element list), as slime's
-    ``--custom-megatron-init-path`` receives it. **Returns**: nothing.
+    ``--custom-megatron-init-path`` receives it; the list also has ``parameters()`` over every
+    chunk, so code that only asks a model for its parameters or device runs on both.
+    **Returns**: nothing.
 
     .. versionadded:: 0.1
     """

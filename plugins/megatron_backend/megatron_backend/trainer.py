@@ -41,6 +41,7 @@ from megatron_backend.forward import response_log_probs
 from megatron_backend.gather import gather_shards, load_local_state, local_state
 from megatron_backend.layout import Layout, layout_of
 from megatron_backend.model import build_gpt
+from megatron_backend.model_list import ModelList
 from megatron_backend.optim import Accumulation
 
 
@@ -89,7 +90,7 @@ class MegatronTrainer:
         self.sharded_names = {k for k, split in megatron_names(self.layout).items()
                               if split is not None}
         self.model.train()
-        self.models = [self.model]  # slime's model list: one chunk per virtual pipeline stage
+        self.models = ModelList([self.model])  # slime's model list: a chunk per virtual stage
         self.ref_model: Any = None
         self.tokenizer = load_tokenizer(config.model, required=False)
         tok = self.tokenizer
@@ -137,7 +138,8 @@ class MegatronTrainer:
     # -- log-probs ---------------------------------------------------------------------------
     def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
         model = self._ref() if role == "ref" else self.model
-        self.pm.hook.slime_before_log_prob(config=self.config, model=[model], role=role)
+        self.pm.hook.slime_before_log_prob(config=self.config, model=ModelList([model]),
+                                           role=role)
         tokens = to_tensor_list(batch.tokens, torch.long)
         out: list[torch.Tensor | None] = [None] * len(batch)
         with torch.no_grad():

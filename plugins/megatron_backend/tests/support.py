@@ -24,13 +24,16 @@ TINY_LLAMA = REPO / "examples" / "tiny_arith" / "model"
 PLUGINS = ["slime_grpo", "megatron_backend"]
 
 
-def make_config(data: dict[str, Any], overrides: tuple[str, ...] = ()) -> Any:
-    """A resolved config (slime_grpo + megatron_backend); the manager becomes this process's."""
+def make_config(data: dict[str, Any], overrides: tuple[str, ...] = (),
+                plugins: tuple[str, ...] = ()) -> Any:
+    """A resolved config (slime_grpo + megatron_backend + ``plugins``); the manager becomes
+    this process's."""
     from slime_core.context import set_manager
     from slime_core.plugins import PluginSelection
     from slime_core.session import resolve
 
-    manager, config = resolve(PluginSelection(plugins=list(PLUGINS)), None, overrides, data)
+    manager, config = resolve(PluginSelection(plugins=[*PLUGINS, *plugins]), None, overrides,
+                              data)
     set_manager(manager)
     return config
 
