@@ -9,12 +9,37 @@ the core with the registering plugin's name.
 when the record can be used here, or a one-line reason (``"torch_npu is not installed"``).
 Records whose probe returns a reason are listed as ``unavailable: <reason>`` and a run that
 asks for one fails with that reason.
+
+**One factory convention for every record type**: ``factory`` is a *builder*. The core calls
+``factory(config, ...)`` (the run's config first, then the context the built object needs: an
+engine index, a rank, a data split, a batch's lengths and masks ...) when it builds the
+component that uses the record, and afterwards calls only what the factory returned. No
+record's factory is itself the per-call function: a policy loss is
+``factory(config) -> loss`` and then ``loss(batch, log_probs)``, a filter is
+``factory(config) -> keep`` and then ``keep(group)``. Each record type's docstring states the
+factory's arguments and how the built object is called.
+
+**Registration where the thing is defined**: :class:`Records` collects a plugin module's
+records from decorators on their factories and provides the ``slime_register_*`` hook of each
+record type (every record type names its hook in ``hook``)::
+
+    records = Records()
+
+    @records.register(PolicyLossRecord, "my_loss", summary="REINFORCE on the advantages")
+    def my_loss(config):
+        def loss(batch, log_probs):
+            return [-a * lp for a, lp in zip(batch.advantages, log_probs)], {}
+        return loss
+
+    slime_register_policy_losses = records.hook(PolicyLossRecord)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, TypeVar
+
+from slime_hookspecs.markers import hookimpl
 
 
 @dataclass
@@ -49,7 +74,7 @@ class Record:
 
 @dataclass
 class RolloutEngineRecord(Record):
-    """``factory(config, engine_index, accelerator) -> RolloutEngine``."""
+    """``factory(config, engine_index, accelerator) -> RolloutEngine`` (one per engine)."""
 
     kind: ClassVar[str] = "rollout_engine"
     hook: ClassVar[str] = "slime_register_rollout_engines"
@@ -57,7 +82,7 @@ class RolloutEngineRecord(Record):
 
 @dataclass
 class TrainerBackendRecord(Record):
-    """``factory(config, rank, world_size, accelerator) -> Trainer``."""
+    """``factory(config, rank, world_size, accelerator) -> Trainer`` (one per trainer rank)."""
 
     kind: ClassVar[str] = "trainer_backend"
     hook: ClassVar[str] = "slime_register_trainer_backends"
@@ -65,22 +90,34 @@ class TrainerBackendRecord(Record):
 
 @dataclass
 class AdvantageEstimatorRecord(Record):
-    """``factory(config, batch) -> (advantages, returns)``: per-sample 1-D lists.
+    """``factory(config) -> estimate``; ``estimate(batch) -> (advantages, returns)``: per-sample
+    1-D lists (``returns`` may be ``None``: then the advantages).
 
-    ``needs_ref`` / ``needs_critic`` tell the trainer which log-probs and values to compute
-    before calling the estimator. Under data parallelism each rank calls it on its share
-    (possibly empty), as for ``slime_compute_advantages``.
+    Built and called once per training step, when no ``slime_compute_advantages``
+    implementation answered. ``needs_ref``: the trainer computes the reference log-probs
+    (``batch.ref_log_probs``) before calling it. An estimator that needs more (a critic's
+    values) computes it itself: ``batch.values`` is set only when a plugin set it. Under data
+    parallelism each rank calls it on its share (possibly empty), as for
+    ``slime_compute_advantages``.
     """
 
     kind: ClassVar[str] = "advantage_estimator"
     hook: ClassVar[str] = "slime_register_advantage_estimators"
     needs_ref: bool = False
-    needs_critic: bool = False
 
 
 @dataclass
 class PolicyLossRecord(Record):
-    """``factory(config, batch, log_probs, reducer) -> (loss, metrics)`` on one micro-batch."""
+    """``factory(config) -> loss``; ``loss(batch, log_probs) -> (pg_losses, metrics)`` on one
+    micro-batch.
+
+    ``log_probs``: the current policy's per-sample response log-probs (1-D tensors with
+    grad); ``batch``: the micro-batch (``advantages``, ``old_log_probs``, ``loss_masks``, ...).
+    ``pg_losses``: one **per-token** loss tensor per sample, *not* reduced and *not* masked:
+    the core then applies the mismatch correction (``algorithm.is_correction``), multiplies by
+    the loss masks and reduces with the loss reducer; ``metrics``: ``{"train/<name>": float}``.
+    Called when no ``slime_loss`` implementation answered and ``train.loss = "policy"``.
+    """
 
     kind: ClassVar[str] = "policy_loss"
     hook: ClassVar[str] = "slime_register_policy_losses"
@@ -88,7 +125,8 @@ class PolicyLossRecord(Record):
 
 @dataclass
 class KLEstimatorRecord(Record):
-    """``factory(log_probs, ref_log_probs) -> per-token KL`` (one tensor, same shape)."""
+    """``factory(config) -> kl``; ``kl(log_probs, ref_log_probs) -> per-token KL`` (one tensor
+    of the same shape, for one sample)."""
 
     kind: ClassVar[str] = "kl_estimator"
     hook: ClassVar[str] = "slime_register_kl_estimators"
@@ -96,8 +134,9 @@ class KLEstimatorRecord(Record):
 
 @dataclass
 class ISCorrectionRecord(Record):
-    """``factory(config, pg_loss, train_log_probs, rollout_log_probs, loss_masks)
-    -> (pg_loss, loss_masks, metrics)``; per-sample lists in and out."""
+    """``factory(config) -> correct``; ``correct(pg_loss, train_log_probs, rollout_log_probs,
+    loss_masks) -> (pg_loss, loss_masks, metrics)``: per-sample lists in and out, as
+    ``slime_is_correction``."""
 
     kind: ClassVar[str] = "is_correction"
     hook: ClassVar[str] = "slime_register_is_corrections"
@@ -105,8 +144,12 @@ class ISCorrectionRecord(Record):
 
 @dataclass
 class LossReducerRecord(Record):
-    """``factory(config, response_lengths, loss_masks) -> reducer``;
-    ``reducer(list_of_per_token_losses) -> scalar``."""
+    """``factory(config, response_lengths, loss_masks) -> reducer``, built once per batch;
+    ``reducer(list_of_per_token_losses) -> scalar``.
+
+    ``extra["weighting"]``: ``"tokens"`` when the reducer is a token mean (micro-batches are
+    then weighted by their share of loss-masked tokens), else ``"samples"``.
+    """
 
     kind: ClassVar[str] = "loss_reducer"
     hook: ClassVar[str] = "slime_register_loss_reducers"
@@ -114,9 +157,9 @@ class LossReducerRecord(Record):
 
 @dataclass
 class RewardFunctionRecord(Record):
-    """``factory(config) -> callable``: ``fn(sample) -> float | dict`` (may be async).
+    """``factory(config) -> reward``; ``reward(sample) -> float | dict`` (may be async).
 
-    With ``group = True`` the callable takes the whole group: ``fn(samples) -> list``.
+    With ``group = True`` the built callable takes the whole group: ``reward(samples) -> list``.
     """
 
     kind: ClassVar[str] = "reward_function"
@@ -134,11 +177,13 @@ class DataSourceRecord(Record):
 
 @dataclass
 class FilterRecord(Record):
-    """A filter; ``stage`` says which hook point it serves.
+    """``factory(config) -> fn``; ``stage`` says which config key may name it and how ``fn``
+    is called:
 
-    * ``"dynamic_sampling"``: ``fn(config, group) -> FilterResult``
-    * ``"buffer"``: ``fn(config, rollout_id, buffer, num_groups) -> list of groups``
-    * ``"sample"``: ``fn(config, groups) -> None`` (sets ``remove_sample``)
+    * ``"dynamic_sampling"`` (``rollout.dynamic_sampling_filter``): ``fn(group) -> FilterResult``
+    * ``"buffer"`` (``rollout.buffer_filter``): ``fn(rollout_id, buffer, num_groups) -> list of
+      groups`` (removing them from ``buffer``)
+    * ``"sample"`` (``rollout.sample_filter``): ``fn(groups) -> None`` (sets ``remove_sample``)
     """
 
     kind: ClassVar[str] = "filter"
@@ -156,7 +201,7 @@ class FilterRecord(Record):
 
 @dataclass
 class WeightTransportRecord(Record):
-    """``factory(config, accelerator) -> WeightTransport``."""
+    """``factory(config, accelerator) -> WeightTransport`` (one per run, trainer side)."""
 
     kind: ClassVar[str] = "weight_transport"
     hook: ClassVar[str] = "slime_register_weight_transports"
@@ -247,6 +292,54 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     ToolParserRecord,
     LoggerRecord,
 )
+
+
+R = TypeVar("R", bound=Record)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Records:
+    """The records of one plugin module, each registered where its factory is defined.
+
+    ``@records.register(RecordType, name, **fields)`` on a factory builds the record (the
+    decorated function is its ``factory``, returned unchanged); ``records.add(record)`` adds
+    one built elsewhere. ``records.hook(RecordType)`` is that record type's ``slime_register_*``
+    implementation: assign it to the hook's name in the plugin module
+    (``slime_register_policy_losses = records.hook(PolicyLossRecord)``). A name added twice
+    for one record type fails at once, naming it.
+    """
+
+    def __init__(self) -> None:
+        self._records: list[Record] = []
+
+    def add(self, record: R) -> R:
+        for other in self._records:
+            if type(other) is type(record) and other.name == record.name:
+                raise ValueError(f"{record.kind.replace('_', ' ')} {record.name!r} is "
+                                 "registered twice in this module")
+        self._records.append(record)
+        return record
+
+    def register(self, record_type: type[Record], name: str, **fields: Any) -> Callable[[F], F]:
+        def decorate(factory: F) -> F:
+            self.add(record_type(name=name, factory=factory, **fields))
+            return factory
+
+        return decorate
+
+    def of(self, record_type: type[R]) -> list[R]:
+        """The records of ``record_type``, in registration order."""
+        return [r for r in self._records if type(r) is record_type]  # type: ignore[misc]
+
+    def hook(self, record_type: type[R]) -> Callable[[], list[R]]:
+        """The ``record_type.hook`` implementation returning this module's records of it."""
+
+        def register_records() -> list[R]:
+            return self.of(record_type)
+
+        register_records.__name__ = register_records.__qualname__ = record_type.hook
+        register_records.__doc__ = f"This module's {record_type.__name__} records."
+        return hookimpl(register_records)
 
 
 @dataclass

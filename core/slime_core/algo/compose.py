@@ -48,7 +48,7 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     adv = pm.hook.slime_compute_advantages(config=config, batch=batch)
     if adv is None:
         rec = pm.registries.advantage_estimator.get(config.algorithm.advantage_estimator)
-        adv, returns = rec.factory(config, batch)
+        adv, returns = rec.factory(config)(batch)
         batch.returns = returns
     if len(adv) != len(batch):
         raise ValueError(
@@ -91,7 +91,7 @@ def compute_loss(
         metrics["train/sft_nll"] = float(loss.detach())
     else:
         rec = pm.registries.policy_loss.get(config.algorithm.policy_loss)
-        pg, m = rec.factory(config, batch, log_probs)
+        pg, m = rec.factory(config)(batch, log_probs)
         metrics.update(m)
         if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
             pg, masks, m = _is_correction(config, pg, batch, masks)
@@ -101,7 +101,8 @@ def compute_loss(
         loss = pg_loss
         if config.algorithm.use_kl_loss and batch.ref_log_probs is not None:
             kl_rec = pm.registries.kl_estimator.get(config.algorithm.kl_estimator)
-            kl = [kl_rec.factory(lp, ref) for lp, ref in zip(log_probs, batch.ref_log_probs)]
+            kl_fn = kl_rec.factory(config)
+            kl = [kl_fn(lp, ref) for lp, ref in zip(log_probs, batch.ref_log_probs)]
             kl_loss = reducer([k * mk for k, mk in zip(kl, masks)])
             metrics["train/kl_loss"] = float(kl_loss.detach())
             loss = loss + config.algorithm.kl_loss_coef * kl_loss
@@ -127,7 +128,7 @@ def _is_correction(
     )
     if out is None and config.algorithm.is_correction:
         rec = pm.registries.is_correction.get(config.algorithm.is_correction)
-        out = rec.factory(config, pg, old, rollout, masks)
+        out = rec.factory(config)(pg, old, rollout, masks)
     if out is not None:
         pg, masks, m = out
         metrics.update({k if "/" in k else f"train/{k}": float(v) for k, v in m.items()})

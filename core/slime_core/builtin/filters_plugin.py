@@ -1,32 +1,46 @@
 """Built-in plugin ``core_filters``: ``nonzero_std``, ``fifo``, ``lifo``, ``drop_truncated``.
 
-A filter record's ``factory`` is the filter function itself (its arguments include the
-config); ``stage`` says which config key may name it.
+Each record's ``factory(config)`` binds the run's config to the filter function (the
+convention of every record: ``slime_hookspecs.records``); ``stage`` says which config key may
+name it.
 """
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any, Callable
+
 from slime_core.filters import drop_truncated, fifo, lifo, nonzero_std
-from slime_hookspecs import FilterRecord, hookimpl
+from slime_hookspecs import FilterRecord, Records
+
+records = Records()
 
 
-@hookimpl
-def slime_register_filters() -> list[FilterRecord]:
-    return [
-        FilterRecord(
-            name="nonzero_std", factory=nonzero_std, stage="dynamic_sampling",
-            summary="DAPO: drop groups whose rewards are all equal (reason zero_std)",
-        ),
-        FilterRecord(
-            name="fifo", factory=fifo, stage="buffer",
-            summary="hand out returned groups oldest first (default)",
-        ),
-        FilterRecord(
-            name="lifo", factory=lifo, stage="buffer",
-            summary="hand out returned groups newest first",
-        ),
-        FilterRecord(
-            name="drop_truncated", factory=drop_truncated, stage="sample",
-            summary="leave samples that hit max_new_tokens out of the loss",
-        ),
-    ]
+def _bound(fn: Callable[..., Any]) -> Callable[[Any], Callable[..., Any]]:
+    """``factory(config) -> fn(config, ...)`` with the config bound."""
+
+    def build(config: Any) -> Callable[..., Any]:
+        return partial(fn, config)
+
+    build.__doc__ = f"``{fn.__name__}`` with the run's config bound."
+    return build
+
+
+records.add(FilterRecord(
+    name="nonzero_std", factory=_bound(nonzero_std), stage="dynamic_sampling",
+    summary="DAPO: drop groups whose rewards are all equal (reason zero_std)",
+))
+records.add(FilterRecord(
+    name="fifo", factory=_bound(fifo), stage="buffer",
+    summary="hand out returned groups oldest first (default)",
+))
+records.add(FilterRecord(
+    name="lifo", factory=_bound(lifo), stage="buffer",
+    summary="hand out returned groups newest first",
+))
+records.add(FilterRecord(
+    name="drop_truncated", factory=_bound(drop_truncated), stage="sample",
+    summary="leave samples that hit max_new_tokens out of the loss",
+))
+
+slime_register_filters = records.hook(FilterRecord)

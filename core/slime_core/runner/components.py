@@ -45,6 +45,8 @@ def _label_needed_by(manager: SlimePluginManager, config: Any, split: str) -> st
     hook = manager.hook
     if hook.slime_reward.get_hookimpls() or hook.slime_reward_group.get_hookimpls():
         return None
+    if split == "train" and config.train.loss == "sft":
+        return None  # no reward is computed; chats need no label (the SFT rollout checks)
     name = (config.eval.reward if split == "eval" else "") or config.rollout.reward
     try:
         record = manager.registries.reward_function.get(name)
@@ -70,13 +72,13 @@ def attach_buffer_filter(manager: SlimePluginManager, config: Any, source: Any) 
         return
     pm = manager.hook
     named = config.rollout.buffer_filter
-    fallback = manager.registries.filter.get(named).factory if named else None
+    fallback = manager.registries.filter.get(named).factory(config) if named else None
 
     def choose(config: Any, rollout_id: int, buffer: list, num_groups: int) -> Any:
         out = pm.slime_buffer_filter(config=config, rollout_id=rollout_id,
                                      buffer=buffer, num_groups=num_groups)
         if out is None and fallback is not None:
-            out = fallback(config, rollout_id, buffer, num_groups)
+            out = fallback(rollout_id, buffer, num_groups)
         return out
 
     source.set_buffer_filter(choose)

@@ -19,7 +19,8 @@ def test_records_are_registered_with_stages():
     stages = {r.name: r.stage for r in reg if r.owner == "core_filters"}
     assert stages == {"nonzero_std": "dynamic_sampling", "fifo": "buffer", "lifo": "buffer",
                       "drop_truncated": "sample"}
-    assert reg.get("nonzero_std").factory is nonzero_std
+    built = reg.get("nonzero_std").factory("the config")
+    assert built.func is nonzero_std and built.args == ("the config",)
 
 
 def test_nonzero_std(make_config):

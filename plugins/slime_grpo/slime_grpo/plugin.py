@@ -1,12 +1,14 @@
 """Entry point of the ``slime_grpo`` plugin: registration glue from config to ``slime_grpo.ops``.
 
-Kept light: torch and the ops are imported inside the record factories, so ``core plugins``
+Every record is registered next to its factory (``@records.register``); every factory is a
+builder, ``factory(config) -> the callable the core calls`` (see ``slime_hookspecs.records``).
+Kept light: torch and the ops are imported inside the built callables, so ``core plugins``
 never imports torch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from slime_hookspecs import (
     AdvantageEstimatorRecord,
@@ -14,10 +16,14 @@ from slime_hookspecs import (
     KLEstimatorRecord,
     LossReducerRecord,
     PolicyLossRecord,
-    hookimpl,
+    Records,
 )
 
+records = Records()
+
 # -- advantages ------------------------------------------------------------------------------
+
+Estimate = Callable[[Any], tuple[list[Any], list[Any]]]
 
 
 def _all_sum(config: Any) -> Any:
@@ -34,8 +40,14 @@ def _rewards(batch: Any) -> Any:
     return torch.tensor(batch.rewards, dtype=torch.float32)
 
 
-def _group_estimator(name: str) -> Any:
-    def estimate(config: Any, batch: Any) -> tuple[list[Any], list[Any]]:
+def _whiten(adv: list[Any], masks: list[Any], all_sum: Any) -> list[Any]:
+    from slime_grpo import ops
+
+    return list(ops.whiten(list(adv), [m.float() for m in masks], all_sum=all_sum))
+
+
+def _group_estimate(config: Any, name: str) -> Estimate:
+    def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
 
         kw: dict[str, Any] = {"group_ids": list(batch.group_indices)}
@@ -49,8 +61,38 @@ def _group_estimator(name: str) -> Any:
     return estimate
 
 
-def _reinforce(baseline: bool) -> Any:
-    def estimate(config: Any, batch: Any) -> tuple[list[Any], list[Any]]:
+@records.register(AdvantageEstimatorRecord, "grpo",
+                  summary="group mean baseline / (group std + 1e-6); singleton groups get 0")
+def grpo(config: Any) -> Estimate:
+    return _group_estimate(config, "grpo")
+
+
+@records.register(AdvantageEstimatorRecord, "dr_grpo",
+                  summary="group mean baseline, no std division (Dr. GRPO)")
+def dr_grpo(config: Any) -> Estimate:
+    return _group_estimate(config, "dr_grpo")
+
+
+@records.register(AdvantageEstimatorRecord, "gspo",
+                  summary="GRPO advantages, for the gspo policy loss")
+def gspo(config: Any) -> Estimate:
+    return _group_estimate(config, "gspo")
+
+
+@records.register(AdvantageEstimatorRecord, "cispo",
+                  summary="GRPO advantages, for the cispo policy loss")
+def cispo(config: Any) -> Estimate:
+    return _group_estimate(config, "cispo")
+
+
+@records.register(AdvantageEstimatorRecord, "rloo",
+                  summary="leave-one-out baseline r_i - mean_{j != i} r_j")
+def rloo(config: Any) -> Estimate:
+    return _group_estimate(config, "rloo")
+
+
+def _reinforce(config: Any, baseline: bool) -> Estimate:
+    def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
 
         alg = config.algorithm
@@ -71,43 +113,32 @@ def _reinforce(baseline: bool) -> Any:
     return estimate
 
 
-def _whiten(adv: list[Any], masks: list[Any], all_sum: Any) -> list[Any]:
-    from slime_grpo import ops
+@records.register(AdvantageEstimatorRecord, "reinforce_plus_plus",
+                  summary="discounted returns with KL in the reward, whitened over the batch")
+def reinforce_plus_plus(config: Any) -> Estimate:
+    return _reinforce(config, baseline=False)
 
-    return list(ops.whiten(list(adv), [m.float() for m in masks], all_sum=all_sum))
+
+@records.register(AdvantageEstimatorRecord, "reinforce_plus_plus_baseline",
+                  summary="group-mean baseline, KL in the reward, whitened")
+def reinforce_plus_plus_baseline(config: Any) -> Estimate:
+    return _reinforce(config, baseline=True)
 
 
-@hookimpl
-def slime_register_advantage_estimators() -> list[AdvantageEstimatorRecord]:
-    doc = {
-        "grpo": "group mean baseline / (group std + 1e-6); singleton groups get 0",
-        "dr_grpo": "group mean baseline, no std division (Dr. GRPO)",
-        "gspo": "GRPO advantages, for the gspo policy loss",
-        "cispo": "GRPO advantages, for the cispo policy loss",
-        "rloo": "leave-one-out baseline r_i - mean_{j != i} r_j",
-    }
-    recs = [AdvantageEstimatorRecord(name=n, factory=_group_estimator(n), summary=s)
-            for n, s in doc.items()]
-    recs += [
-        AdvantageEstimatorRecord(
-            name="reinforce_plus_plus", factory=_reinforce(False),
-            summary="discounted returns with KL in the reward, whitened over the batch"),
-        AdvantageEstimatorRecord(
-            name="reinforce_plus_plus_baseline", factory=_reinforce(True),
-            summary="group-mean baseline, KL in the reward, whitened"),
-    ]
-    return recs
+slime_register_advantage_estimators = records.hook(AdvantageEstimatorRecord)
 
 
 # -- policy losses ---------------------------------------------------------------------------
+
+PolicyLoss = Callable[[Any, list[Any]], tuple[list[Any], dict[str, float]]]
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {f"train/{k}": float(v) for k, v in metrics.items()}
 
 
-def _policy_loss(name: str) -> Any:
-    def loss(config: Any, batch: Any, log_probs: list[Any]) -> tuple[list[Any], dict[str, float]]:
+def _policy_loss(config: Any, name: str) -> PolicyLoss:
+    def loss(batch: Any, log_probs: list[Any]) -> tuple[list[Any], dict[str, float]]:
         from slime_grpo import ops
 
         alg = config.algorithm
@@ -132,80 +163,95 @@ def _policy_loss(name: str) -> Any:
     return loss
 
 
-@hookimpl
-def slime_register_policy_losses() -> list[PolicyLossRecord]:
-    return [
-        PolicyLossRecord(name="ppo", factory=_policy_loss("ppo"),
-                         summary="clipped surrogate: eps_clip, eps_clip_high, dual clip eps_clip_c"),
-        PolicyLossRecord(name="gspo", factory=_policy_loss("gspo"),
-                         summary="clip on the sequence-level ratio (GSPO)"),
-        PolicyLossRecord(name="cispo", factory=_policy_loss("cispo"),
-                         summary="clipped stop-gradient IS weight times log-prob (CISPO)"),
-    ]
+@records.register(PolicyLossRecord, "ppo",
+                  summary="clipped surrogate: eps_clip, eps_clip_high, dual clip eps_clip_c")
+def ppo_loss(config: Any) -> PolicyLoss:
+    return _policy_loss(config, "ppo")
+
+
+@records.register(PolicyLossRecord, "gspo", summary="clip on the sequence-level ratio (GSPO)")
+def gspo_loss(config: Any) -> PolicyLoss:
+    return _policy_loss(config, "gspo")
+
+
+@records.register(PolicyLossRecord, "cispo",
+                  summary="clipped stop-gradient IS weight times log-prob (CISPO)")
+def cispo_loss(config: Any) -> PolicyLoss:
+    return _policy_loss(config, "cispo")
+
+
+slime_register_policy_losses = records.hook(PolicyLossRecord)
 
 
 # -- KL, IS corrections, reducers ------------------------------------------------------------
 
 
-def _kl(name: str) -> Any:
-    def kl(log_probs: Any, ref_log_probs: Any) -> Any:
-        from slime_grpo import ops
+def _kl_builder(name: str) -> Callable[[Any], Callable[[Any, Any], Any]]:
+    def build(config: Any) -> Callable[[Any, Any], Any]:
+        def kl(log_probs: Any, ref_log_probs: Any) -> Any:
+            from slime_grpo import ops
 
-        return ops.KL_ESTIMATORS[name](log_probs, ref_log_probs)
+            return ops.KL_ESTIMATORS[name](log_probs, ref_log_probs)
 
-    return kl
+        return kl
 
-
-@hookimpl
-def slime_register_kl_estimators() -> list[KLEstimatorRecord]:
-    doc = {"k1": "log(pi/pi_ref)", "k2": "k1^2 / 2",
-           "k3": "exp(-k1) - 1 + k1, clamped to [-10, 10]", "low_var_kl": "alias of k3"}
-    return [KLEstimatorRecord(name=n, factory=_kl(n), summary=s) for n, s in doc.items()]
+    return build
 
 
-def _is(name: str) -> Any:
-    def correct(config: Any, pg: list[Any], train_lp: list[Any], rollout_lp: list[Any],
-                masks: list[Any]) -> Any:
-        from slime_grpo import ops
+# the four estimators share one body (ops.KL_ESTIMATORS), so they are registered in a loop
+for _name, _summary in {"k1": "log(pi/pi_ref)", "k2": "k1^2 / 2",
+                        "k3": "exp(-k1) - 1 + k1, clamped to [-10, 10]",
+                        "low_var_kl": "alias of k3"}.items():
+    records.add(KLEstimatorRecord(name=_name, factory=_kl_builder(_name), summary=_summary))
 
-        out_pg, out_masks, m = ops.IS_CORRECTIONS[name](
-            dict(config.algorithm.is_kwargs), pg, train_lp, rollout_lp, masks)
-        return list(out_pg), list(out_masks), {k: float(v) for k, v in m.items()}
-
-    return correct
+slime_register_kl_estimators = records.hook(KLEstimatorRecord)
 
 
-@hookimpl
-def slime_register_is_corrections() -> list[ISCorrectionRecord]:
-    doc = {
-        "tis": "token-level truncated IS: min(exp(old - rollout), tis_clip)",
-        "seq_tis": "sequence-level truncated IS",
-        "icepop": "mask tokens whose ratio is outside [tis_clip_low, tis_clip]",
-        "seq_mask_tis": "mask whole sequences outside the bounds, TIS on the rest",
-    }
-    return [ISCorrectionRecord(name=n, factory=_is(n), summary=s) for n, s in doc.items()]
+def _is_builder(name: str) -> Callable[[Any], Callable[..., Any]]:
+    def build(config: Any) -> Callable[..., Any]:
+        def correct(pg: list[Any], train_lp: list[Any], rollout_lp: list[Any],
+                    masks: list[Any]) -> Any:
+            from slime_grpo import ops
+
+            out_pg, out_masks, m = ops.IS_CORRECTIONS[name](
+                dict(config.algorithm.is_kwargs), pg, train_lp, rollout_lp, masks)
+            return list(out_pg), list(out_masks), {k: float(v) for k, v in m.items()}
+
+        return correct
+
+    return build
 
 
-def _reducer(name: str) -> Any:
-    def make(config: Any, response_lengths: list[int], loss_masks: list[Any]) -> Any:
+for _name, _summary in {
+    "tis": "token-level truncated IS: min(exp(old - rollout), tis_clip)",
+    "seq_tis": "sequence-level truncated IS",
+    "icepop": "mask tokens whose ratio is outside [tis_clip_low, tis_clip]",
+    "seq_mask_tis": "mask whole sequences outside the bounds, TIS on the rest",
+}.items():
+    records.add(ISCorrectionRecord(name=_name, factory=_is_builder(_name), summary=_summary))
+
+slime_register_is_corrections = records.hook(ISCorrectionRecord)
+
+
+def _reducer_builder(name: str) -> Callable[..., Any]:
+    def build(config: Any, response_lengths: list[int], loss_masks: list[Any]) -> Any:
         from slime_grpo import ops
 
         max_len = config.algorithm.max_response_length or config.rollout.max_new_tokens
         return ops.get_reducer(name, response_lengths, loss_masks, max_response_length=max_len)
 
-    return make
+    return build
 
 
-@hookimpl
-def slime_register_loss_reducers() -> list[LossReducerRecord]:
-    doc = {
-        "token_mean": "sum over masked tokens / number of masked tokens",
-        "seq_mean_token_mean": "per-sample token mean, then mean over samples (slime default)",
-        "seq_mean_token_sum": "per-sample token sum, then mean over samples",
-        "seq_mean_token_sum_norm": "per-sample sum / max_response_length (Dr. GRPO)",
-    }
-    return [
-        LossReducerRecord(name=n, factory=_reducer(n), summary=s,
-                          extra={"weighting": "tokens" if n == "token_mean" else "samples"})
-        for n, s in doc.items()
-    ]
+# the loss reducers of every algorithm: slime_ppo's critic reduces its value loss with these
+for _name, _summary in {
+    "token_mean": "sum over masked tokens / number of masked tokens",
+    "seq_mean_token_mean": "per-sample token mean, then mean over samples (slime default)",
+    "seq_mean_token_sum": "per-sample token sum, then mean over samples",
+    "seq_mean_token_sum_norm": "per-sample sum / max_response_length (Dr. GRPO)",
+}.items():
+    records.add(LossReducerRecord(
+        name=_name, factory=_reducer_builder(_name), summary=_summary,
+        extra={"weighting": "tokens" if _name == "token_mean" else "samples"}))
+
+slime_register_loss_reducers = records.hook(LossReducerRecord)

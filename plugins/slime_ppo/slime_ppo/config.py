@@ -12,14 +12,6 @@ from typing import Any
 
 CRITIC_INITS = ("policy", "random")
 ESTIMATOR = "gae"
-# The modes of slime_ppo.ops.get_reducer, repeated here so config checks never import torch
-# (a test keeps both lists equal).
-VALUE_LOSS_REDUCERS = (
-    "token_mean",
-    "seq_mean_token_mean",
-    "seq_mean_token_sum",
-    "seq_mean_token_sum_norm",
-)
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -75,11 +67,6 @@ def check_config(config: Any) -> None:
             )
         return
     alg = config.algorithm
-    if alg.loss_reducer.replace("-", "_") not in VALUE_LOSS_REDUCERS:
-        raise ValueError(
-            f"algorithm.loss_reducer = {alg.loss_reducer!r}: the critic's value loss is reduced "
-            f"with the same mode and slime_ppo implements {', '.join(VALUE_LOSS_REDUCERS)}"
-        )
     if alg.whiten_advantages and not ppo.whiten_advantages:
         raise ValueError(
             "algorithm.whiten_advantages = true contradicts ppo.whiten_advantages = false: the "

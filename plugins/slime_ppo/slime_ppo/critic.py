@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 import torch
-from slime_core.api import Accumulation, dp_active, micro_batches, step_indices
+from slime_core.api import Accumulation, dp_active, get_registries, micro_batches, step_indices
 
 from slime_ppo import ops
 from slime_ppo.value_model import build_value_model, response_values
@@ -77,8 +77,9 @@ class Critic:
         with an empty share.
         """
         cfg = self.config
-        mode = cfg.algorithm.loss_reducer.replace("-", "_")
-        max_len = cfg.algorithm.max_response_length or cfg.rollout.max_new_tokens
+        # the actor's loss reducer (one implementation for every algorithm, by record)
+        reducer_rec = get_registries().loss_reducer.get(cfg.algorithm.loss_reducer)
+        weighting = reducer_rec.extra.get("weighting", "samples")
         clip = cfg.ppo.value_clip or None
         dp = dp_active(cfg.train.num_ranks)
         device = next(self.model.parameters()).device
@@ -95,7 +96,7 @@ class Critic:
                 lengths = [response_lengths[i] for i in ids]
                 masks = [loss_masks[i] for i in ids]
                 values = response_values(self.model, [tokens[i] for i in ids], lengths)
-                reducer = ops.get_reducer(mode, lengths, masks, max_response_length=max_len)
+                reducer = reducer_rec.factory(cfg, lengths, masks)
                 loss, m = ops.value_loss(
                     values,
                     [old_values[i].to(device) for i in ids],
@@ -106,7 +107,7 @@ class Critic:
                     reducer=reducer,
                 )
                 acc.backward(loss, {f"train/{k}": v for k, v in m.items()},
-                             "tokens" if mode == "token_mean" else "samples", len(ids),
+                             weighting, len(ids),
                              sum(float(mk.sum()) for mk in masks))
             step, grad_norm = acc.step(self.model, self.optimizer, cfg.train.grad_clip)
             step["train/critic_grad_norm"] = grad_norm

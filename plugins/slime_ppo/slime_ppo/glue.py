@@ -54,11 +54,12 @@ def require_critic(where: str) -> Critic:
 
 
 def kl_estimator(config: Any) -> KLFn | None:
-    """``algorithm.kl_estimator``'s record (from whichever plugin registers it, e.g. slime_grpo)."""
+    """``algorithm.kl_estimator``'s record, built (from whichever plugin registers it, e.g.
+    slime_grpo)."""
     if config.algorithm.kl_in_reward_coef == 0:
         return None
     rec = get_manager().registries.kl_estimator.get(config.algorithm.kl_estimator)
-    return rec.factory  # type: ignore[no-any-return]
+    return rec.factory(config)  # type: ignore[no-any-return]
 
 
 def _tensors(batch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -67,30 +68,23 @@ def _tensors(batch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     return tokens, masks
 
 
-def estimate(config: Any, batch: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The ``gae`` record's factory: values from ``batch.values`` or the critic, no training."""
-    if batch.values is None:
-        tokens, _ = _tensors(batch)
-        batch.values = require_critic("gae estimator").values(tokens, batch.response_lengths)
-    adv, ret, _ = gae_estimate(config, batch, batch.values, kl_estimator(config))
-    return adv, ret
-
-
-def advantages_and_critic_update(config: Any, batch: Any) -> list[torch.Tensor]:
+def advantages_and_critic_update(
+    config: Any, batch: Any
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Values with the critic's current weights, GAE, then the critic's update on the returns.
 
-    Sets ``batch.values`` (unless a plugin already did) and ``batch.returns``; the critic's
+    Sets ``batch.values`` (unless a plugin already did) and returns ``(advantages, returns)``
+    (the core sets ``batch.returns``); the critic's
     metrics go to ``batch.metadata["metrics"]``, which the trainer merges into its step metrics.
     """
-    critic = require_critic("slime_compute_advantages")
+    critic = require_critic("gae estimator")
     tokens, masks = _tensors(batch)
     if batch.values is None:
         batch.values = critic.values(tokens, batch.response_lengths)
     adv, ret, metrics = gae_estimate(config, batch, batch.values, kl_estimator(config))
-    batch.returns = ret
     metrics.update(critic.train(tokens, batch.response_lengths, masks, batch.values, ret))
     batch.metadata.setdefault("metrics", {}).update(metrics)
-    return adv
+    return adv, ret
 
 
 # -- critic-only warm-up -------------------------------------------------------------------------

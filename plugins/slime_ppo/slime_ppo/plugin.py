@@ -8,9 +8,10 @@ How a PPO step flows through the torch trainer (``--plugins slime_grpo,slime_ppo
 slime_grpo's registry):
 
 * ``slime_trainer_init``: builds the critic (value model + AdamW) on the actor's device;
-* ``slime_compute_advantages``: critic values with its current weights, KL-shaped token
-  rewards, GAE, whitening, then ``train.num_steps_per_rollout`` critic steps on the returns;
-  critic metrics travel in ``batch.metadata["metrics"]``;
+* the ``gae`` advantage-estimator record (the only place GAE is computed): critic values with
+  its current weights, KL-shaped token rewards, GAE, whitening, then
+  ``train.num_steps_per_rollout`` critic steps on the returns; critic metrics travel in
+  ``batch.metadata["metrics"]``;
 * ``slime_before_train_step`` / ``slime_loss``: during the first ``ppo.num_critic_only_steps``
   rollouts the actor's loss is a gradient-free zero (its weights do not move);
 * ``slime_trainer_save`` / ``slime_trainer_load``: the critic inside the atomic checkpoint.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import AdvantageEstimatorRecord, ConfigSection, hookimpl
+from slime_hookspecs import AdvantageEstimatorRecord, ConfigSection, Records, hookimpl
 
 from slime_ppo.config import ESTIMATOR, PPOSection, check_config, uses_critic
 
@@ -30,10 +31,29 @@ def _active(config: Any) -> bool:
     return hasattr(config, "ppo") and uses_critic(config)
 
 
-def _gae(config: Any, batch: Any) -> Any:
-    from slime_ppo import glue
+records = Records()
 
-    return glue.estimate(config, batch)
+
+# needs_ref stays False: the core computes reference log-probs whenever
+# algorithm.kl_in_reward_coef > 0, which is exactly when GAE needs them.
+@records.register(
+    AdvantageEstimatorRecord, ESTIMATOR,
+    summary="GAE (algorithm.gamma, lam) on critic values over loss-masked tokens, KL in the "
+    "reward (algorithm.kl_in_reward_coef), returns = A + V, whitened; then the critic's update",
+)
+def gae(config: Any) -> Any:
+    """``factory(config) -> estimate``: ``estimate(batch)`` computes the critic's values, GAE
+    and returns, then trains the critic on the returns (``slime_ppo.glue``)."""
+
+    def estimate(batch: Any) -> Any:
+        from slime_ppo import glue
+
+        return glue.advantages_and_critic_update(config, batch)
+
+    return estimate
+
+
+slime_register_advantage_estimators = records.hook(AdvantageEstimatorRecord)
 
 
 @hookimpl
@@ -51,21 +71,6 @@ def slime_configure(config: Any) -> None:
 
 
 @hookimpl
-def slime_register_advantage_estimators() -> list[AdvantageEstimatorRecord]:
-    # needs_ref stays False: the core computes reference log-probs whenever
-    # algorithm.kl_in_reward_coef > 0, which is exactly when GAE needs them.
-    return [
-        AdvantageEstimatorRecord(
-            name=ESTIMATOR,
-            factory=_gae,
-            needs_critic=True,
-            summary="GAE (algorithm.gamma, lam) on critic values over loss-masked tokens, KL in "
-            "the reward (algorithm.kl_in_reward_coef), returns = A + V, whitened",
-        )
-    ]
-
-
-@hookimpl
 def slime_trainer_init(config: Any, model: Any) -> None:
     from slime_ppo import glue
 
@@ -73,15 +78,6 @@ def slime_trainer_init(config: Any, model: Any) -> None:
         glue.init_critic(config, model)
     else:
         glue.reset()
-
-
-@hookimpl
-def slime_compute_advantages(config: Any, batch: Any) -> Any:
-    if not _active(config):
-        return None
-    from slime_ppo import glue
-
-    return glue.advantages_and_critic_update(config, batch)
 
 
 @hookimpl

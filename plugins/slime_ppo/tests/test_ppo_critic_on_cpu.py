@@ -121,7 +121,7 @@ def test_critic_step_does_not_depend_on_the_micro_batch_budget(make_config, redu
         torch.testing.assert_close(s_big[k], s_small[k], atol=1e-6, rtol=1e-5)
 
 
-def test_critic_value_loss_matches_the_op_and_decreases(make_config):
+def test_critic_value_loss_matches_the_op_and_decreases(make_config, ppo_manager):
     from slime_ppo import ops
 
     tokens, rlen, masks, returns = _data()
@@ -129,7 +129,11 @@ def test_critic_value_loss_matches_the_op_and_decreases(make_config):
     critic = Critic(cfg, CPU, torch.float32)
     old = critic.values(tokens, rlen)
     # one step on the initial weights: v == v_old, so clipping is inactive and clipfrac is 0
-    want, _ = ops.value_loss(old, old, returns, masks, value_clip=0.2, coef=1.0)
+    # the critic reduces with the algorithm.loss_reducer record, the actor's
+    reducer = ppo_manager.registries.loss_reducer.get(cfg.algorithm.loss_reducer).factory(
+        cfg, rlen, masks)
+    want, _ = ops.value_loss(old, old, returns, masks, value_clip=0.2, coef=1.0,
+                             reducer=reducer)
     first = critic.train(tokens, rlen, masks, old, returns)
     assert first["train/value_loss"] == pytest.approx(float(want), rel=1e-5)
     assert first["train/value_clipfrac"] == 0.0 and first["train/critic_lr"] == 1e-2

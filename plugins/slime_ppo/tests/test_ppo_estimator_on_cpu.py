@@ -37,7 +37,7 @@ def test_token_rewards_and_gae_with_kl_k1_by_hand(make_config, ppo_manager):
         algorithm={"kl_in_reward_coef": 0.1, "kl_estimator": "k1", "gamma": 0.9, "lam": 0.8},
         ppo={"whiten_advantages": False},
     )
-    k1 = ppo_manager.registries.kl_estimator.get("k1").factory  # slime_grpo's record
+    k1 = ppo_manager.registries.kl_estimator.get("k1").factory(cfg)  # slime_grpo's record
     batch = _batch()
     # k1 = rollout - ref = (-1 + 1.5, -2 + 1, -0.5 + 0.25) = (0.5, -1.0, -0.25)
     _close(reward_kl(cfg, batch, k1)[0], [0.5, -1.0, -0.25])
@@ -61,7 +61,7 @@ def test_token_rewards_and_gae_with_kl_k1_by_hand(make_config, ppo_manager):
 
 def test_kl_uses_old_log_probs_when_the_trainer_computed_them(make_config, ppo_manager):
     cfg = make_config(algorithm={"kl_in_reward_coef": 1.0, "kl_estimator": "k1"})
-    k1 = ppo_manager.registries.kl_estimator.get("k1").factory
+    k1 = ppo_manager.registries.kl_estimator.get("k1").factory(cfg)
     batch = _batch(old_log_probs=[_t(-1.5, -1.0, -0.25)])  # equal to ref: KL 0
     _close(reward_kl(cfg, batch, k1)[0], [0.0, 0.0, 0.0])
 
@@ -70,7 +70,7 @@ def test_kl_k3_in_the_reward_by_hand(make_config, ppo_manager):
     cfg = make_config(
         algorithm={"kl_in_reward_coef": 0.5, "kl_estimator": "k3"}, ppo={"whiten_advantages": False}
     )
-    k3 = ppo_manager.registries.kl_estimator.get("k3").factory
+    k3 = ppo_manager.registries.kl_estimator.get("k3").factory(cfg)
     batch = _batch(loss_masks=[_t(1, 1, 1)], rewards=[0.0])
     # k3(k1) = exp(-k1) - 1 + k1 with k1 = (0.5, -1, -0.25):
     want = [math.exp(-0.5) - 0.5, math.exp(1.0) - 2.0, math.exp(0.25) - 1.25]
@@ -96,7 +96,7 @@ def test_no_kl_term_when_the_coefficient_is_zero(make_config):
 
 def test_kl_in_reward_needs_ref_and_sampling_log_probs(make_config, ppo_manager):
     cfg = make_config(algorithm={"kl_in_reward_coef": 0.1})
-    k3 = ppo_manager.registries.kl_estimator.get("k3").factory
+    k3 = ppo_manager.registries.kl_estimator.get("k3").factory(cfg)
     with pytest.raises(ValueError, match="kl_in_reward_coef = 0.1 needs batch.ref_log_probs"):
         reward_kl(cfg, _batch(ref_log_probs=None), k3)
     with pytest.raises(ValueError, match="needs the sampling log-probs"):

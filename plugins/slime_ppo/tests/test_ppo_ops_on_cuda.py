@@ -20,7 +20,9 @@ def _run_all(device):
     new_values = [
         (v + 0.3 * torch.randn(v.shape, generator=g).to(device)).requires_grad_() for v in values
     ]
-    loss, metrics = ops.value_loss(new_values, values, ret, masks, value_clip=0.2)
+    flat = torch.cat(masks)
+    loss, metrics = ops.value_loss(new_values, values, ret, masks, value_clip=0.2,
+                                   reducer=lambda x: (x * flat).sum() / flat.sum())
     loss.backward()
     return (
         tok

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from slime_ppo.config import VALUE_LOSS_REDUCERS
 
 
 def _core(*args: str) -> str:
@@ -22,9 +21,10 @@ def test_plugins_info_lists_the_record_and_the_config_section() -> None:
     assert info["status"] == "active" and info["distribution"] == "slime-ppo"
     assert [r["name"] for r in info["records"]["advantage_estimator"]] == ["gae"]
     assert [s["name"] for s in info["config_sections"]] == ["ppo"]
+    # gae is a record only: no second path through slime_compute_advantages
+    assert "slime_compute_advantages" not in info["hooks"]
     for hook in (
         "slime_trainer_init",
-        "slime_compute_advantages",
         "slime_loss",
         "slime_before_train_step",
         "slime_trainer_save",
@@ -35,7 +35,7 @@ def test_plugins_info_lists_the_record_and_the_config_section() -> None:
 
 def test_record_flags(ppo_manager) -> None:
     rec = ppo_manager.registries.advantage_estimator.get("gae")
-    assert rec.owner == "slime_ppo" and rec.needs_critic and not rec.needs_ref
+    assert rec.owner == "slime_ppo" and not rec.needs_ref
 
 
 def test_entry_point_module_does_not_import_torch() -> None:
@@ -44,12 +44,6 @@ def test_entry_point_module_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_reducer_names_match_the_ops() -> None:
-    from slime_ppo.ops import LOSS_AGG_MODES
-
-    assert VALUE_LOSS_REDUCERS == LOSS_AGG_MODES
 
 
 def test_defaults_and_values(make_config) -> None:
@@ -88,10 +82,6 @@ def _configure(config) -> None:
         (
             {"ppo": {"num_critic_only_steps": 2}, "algorithm": {"advantage_estimator": "grpo"}},
             "ppo.num_critic_only_steps = 2 needs a critic",
-        ),
-        (
-            {"algorithm": {"loss_reducer": "my_reducer"}},
-            "algorithm.loss_reducer = 'my_reducer': the critic's value loss",
         ),
         (
             {"algorithm": {"whiten_advantages": True}, "ppo": {"whiten_advantages": False}},

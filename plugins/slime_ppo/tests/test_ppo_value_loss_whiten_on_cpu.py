@@ -1,14 +1,21 @@
-"""Value loss, whitening and the local reducers against hand-derived values."""
+"""Value loss and whitening against hand-derived values (the reducers are the
+``algorithm.loss_reducer`` records, tested where they are defined: slime_grpo)."""
 
 import math
 
 import pytest
 import torch
-from slime_ppo.ops import get_reducer, value_loss, whiten
+from slime_ppo.ops import value_loss, whiten
 
 
 def _t(*xs):
     return torch.tensor(xs, dtype=torch.float32)
+
+
+def _token_mean(masks):
+    """A token-mean reducer over packed inputs, as the loss-reducer records build."""
+    m = torch.cat(masks)
+    return lambda x: (x * m).sum() / m.sum().clamp_min(1.0)
 
 
 def test_value_loss_clipped_max_and_half():
@@ -19,7 +26,7 @@ def test_value_loss_clipped_max_and_half():
     # t3 masked out. token_mean = (0.5 + 2.0 + 0.98) / 3 = 1.16; clipfrac: |v - v_old| > 0.2 on t0, t1 -> 2/3
     v = _t(1.0, 2.0, 1.6, 8.0).requires_grad_()
     masks = [_t(1, 1, 1, 0)]
-    reducer = get_reducer("token_mean", [4], masks)
+    reducer = _token_mean(masks)
     loss, metrics = value_loss(
         [v], [_t(1.5, 1.5, 1.5, 0.0)], [_t(2.0, 0.0, 3.0, 0.0)], masks, reducer=reducer
     )
@@ -33,7 +40,7 @@ def test_value_loss_clipped_max_and_half():
 def test_value_loss_clipped_branch_has_no_gradient():
     # (v, v_old, R) = (1.0, 1.5, 0.0): unclipped 1.0, clipped (1.3)^2 = 1.69 -> 0.5 * 1.69 = 0.845, grad 0
     v = _t(1.0).requires_grad_()
-    loss, _ = value_loss([v], [_t(1.5)], [_t(0.0)], [_t(1)])
+    loss, _ = value_loss([v], [_t(1.5)], [_t(0.0)], [_t(1)], reducer=_token_mean([_t(1)]))
     torch.testing.assert_close(loss.detach(), torch.tensor(0.845))
     loss.backward()
     assert v.grad.item() == 0.0
@@ -41,15 +48,16 @@ def test_value_loss_clipped_branch_has_no_gradient():
 
 def test_value_loss_options():
     v, old, ret, m = [_t(1.0, 2.0)], [_t(1.5, 1.5)], [_t(2.0, 0.0)], [_t(1, 1)]
-    # no clip: 0.5 * ((1-2)^2 + (2-0)^2) / 2 (seq_mean_token_mean, one sample) = 1.25; slime's coef 1.0 -> 2.5
-    loss, metrics = value_loss(v, old, ret, m, value_clip=None)
+    red = _token_mean(m)
+    # no clip: 0.5 * ((1-2)^2 + (2-0)^2) / 2 (token mean of one sample) = 1.25; slime's coef 1.0 -> 2.5
+    loss, metrics = value_loss(v, old, ret, m, value_clip=None, reducer=red)
     torch.testing.assert_close(loss, torch.tensor(1.25))
     torch.testing.assert_close(metrics["value_clipfrac"], torch.tensor(0.0))
     torch.testing.assert_close(
-        value_loss(v, old, ret, m, value_clip=None, coef=1.0)[0], torch.tensor(2.5)
+        value_loss(v, old, ret, m, value_clip=None, coef=1.0, reducer=red)[0], torch.tensor(2.5)
     )
     with pytest.raises(ValueError, match="returns lengths"):
-        value_loss(v, old, [_t(1.0)], m)
+        value_loss(v, old, [_t(1.0)], m, reducer=red)
 
 
 def test_whiten_unbiased_and_shift_mean():
@@ -74,21 +82,3 @@ def test_whiten_lists_and_empty_mask():
     torch.testing.assert_close(torch.cat(out), _t(-1, 0, 1, 2))
     with pytest.raises(ValueError, match="selects no token"):
         whiten(_t(1, 2), _t(0, 0))
-
-
-def test_local_reducers():
-    x = [_t(1, 2, 3), _t(4, 5), _t(6)]
-    m = [_t(1, 1, 0), _t(0, 1), _t(0)]
-    lens = [3, 2, 1]
-    # token mean 8/3; seq mean (1.5 + 5 + 0) / 3; sums (3 + 5 + 0) / 3; Dr. GRPO norm (3/4 + 5/4) / 3
-    torch.testing.assert_close(get_reducer("token_mean", lens, m)(x), torch.tensor(8 / 3))
-    torch.testing.assert_close(
-        get_reducer("seq_mean_token_mean", lens, m)(torch.cat(x)), torch.tensor(6.5 / 3)
-    )
-    torch.testing.assert_close(get_reducer("seq_mean_token_sum", lens, m)(x), torch.tensor(8 / 3))
-    torch.testing.assert_close(
-        get_reducer("seq_mean_token_sum_norm", lens, m, max_response_length=4)(x),
-        torch.tensor(2 / 3),
-    )
-    with pytest.raises(ValueError, match="choose one of"):
-        get_reducer("sum", lens, m)

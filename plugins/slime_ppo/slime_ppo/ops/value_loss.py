@@ -7,7 +7,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .aggregation import DEFAULT_LOSS_AGG_MODE, Reducer, get_reducer
+from collections.abc import Callable
+
+# one implementation of the loss reducers serves every algorithm: the critic uses the
+# ``algorithm.loss_reducer`` record, the actor's (slime_ppo.critic)
+Reducer = Callable[[Sequence[Tensor] | Tensor], Tensor]
 
 VALUE_CLIP = 0.2
 VALUE_LOSS_COEF = 0.5
@@ -21,7 +25,7 @@ def value_loss(
     *,
     value_clip: float | None = VALUE_CLIP,
     coef: float = VALUE_LOSS_COEF,
-    reducer: Reducer | None = None,
+    reducer: Reducer,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped value loss, reduced to a scalar.
 
@@ -33,7 +37,9 @@ def value_loss(
 
     ``value_clip=None`` disables clipping: ``L_t = coef * (v - R)^2``. The 0.5 factor follows verl
     and OpenRLHF; slime's ``value_loss_function`` has no 0.5 (pass ``coef=1.0`` to match it).
-    ``reducer`` (default: ``seq_mean_token_mean`` built from ``loss_masks``) aggregates ``L``.
+    ``reducer`` aggregates ``L``: a loss reducer built from ``loss_masks`` (the
+    ``algorithm.loss_reducer`` record's ``factory(config, response_lengths, loss_masks)``); it
+    takes the packed ``[sum T_i]`` tensor.
 
     Returns ``(loss, metrics)``: a 0-dim loss with grad through ``values``, and detached
     ``value_loss`` and ``value_clipfrac`` = reduced fraction of tokens with
@@ -46,8 +52,6 @@ def value_loss(
             raise ValueError(
                 f"value_loss: {name} lengths {[int(x.numel()) for x in xs]} != values lengths {lengths}"
             )
-    if reducer is None:
-        reducer = get_reducer(DEFAULT_LOSS_AGG_MODE, lengths, loss_masks)
     v = torch.cat(list(values)) if lengths else torch.zeros(0)
     v_old = (torch.cat(list(old_values)) if lengths else torch.zeros(0)).detach().to(v.dtype)
     ret = (torch.cat(list(returns)) if lengths else torch.zeros(0)).detach().to(v.dtype)
