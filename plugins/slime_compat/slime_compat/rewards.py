@@ -1,30 +1,23 @@
 """Behind the shim's ``slime.rollout.rm_hub``: ``async_rm`` / ``batched_async_rm``.
 
 As slime: a sample's own ``custom_rm_path``, else ``args.custom_rm_path``, else
-``args.rm_type``. For ``rm_type`` this project's reward records stand in for slime's rule-based
-ones (``math`` -> ``math``, ``deepscaler`` / ``dapo`` -> ``math``, ``f1`` -> ``f1`` if
-registered, ``random``); with no ``rm_type`` the run's ``rollout.reward`` scores the sample.
+``args.rm_type``, scored by the project's reward record of that name (the core registers
+slime's rule-based names: ``math``, ``dapo``, ``deepscaler``, ``f1``, ``gpqa``, their ``boxed_``
+variants, ``random``); with no ``rm_type`` the run's ``rollout.reward`` scores the sample.
 """
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from slime_compat.functions import load_function, maybe_await
-
-RM_TYPES = {"math": "math", "deepscaler": "math", "dapo": "math", "f1": "f1",
-            "remote_rm": "remote"}
-
 
 async def async_rm(args: Any, sample: Any, **kwargs: Any) -> Any:
     path = getattr(sample, "custom_rm_path", None) or args.custom_rm_path
     if path:
         return await maybe_await(load_function(path)(args, sample, **kwargs))
     rm_type = ((sample.metadata or {}).get("rm_type") or args.rm_type or "").strip()
-    if rm_type == "random":
-        return random.randint(0, 1)
-    return await _project_reward(RM_TYPES.get(rm_type.removeprefix("boxed_"), None), sample)
+    return await _project_reward(rm_type or None, sample)
 
 
 async def batched_async_rm(args: Any, samples: list[Any], **kwargs: Any) -> list[Any]:

@@ -1,0 +1,320 @@
+"""Translate slime launch flags into this project's config (``core slime-import``).
+
+Input: a slime launch script (bash: ``NAME=( --flag value ... )`` arrays and the
+``python3 train.py ...`` command, as slime's ``scripts/run-*.sh``) or a plain flag list.
+Output: TOML sections, and for every flag that could not be mapped the reason. ``RULES`` is the
+table of mappings; ``DROPPED`` groups the flags with a shared reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from slime_compat.config import FLAGS
+
+Value = list[str]
+Apply = Callable[[dict[str, dict[str, Any]], Value], None]
+
+
+def _set(dotted: str, conv: Callable[[Value], Any]) -> Apply:
+    section, _, key = dotted.partition(".")
+
+    def apply(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+        cfg.setdefault(section, {})[key] = conv(v)
+
+    return apply
+
+
+def _one(v: Value) -> str:
+    if len(v) != 1:
+        raise ValueError(f"expects one value, got {v}")
+    return v[0]
+
+
+def _int(v: Value) -> int:
+    return int(_one(v))
+
+
+def _float(v: Value) -> float:
+    return float(_one(v))
+
+
+def _true(v: Value) -> bool:
+    return True
+
+
+def _false(v: Value) -> bool:
+    return False
+
+
+def _adam_beta(i: int) -> Apply:
+    def apply(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+        betas = cfg.setdefault("train", {}).setdefault("adam_betas", [0.9, 0.999])
+        betas[i] = _float(v)
+
+    return apply
+
+
+def _eval_data(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    # slime: --eval-prompt-data NAME PATH [NAME PATH ...]; the project has one eval set
+    if len(v) < 2:
+        raise ValueError("expects NAME PATH pairs")
+    cfg.setdefault("data", {})["eval_path"] = v[1]
+    if len(v) > 2:
+        raise ValueError(f"only the first eval dataset ({v[0]}) is kept: one eval set per run")
+
+
+def _slime(key: str) -> Apply:
+    def apply(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+        sec = cfg.setdefault("slime", {})
+        if key == "rollout_sample_hook_path":
+            sec.setdefault(key, []).extend(v)
+        else:
+            sec[key] = _one(v)
+
+    return apply
+
+
+def _rm_type(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    cfg.setdefault("rollout", {})["reward"] = _one(v)
+
+
+def _use_tis(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    cfg.setdefault("algorithm", {})["is_correction"] = "tis"
+
+
+def _kl_loss_type(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    cfg.setdefault("algorithm", {})["kl_estimator"] = _one(v)
+
+
+RULES: dict[str, Apply] = {
+    "hf-checkpoint": _set("model.path", _one),
+    "seed": _set("run.seed", _int),
+    "num-rollout": _set("run.num_rollouts", _int),
+    "save-interval": _set("run.save_interval", _int),
+    "prompt-data": _set("data.path", _one),
+    "input-key": _set("data.input_key", _one),
+    "label-key": _set("data.label_key", _one),
+    "metadata-key": _set("data.metadata_key", _one),
+    "tool-key": _set("data.tools_key", _one),
+    "apply-chat-template": _set("data.apply_chat_template", _true),
+    "rollout-shuffle": _set("data.shuffle", _true),
+    "rm-type": _rm_type,
+    "reward-key": _set("rollout.reward_key", _one),
+    "rollout-batch-size": _set("rollout.batch_size", _int),
+    "n-samples-per-prompt": _set("rollout.n_samples_per_prompt", _int),
+    "rollout-max-response-len": _set("rollout.max_new_tokens", _int),
+    "rollout-temperature": _set("rollout.temperature", _float),
+    "rollout-top-p": _set("rollout.top_p", _float),
+    "rollout-top-k": _set("rollout.top_k", _int),
+    "rollout-stop": _set("rollout.stop", list),
+    "rollout-stop-token-ids": _set("rollout.stop_token_ids", lambda v: [int(x) for x in v]),
+    "over-sampling-batch-size": _set("rollout.over_sampling_batch_size", _int),
+    "partial-rollout": _set("rollout.partial_rollout", _true),
+    "mask-offpolicy-in-partial-rollout": _set("rollout.mask_offpolicy_in_partial_rollout", _true),
+    "eval-interval": _set("eval.interval", _int),
+    "eval-prompt-data": _eval_data,
+    "n-samples-per-eval-prompt": _set("eval.n_samples_per_prompt", _int),
+    "eval-max-response-len": _set("eval.max_new_tokens", _int),
+    "eval-top-p": _set("eval.top_p", _float),
+    "eval-temperature": _set("eval.temperature", _float),
+    "max-tokens-per-gpu": _set("train.micro_batch_tokens", _int),
+    "lr": _set("train.lr", _float),
+    "min-lr": _set("train.min_lr", _float),
+    "lr-decay-style": _set("train.lr_decay", _one),
+    "lr-warmup-iters": _set("train.warmup_steps", _int),
+    "weight-decay": _set("train.weight_decay", _float),
+    "adam-beta1": _adam_beta(0),
+    "adam-beta2": _adam_beta(1),
+    "adam-eps": _set("train.adam_eps", _float),
+    "clip-grad": _set("train.grad_clip", _float),
+    "advantage-estimator": _set("algorithm.advantage_estimator", _one),
+    "use-kl-loss": _set("algorithm.use_kl_loss", _true),
+    "kl-loss-coef": _set("algorithm.kl_loss_coef", _float),
+    "kl-loss-type": _kl_loss_type,
+    "kl-coef": _set("algorithm.kl_in_reward_coef", _float),
+    "entropy-coef": _set("algorithm.entropy_coef", _float),
+    "eps-clip": _set("algorithm.eps_clip", _float),
+    "eps-clip-high": _set("algorithm.eps_clip_high", _float),
+    "eps-clip-c": _set("algorithm.eps_clip_c", _float),
+    "gamma": _set("algorithm.gamma", _float),
+    "lambd": _set("algorithm.lam", _float),
+    "normalize-advantages": _set("algorithm.whiten_advantages", _true),
+    "disable-grpo-std-normalization": _set("algorithm.normalize_std", _false),
+    "use-tis": _use_tis,
+    "group-rm": _set("slime.group_rm", _true),
+    "custom-config-path": _slime("custom_config_path"),
+    "value-clip": _set("ppo.value_clip", _float),
+}
+RULES.update({k.replace("_", "-"): _slime(k) for k in FLAGS})
+
+_GPU = "GPU serving/placement of slime's SGLang engines: the project's engines are chosen with rollout.engine (and [sglang] for SGLang)"
+_MEGATRON = "Megatron parallelism/kernel setting: the default torch backend has none (train.backend = 'megatron' with the megatron_backend plugin has [megatron])"
+_ARCH = "model architecture: read from the Hugging Face config.json at model.path"
+DROPPED: dict[str, str] = {
+    **{f: _ARCH for f in ("swiglu", "num-layers", "hidden-size", "ffn-hidden-size",
+                          "num-attention-heads", "group-query-attention", "num-query-groups",
+                          "use-rotary-position-embeddings", "disable-bias-linear",
+                          "normalization", "norm-epsilon", "rotary-base", "vocab-size",
+                          "kv-channels", "qk-layernorm", "untie-embeddings-and-output-weights",
+                          "max-position-embeddings", "seq-length", "make-vocab-size-divisible-by",
+                          "position-embedding-type", "add-qkv-bias", "moe-ffn-hidden-size",
+                          "num-experts", "moe-router-topk")},
+    **{f: _MEGATRON for f in ("tensor-model-parallel-size", "sequence-parallel",
+                              "pipeline-model-parallel-size", "context-parallel-size",
+                              "expert-model-parallel-size", "expert-tensor-parallel-size",
+                              "recompute-granularity", "recompute-method", "recompute-num-layers",
+                              "use-dynamic-batch-size", "micro-batch-size",
+                              "attention-dropout", "hidden-dropout",
+                              "accumulate-allreduce-grads-in-fp32", "attention-softmax-in-fp32",
+                              "attention-backend", "bf16", "fp16", "use-distributed-optimizer",
+                              "megatron-to-hf-mode", "optimizer-cpu-offload")},
+    **{f: _GPU for f in ("rollout-num-gpus-per-engine", "rollout-num-gpus", "sglang-mem-fraction-static",
+                         "sglang-server-concurrency", "sglang-router-ip", "sglang-router-port",
+                         "sglang-enable-deterministic-inference", "use-distributed-post")},
+    **{f: "cluster layout: train.num_ranks is the data-parallel world size; run.executor = 'ray' places components"
+       for f in ("actor-num-nodes", "actor-num-gpus-per-node", "num-gpus-per-node", "colocate",
+                 "offload", "offload-train", "offload-rollout")},
+    **{f: "Megatron checkpoints (torch_dist): this project starts from model.path and keeps its own checkpoints in the run directory"
+       for f in ("load", "ref-load", "save", "no-save-optim", "ckpt-format")},
+    **{f: "logging to Weights & Biases is not built in (run.loggers: jsonl, tensorboard)"
+       for f in ("use-wandb", "wandb-project", "wandb-group", "wandb-key", "wandb-host")},
+    "balance-data": "no effect here: micro-batches are cut by token budget (train.micro_batch_tokens)",
+    "optimizer": "AdamW is the only optimizer (train.lr, adam_betas, weight_decay)",
+    "global-batch-size": "becomes train.num_steps_per_rollout = rollout_batch_size * n_samples_per_prompt / global_batch_size",
+}
+
+
+@dataclass
+class Translation:
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mapped: list[str] = field(default_factory=list)
+    dropped: list[tuple[str, str, str]] = field(default_factory=list)  # flag, value, reason
+    warnings: list[str] = field(default_factory=list)
+
+
+def _tokens(line: str) -> list[str]:
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:
+        return []
+
+
+def parse_script(text: str) -> list[tuple[str, str | None]]:
+    """``(flag, value)`` pairs (value ``None`` for a switch; several values joined by NUL) from
+    the script's flag arrays and ``train.py`` command, or from every line of a flag list."""
+    text = re.sub(r"\\\n", " ", text)
+    lines = text.splitlines()
+    scripted = any(re.match(r"\s*\w+=\($", ln.strip()) or "train.py" in ln or
+                   "train_async.py" in ln for ln in lines)
+    tokens: list[str] = []
+    in_array = False
+    for ln in lines:
+        s = ln.strip()
+        if not scripted:
+            tokens += _tokens(s)
+            continue
+        if re.match(r"^\w+=\($", s):
+            in_array = True
+            continue
+        if in_array:
+            if s.startswith(")"):
+                in_array = False
+                continue
+            tokens += _tokens(s)
+        elif re.search(r"\btrain(_async)?\.py\b", s):
+            tokens += _tokens(s.split("train_async.py" if "train_async.py" in s else "train.py", 1)[1])
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--"):
+            i += 1  # ${ARRAY[@]} expansions and stray words
+            continue
+        flag, eq, inline = tok[2:].partition("=")
+        values = [inline] if eq else []
+        i += 1
+        while i < len(tokens) and not tokens[i].startswith("--") and not re.match(r"^\$\{\w+\[@\]\}$", tokens[i]):
+            values.append(tokens[i])
+            i += 1
+        out.append((flag, "\0".join(values) if values else None))
+    return out
+
+
+def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None) -> Translation:
+    """Apply ``RULES`` in order (a later flag wins, as with argparse)."""
+    tr = Translation()
+    gbs: int | None = None
+    for flag, raw in flags:
+        value = raw.split("\0") if raw is not None else []
+        shown = " ".join(value)
+        if any("$" in v for v in value):
+            tr.dropped.append((flag, shown, "its value comes from a shell variable; give it "
+                                            f"with --set {flag}=VALUE"))
+            continue
+        if flag == "global-batch-size":
+            gbs = int(value[0])
+            tr.mapped.append(flag)
+            continue
+        rule = RULES.get(flag)
+        if rule is None:
+            tr.dropped.append((flag, shown, DROPPED.get(flag, "no equivalent known to slime-import")))
+            continue
+        try:
+            rule(tr.config, value)
+            tr.mapped.append(flag)
+        except (ValueError, IndexError) as exc:
+            tr.dropped.append((flag, shown, f"cannot translate the value: {exc}"))
+    if model_path:
+        tr.config.setdefault("model", {})["path"] = model_path
+    if gbs:
+        r = tr.config.get("rollout", {})
+        total = r.get("batch_size", 8) * r.get("n_samples_per_prompt", 8)
+        if total % gbs == 0:
+            tr.config.setdefault("train", {})["num_steps_per_rollout"] = total // gbs
+        else:
+            tr.warnings.append(f"global-batch-size {gbs} does not divide the rollout's "
+                               f"{total} samples; train.num_steps_per_rollout left at 1")
+    if tr.config.get("slime", {}).get("custom_loss_function_path") is None and "loss-type" in dict(flags):
+        tr.warnings.append("loss-type: only custom_loss (with custom-loss-function-path) is mapped")
+    return tr
+
+
+def render_report(dropped: list[tuple[str, str, str]]) -> str:
+    width = max(len(f) for f, _, _ in dropped) + 2
+    rows = [f"{'flag'.ljust(width + 2)}{'value'.ljust(24)}reason"]
+    for flag, value, reason in dropped:
+        v = value if len(value) <= 22 else value[:19] + "..."
+        rows.append(f"--{flag.ljust(width)}{v.ljust(24)}{reason}")
+    return "not translated:\n" + "\n".join(rows)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+ORDER = ["run", "model", "data", "rollout", "eval", "train", "algorithm", "ppo", "slime"]
+
+
+def write_toml(config: dict[str, dict[str, Any]], path: Path, source: str = "") -> None:
+    lines = [f"# written by `core slime-import {source}`", "# run: core run --plugins slime_grpo,slime_compat --config " + str(path), ""]
+    for name in sorted(config, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml(v)}" for k, v in config[name].items()]
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
