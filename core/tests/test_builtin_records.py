@@ -12,18 +12,48 @@ def pm():
     return SlimePluginManager(PluginSelection(autoload=False)).load().pm
 
 
-@pytest.mark.parametrize(("hook", "names"), [
-    ("slime_register_rollout_engines", {"local"}),
-    ("slime_register_trainer_backends", {"torch"}),
-    ("slime_register_weight_transports", {"inprocess", "disk"}),
-    ("slime_register_data_sources", {"jsonl", "parquet", "reasoning_gym"}),
-    ("slime_register_reward_functions", {"exact", "math", "reasoning_gym", "remote"}),
-    ("slime_register_filters", {"nonzero_std", "fifo", "lifo", "drop_truncated"}),
-    ("slime_register_accelerators", {"cpu", "cuda"}),
-    ("slime_register_loggers", {"jsonl", "tensorboard", "wandb"}),
-    ("slime_register_sandboxes", {"local"}),
-])
-def test_builtin_registration_hooks(pm, hook: str, names: set[str]) -> None:
-    results = getattr(pm.hook, hook)()
-    got = {r.name for rs in results for r in (rs if isinstance(rs, list) else [rs])}
-    assert names <= got, f"{hook}: missing {names - got}"
+# Exactly what each built-in registers (a subset check let these lists go stale): a record
+# added to or dropped from a built-in must be added here too.
+BUILTIN_RECORDS: dict[str, dict[str, set[str]]] = {
+    "rollout_engine": {"local_engine": {"local"}, "core_observe": {"replay"}},
+    "trainer_backend": {"torch_trainer": {"torch"}},
+    "advantage_estimator": {},
+    "policy_loss": {},
+    "kl_estimator": {},
+    "is_correction": {},
+    "loss_reducer": {},
+    "reward_function": {"core_rewards": {
+        "exact", "math", "boxed_math", "dapo", "boxed_dapo", "deepscaler", "boxed_deepscaler",
+        "f1", "gpqa", "random", "reasoning_gym", "remote"}},
+    "data_source": {"core_data": {"jsonl", "parquet", "reasoning_gym"},
+                    "core_tools": {"rollout_buffer"}},
+    "filter": {"core_filters": {"nonzero_std", "fifo", "lifo", "drop_truncated"}},
+    "weight_transport": {"core_weights": {"inprocess", "disk", "ray", "broadcast"}},
+    "accelerator": {"core_accelerators": {"cpu", "cuda"}},
+    "sandbox": {"core_sandbox": {"local"}},
+    "tool": {"core_tools": {"calculator", "python"}},
+    "tool_parser": {"core_tools": {"hermes"}},
+    "logger": {"core_loggers": {"jsonl", "tensorboard", "wandb"}},
+}
+
+
+def test_every_record_kind_is_listed() -> None:
+    from slime_core.plugins.registry import KINDS
+
+    assert set(BUILTIN_RECORDS) == set(KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(BUILTIN_RECORDS))
+def test_builtin_registration_hooks(pm, kind: str) -> None:
+    from slime_core.plugins.registry import KINDS
+
+    hook, _, rtype = KINDS[kind]
+    got: dict[str, set[str]] = {}
+    for impl in getattr(pm.hook, hook).get_hookimpls():
+        produced = impl.function()
+        if produced is None:
+            continue
+        for rec in produced if isinstance(produced, list) else [produced]:
+            assert isinstance(rec, rtype), (impl.plugin_name, rec)
+            got.setdefault(impl.plugin_name, set()).add(rec.name)
+    assert got == BUILTIN_RECORDS[kind]

@@ -95,10 +95,16 @@ def test_configure_rejects_what_the_critic_cannot_do(make_config, sections, mess
 
 
 def test_configure_accepts_a_plain_ppo_config(make_config) -> None:
-    _configure(make_config(algorithm={"kl_in_reward_coef": 0.01, "whiten_advantages": True}))
-    _configure(
-        make_config(algorithm={"advantage_estimator": "grpo"})
-    )  # no critic, nothing to check
+    from slime_ppo.config import uses_critic
+
+    ppo = make_config(algorithm={"kl_in_reward_coef": 0.01, "whiten_advantages": True})
+    grpo = make_config(algorithm={"advantage_estimator": "grpo"})
+    # the accepted critic run really is one, the other really is not (nothing to check there)
+    assert uses_critic(ppo) and not uses_critic(grpo)
+    for cfg in (ppo, grpo):
+        before = cfg.to_dict()
+        _configure(cfg)  # must not raise
+        assert cfg.to_dict() == before  # and must not rewrite what it accepted
 
 
 def test_tiny_arith_ppo_config_matches_grpo_but_for_the_estimator() -> None:
