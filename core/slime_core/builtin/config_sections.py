@@ -146,6 +146,16 @@ class EvalSection:
     max_new_tokens: int = 0  # 0: rollout.max_new_tokens
     reward: str = ""  # empty: rollout.reward
     max_prompts: int = 0  # 0: all
+    top_k: int = -1  # top-k sampling of evaluations (-1: off)
+    pass_at: list[int] = field(default_factory=list)  # k of the eval pass@k metrics (unbiased estimator over each prompt's samples)
+    datasets: list[dict[str, Any]] = field(default_factory=list)  # [[eval.datasets]]: name, path or source/task, reward, n_samples, temperature, top_p, top_k, max_new_tokens, stop, max_prompts, generate; unset keys from [eval] (docs/evaluation.md)
+
+    def __post_init__(self) -> None:
+        from slime_core.evaluation.specs import parse_datasets
+
+        _need(self.top_k == -1 or self.top_k >= 1, "eval.top_k", "must be -1 (off) or >= 1")
+        _need(all(k >= 1 for k in self.pass_at), "eval.pass_at", "every k must be >= 1")
+        parse_datasets(self.datasets)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``core report RUN_DIR``: PNG plots from ``metrics.jsonl`` and a one-page ``report.html``.
 
 Panels (a panel whose metrics are all absent is skipped): reward and accuracy (training
-rollouts as lines, evaluations as points), KL, clip fraction, entropy, loss, response length,
+rollouts as lines, evaluations as points), one per eval dataset (``eval/<name>/accuracy``,
+``pass@k``, truncation rate), KL, clip fraction, entropy, loss, response length,
 tokens/s, time per phase (stacked per step). The HTML embeds the PNGs (one self-contained
 file), a summary table, the phase breakdown of ``trace.json`` when present, the resolved
 ``config.toml`` and the plugin set of ``plugins.json``. Plots use matplotlib's Agg canvas
@@ -54,6 +55,30 @@ PANELS = (
           stacked=["perf/rollout_time", "perf/train_time", "perf/weight_sync_time",
                    "perf/save_time", "perf/eval_time"]),
 )
+
+
+def eval_dataset_panels(keys: set[str]) -> list[Panel]:
+    """One panel per eval dataset (``eval/<name>/accuracy``): accuracy, every pass@k and the
+    truncation rate; its response length goes to the response-length panel."""
+    names = sorted({k.split("/")[1] for k in keys
+                    if k.startswith("eval/") and k.count("/") == 2 and k.endswith("/accuracy")})
+    panels = []
+    for name in names:
+        pre = f"eval/{name}/"
+        pass_keys = sorted((k for k in keys if k.startswith(pre + "pass@")),
+                           key=lambda k: int(k.rsplit("@", 1)[1]) if k.rsplit("@", 1)[1].isdigit() else 0)
+        panels.append(Panel(f"eval_{name}", f"Eval: {name}", "fraction",
+                            points=[pre + "accuracy", *pass_keys, pre + "truncated_ratio"]))
+    return panels
+
+
+def _with_dataset_lengths(panel: Panel, keys: set[str]) -> Panel:
+    if panel.name != "response_length":
+        return panel
+    extra = sorted(k for k in keys if k.startswith("eval/") and k.count("/") == 2
+                   and k.endswith("/response_length_mean"))
+    return Panel(panel.name, panel.title, panel.ylabel, lines=list(panel.lines),
+                 points=list(panel.points) + extra)
 
 
 class ReportError(ValueError):
@@ -160,7 +185,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
     out = Path(out_dir) if out_dir else run / "report"
     out.mkdir(parents=True, exist_ok=True)
     pngs = []
-    for panel in PANELS:
+    keys = {k for r in rows for k in r}
+    for panel in [*(_with_dataset_lengths(p, keys) for p in PANELS), *eval_dataset_panels(keys)]:
         path = out / f"{panel.name}.png"
         if plot_panel(panel, rows, path):
             pngs.append(path)
@@ -193,10 +219,21 @@ def _summary_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
         ("final rollout accuracy", fmt(_last(rows, "rollout/accuracy"))),
         ("eval accuracy: first → last (best)",
          f"{acc[0]:.4g} → {acc[-1]:.4g} ({max(acc):.4g})" if acc else "–"),
+        *_dataset_summary(rows),
         ("mean step time", fmt(statistics.fmean(step_t) if step_t else None, "{:.3f} s")),
         ("mean rollout tokens/s", fmt(statistics.fmean(r_tps) if r_tps else None, "{:.1f}")),
         ("mean train tokens/s", fmt(statistics.fmean(t_tps) if t_tps else None, "{:.1f}")),
     ]
+
+
+def _dataset_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    out = []
+    for panel in eval_dataset_panels({k for r in rows for k in r}):
+        for key in panel.points[:-1]:  # accuracy and pass@k, not the truncation rate
+            _, ys = series(rows, key)
+            if ys:
+                out.append((f"{key}: first → last", f"{ys[0]:.4g} → {ys[-1]:.4g}"))
+    return out
 
 
 def _trace_table(run: Path) -> str:

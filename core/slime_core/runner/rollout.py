@@ -32,6 +32,7 @@ from slime_hookspecs import (
 )
 
 from slime_core.context import get_manager
+from slime_core.evaluation.settings import EvalSettings
 from slime_core.observe.trace import span
 from slime_core.rewards.routing import RewardFunctions, row_reward_name
 from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
@@ -48,7 +49,7 @@ def sampling_params(config: Any, evaluation: bool) -> SamplingParams:
     r, e = config.rollout, config.eval
     if evaluation:
         return SamplingParams(
-            temperature=e.temperature, top_p=e.top_p, top_k=-1,
+            temperature=e.temperature, top_p=e.top_p, top_k=e.top_k,
             max_new_tokens=e.max_new_tokens or r.max_new_tokens,
             stop=list(r.stop), stop_token_ids=list(r.stop_token_ids),
         )
@@ -95,6 +96,9 @@ class RolloutManager:
         self.reward_fn(False)
         if eval_source is not None:
             self.reward_fn(True)
+        self._eval_sets = EvalSettings(config)
+        for spec in self._eval_sets.specs.values():
+            self._rewards.get(spec.reward)  # a dataset's unknown reward fails here too
         reg = self.pm.registries
         self._ds_filter = (
             reg.filter.get(config.rollout.dynamic_sampling_filter).factory(config)
@@ -169,7 +173,8 @@ class RolloutManager:
         if evaluation:
             limit = cfg.eval.max_prompts or -1
             groups = source.get_samples(limit)
-            done = await asyncio.gather(*(self._run_group(g, params, rollout_id, True) for g in groups))
+            done = await asyncio.gather(*(self._run_group(g, self._eval_sets.params(g, params),
+                                                          rollout_id, True) for g in groups))
             kept = list(done)
             all_groups = kept
         else:
@@ -304,9 +309,9 @@ class RolloutManager:
     async def _generate(self, sample: Sample, params: SamplingParams,
                         client: EngineClient) -> Sample | list[Sample]:
         try:
-            res = self.pm.hook.slime_generate(
-                config=self.config, sample=sample, sampling_params=params, engine=client
-            )
+            custom = self._eval_sets.generate_fn(sample)  # an eval dataset's own `generate`
+            call = custom or self.pm.hook.slime_generate
+            res = call(config=self.config, sample=sample, sampling_params=params, engine=client)
             res = await _maybe_await(res)
         except asyncio.CancelledError:
             raise

@@ -1,0 +1,48 @@
+"""Per-dataset sampling settings and generate functions, looked up by a sample's dataset."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from slime_core.evaluation.specs import EvalDatasetSpec, resolved
+from slime_core.evaluation.suite import DATASET_KEY
+from slime_hookspecs import Sample, SamplingParams
+
+
+def import_function(path: str, key: str) -> Callable[..., Any]:
+    """``"package.module:function"`` imported; errors name ``key``."""
+    module, _, attr = path.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{key}: cannot import {path!r}: {type(exc).__name__}: {exc}") from exc
+    if not callable(fn):
+        raise ValueError(f"{key}: {path!r} is not callable")
+    return fn
+
+
+class EvalSettings:
+    """What differs between eval datasets once their samples are in one rollout."""
+
+    def __init__(self, config: Any) -> None:
+        self.specs: dict[str, EvalDatasetSpec] = {s.name: s for s in resolved(config)}
+        # imported now: a wrong path fails before anything is generated
+        self._generate = {name: import_function(s.generate, f"eval.datasets.{name}.generate")
+                          for name, s in self.specs.items() if s.generate}
+
+    def params(self, group: list[Sample], default: SamplingParams) -> SamplingParams:
+        """The sampling settings of the group's dataset (``default`` for the plain eval)."""
+        spec = self.specs.get(group[0].metadata.get(DATASET_KEY)) if group else None
+        if spec is None:
+            return default
+        return default.replace(
+            temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+            max_new_tokens=spec.max_new_tokens, stop=list(spec.stop or []),
+        )
+
+    def generate_fn(self, sample: Sample) -> Callable[..., Any] | None:
+        """The dataset's own generate function, or ``None`` (the ``slime_generate`` hook)."""
+        if not self._generate:
+            return None
+        return self._generate.get(sample.metadata.get(DATASET_KEY))
