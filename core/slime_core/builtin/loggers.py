@@ -33,8 +33,8 @@ class JsonlLogger:
         self._fh.close()
         kept, superseded = rewind_rows(self.path, step)
         if superseded:
-            with open(self.path.replace(".jsonl", ".superseded.jsonl"), "a",
-                      encoding="utf-8") as fh:
+            stem, ext = os.path.splitext(self.path)
+            with open(f"{stem}.superseded{ext}", "a", encoding="utf-8") as fh:
                 fh.writelines(superseded)
                 fh.flush()
                 os.fsync(fh.fileno())
