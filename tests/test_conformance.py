@@ -85,3 +85,24 @@ def test_hook_has_a_test(name: str) -> None:
     assert re.search(rf"\b{name}\b", _test_sources()), (
         f"no test mentions {name}: add one that implements or calls it"
     )
+
+
+def test_hookspecs_type_config_with_the_protocol() -> None:
+    """No hookspec takes an untyped ``config``: editors follow it to ``slime_hookspecs.Config``."""
+    untyped = []
+    for name, spec in _specs().items():
+        param = inspect.signature(spec.function).parameters.get("config")
+        if param is not None and param.annotation != "Config":
+            untyped.append(f"{name}(config: {param.annotation})")
+    assert not untyped, untyped
+
+
+def test_typed_config_is_current() -> None:
+    """slime_hookspecs.Config and its section protocols repeat the built-in section
+    dataclasses (the hookspecs cannot import the core): generated, so they cannot drift."""
+    from slime_core.config.typed import render as render_typed
+
+    text = (REPO / "hookspecs" / "slime_hookspecs" / "config.py").read_text()
+    assert text == render_typed(), (
+        "hookspecs/slime_hookspecs/config.py drifted from the config sections: run "
+        "`python -m slime_core.config.typed > hookspecs/slime_hookspecs/config.py`")

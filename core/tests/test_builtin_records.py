@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from slime_core.plugins import PluginSelection, SlimePluginManager
 
 
@@ -57,3 +56,46 @@ def test_builtin_registration_hooks(pm, kind: str) -> None:
             assert isinstance(rec, rtype), (impl.plugin_name, rec)
             got.setdefault(impl.plugin_name, set()).add(rec.name)
     assert got == BUILTIN_RECORDS[kind]
+
+
+def test_registry_hook_names_come_from_the_record_types() -> None:
+    """Each record type names its registration hook; the registry reads it from there."""
+    from slime_core.plugins.registry import KINDS
+    from slime_hookspecs.records import RECORD_TYPES
+
+    assert {rt.kind: rt.hook for rt in RECORD_TYPES} == {
+        "rollout_engine": "slime_register_rollout_engines",
+        "trainer_backend": "slime_register_trainer_backends",
+        "advantage_estimator": "slime_register_advantage_estimators",
+        "policy_loss": "slime_register_policy_losses",
+        "kl_estimator": "slime_register_kl_estimators",
+        "is_correction": "slime_register_is_corrections",
+        "loss_reducer": "slime_register_loss_reducers",
+        "reward_function": "slime_register_reward_functions",
+        "data_source": "slime_register_data_sources",
+        "filter": "slime_register_filters",
+        "weight_transport": "slime_register_weight_transports",
+        "accelerator": "slime_register_accelerators",
+        "sandbox": "slime_register_sandboxes",
+        "tool": "slime_register_tools",
+        "tool_parser": "slime_register_tool_parsers",
+        "logger": "slime_register_loggers",
+    }
+    assert {k: hook for k, (hook, _, _) in KINDS.items()} == {rt.kind: rt.hook for rt in RECORD_TYPES}
+
+
+def test_records_collects_decorated_factories_and_provides_the_hook() -> None:
+    from slime_hookspecs import FilterRecord, PolicyLossRecord, Records
+
+    records = Records()
+
+    @records.register(PolicyLossRecord, "mine", summary="s")
+    def mine(config):  # noqa: ANN001, ANN202
+        return lambda batch, log_probs: ([], {})
+
+    records.add(FilterRecord(name="keep_all", factory=lambda config: lambda group: None))
+    hook = records.hook(PolicyLossRecord)
+    assert hook.__name__ == "slime_register_policy_losses"
+    assert [r.name for r in hook()] == ["mine"] and hook()[0].factory is mine
+    with pytest.raises(ValueError, match="policy loss 'mine' is registered twice"):
+        records.register(PolicyLossRecord, "mine")(mine)

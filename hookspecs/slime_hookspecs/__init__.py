@@ -6,6 +6,7 @@ Importing this package never imports torch.
 from __future__ import annotations
 
 from slime_hookspecs.batch import TrainBatch
+from slime_hookspecs.config import Config
 from slime_hookspecs.markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from slime_hookspecs.protocols import (
     Accelerator,
@@ -53,6 +54,7 @@ __all__ = [
     "Accelerator",
     "AcceleratorRecord",
     "AdvantageEstimatorRecord",
+    "Config",
     "ConfigSection",
     "DataSource",
     "DataSourceRecord",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from slime_hookspecs.markers import hookspec
 
 if TYPE_CHECKING:
+    from slime_hookspecs.config import Config
     from slime_hookspecs.records import ConfigSection
 
 
@@ -27,7 +28,7 @@ def slime_add_config(schema: Any) -> ConfigSection | list[ConfigSection] | None:
 
 
 @hookspec(historic=True)
-def slime_configure(config: Any) -> None:
+def slime_configure(config: Config) -> None:
     """Inspect or adjust the resolved config; raise ``ValueError`` to reject it.
 
     **When**: after the TOML file and ``-o`` overrides are merged and typed, before any

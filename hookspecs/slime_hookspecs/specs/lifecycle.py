@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from slime_hookspecs.markers import hookspec
 
 if TYPE_CHECKING:
+    from slime_hookspecs.config import Config
     from slime_hookspecs.protocols import RolloutResult
 
 
 @hookspec
-def slime_run_start(config: Any, run_dir: str) -> None:
+def slime_run_start(config: Config, run_dir: str) -> None:
     """The run begins (after components exist, before the first rollout; also on resume).
 
     **Process**: the driver. **Returns**: nothing.
@@ -21,7 +22,7 @@ def slime_run_start(config: Any, run_dir: str) -> None:
 
 
 @hookspec
-def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+def slime_run_end(config: Config, run_dir: str, status: str) -> None:
     """The run ends; ``status`` is ``"completed"``, ``"failed"`` or ``"interrupted"``.
 
     **Process**: the driver. Fires even after an error. **Returns**: nothing.
@@ -31,7 +32,7 @@ def slime_run_end(config: Any, run_dir: str, status: str) -> None:
 
 
 @hookspec
-def slime_before_rollout(config: Any, rollout_id: int) -> None:
+def slime_before_rollout(config: Config, rollout_id: int) -> None:
     """Before the rollout of step ``rollout_id``. **Process**: the driver.
 
     .. versionadded:: 0.1
@@ -39,7 +40,7 @@ def slime_before_rollout(config: Any, rollout_id: int) -> None:
 
 
 @hookspec
-def slime_after_rollout(config: Any, rollout_id: int, result: RolloutResult) -> None:
+def slime_after_rollout(config: Config, rollout_id: int, result: RolloutResult) -> None:
     """After the rollout of step ``rollout_id``; ``result`` holds the kept groups.
 
     **Process**: the driver. **Returns**: nothing.
@@ -49,7 +50,7 @@ def slime_after_rollout(config: Any, rollout_id: int, result: RolloutResult) -> 
 
 
 @hookspec
-def slime_before_train(config: Any, rollout_id: int) -> None:
+def slime_before_train(config: Config, rollout_id: int) -> None:
     """Before the training of step ``rollout_id``. **Process**: the driver.
 
     .. versionadded:: 0.1
@@ -57,7 +58,7 @@ def slime_before_train(config: Any, rollout_id: int) -> None:
 
 
 @hookspec
-def slime_after_train(config: Any, rollout_id: int, metrics: dict[str, float]) -> None:
+def slime_after_train(config: Config, rollout_id: int, metrics: dict[str, float]) -> None:
     """After the training of step ``rollout_id``, with its training metrics.
 
     **Process**: the driver. **Returns**: nothing.
@@ -67,7 +68,7 @@ def slime_after_train(config: Any, rollout_id: int, metrics: dict[str, float]) -
 
 
 @hookspec
-def slime_before_save(config: Any, rollout_id: int, path: str) -> None:
+def slime_before_save(config: Config, rollout_id: int, path: str) -> None:
     """Before a checkpoint is written to ``path`` (not yet existing).
 
     **Process**: the driver. **Returns**: nothing.
@@ -77,7 +78,7 @@ def slime_before_save(config: Any, rollout_id: int, path: str) -> None:
 
 
 @hookspec
-def slime_after_save(config: Any, rollout_id: int, path: str) -> None:
+def slime_after_save(config: Config, rollout_id: int, path: str) -> None:
     """After a checkpoint is complete and atomically renamed to ``path``.
 
     **Process**: the driver. **Returns**: nothing.
@@ -87,7 +88,7 @@ def slime_after_save(config: Any, rollout_id: int, path: str) -> None:
 
 
 @hookspec
-def slime_before_weight_sync(config: Any, version: int) -> None:
+def slime_before_weight_sync(config: Config, version: int) -> None:
     """Before trainer weights are sent to the engines as ``version``.
 
     **Process**: the driver. **Returns**: nothing.
@@ -97,7 +98,7 @@ def slime_before_weight_sync(config: Any, version: int) -> None:
 
 
 @hookspec
-def slime_after_weight_sync(config: Any, version: int, stats: dict[str, float]) -> None:
+def slime_after_weight_sync(config: Config, version: int, stats: dict[str, float]) -> None:
     """After every engine reports ``version``; ``stats`` has ``bytes`` and ``seconds``.
 
     **Process**: the driver. **Returns**: nothing.
@@ -107,7 +108,7 @@ def slime_after_weight_sync(config: Any, version: int, stats: dict[str, float]) 
 
 
 @hookspec
-def slime_on_error(config: Any, phase: str, error: BaseException) -> None:
+def slime_on_error(config: Config, phase: str, error: BaseException) -> None:
     """An exception escaped ``phase`` (``rollout``, ``train``, ``save``, ``weight_sync``, ``eval``).
 
     **When**: before the run stops; the last complete checkpoint is left intact.

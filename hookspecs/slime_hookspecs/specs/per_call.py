@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from slime_hookspecs.markers import hookspec
 
 if TYPE_CHECKING:
     from slime_hookspecs.batch import TrainBatch
+    from slime_hookspecs.config import Config
     from slime_hookspecs.protocols import DataSource, RolloutEngine, RolloutResult
     from slime_hookspecs.records import FilterResult
     from slime_hookspecs.sample import Sample
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 @hookspec(firstresult=True)
 def slime_rollout(
-    config: Any, rollout_id: int, data_source: DataSource, evaluation: bool
+    config: Config, rollout_id: int, data_source: DataSource, evaluation: bool
 ) -> RolloutResult | None:
     """Produce the samples of one rollout step (slime's ``--rollout-function-path``).
 
@@ -41,7 +43,7 @@ def slime_rollout(
 
 @hookspec(firstresult=True)
 def slime_generate(
-    config: Any, sample: Sample, sampling_params: SamplingParams, engine: RolloutEngine
+    config: Config, sample: Sample, sampling_params: SamplingParams, engine: RolloutEngine
 ) -> Sample | list[Sample] | None:
     """Generate the response of one sample (``--custom-generate-function-path``).
 
@@ -59,7 +61,7 @@ def slime_generate(
 
 
 @hookspec
-def slime_after_generate(config: Any, sample: Sample, rollout_id: int, evaluation: bool) -> None:
+def slime_after_generate(config: Config, sample: Sample, rollout_id: int, evaluation: bool) -> None:
     """Observe or edit a sample right after it is generated and rewarded.
 
     **When**: once per finished sample, after its reward is set, before group filters.
@@ -72,7 +74,7 @@ def slime_after_generate(config: Any, sample: Sample, rollout_id: int, evaluatio
 
 
 @hookspec(firstresult=True)
-def slime_reward(config: Any, sample: Sample) -> float | dict[str, float] | None:
+def slime_reward(config: Config, sample: Sample) -> float | dict[str, float] | None:
     """Score one sample (``--custom-rm-path``), overriding ``rollout.reward``.
 
     **When**: once per finished sample that is not FAILED.
@@ -86,7 +88,7 @@ def slime_reward(config: Any, sample: Sample) -> float | dict[str, float] | None
 
 
 @hookspec(firstresult=True)
-def slime_reward_group(config: Any, samples: list[Sample]) -> list[float] | None:
+def slime_reward_group(config: Config, samples: list[Sample]) -> list[float] | None:
     """Score a whole group at once (group reward models, pairwise judges).
 
     **When**: once per finished group, before per-sample rewards; if it returns a list, the
@@ -99,7 +101,7 @@ def slime_reward_group(config: Any, samples: list[Sample]) -> list[float] | None
 
 
 @hookspec
-def slime_dynamic_sampling_filter(config: Any, group: list[Sample]) -> FilterResult | None:
+def slime_dynamic_sampling_filter(config: Config, group: list[Sample]) -> FilterResult | None:
     """Decide whether a rewarded group is kept (``--dynamic-sampling-filter-path``).
 
     **When**: for each rewarded group during a training rollout (not evaluation).
@@ -115,7 +117,7 @@ def slime_dynamic_sampling_filter(config: Any, group: list[Sample]) -> FilterRes
 
 @hookspec(firstresult=True)
 def slime_buffer_filter(
-    config: Any, rollout_id: int, buffer: list[list[Sample]], num_groups: int
+    config: Config, rollout_id: int, buffer: list[list[Sample]], num_groups: int
 ) -> list[list[Sample]] | None:
     """Choose which buffered groups to hand out next (``--buffer-filter-path``).
 
@@ -129,7 +131,7 @@ def slime_buffer_filter(
 
 
 @hookspec
-def slime_rollout_sample_filter(config: Any, groups: list[list[Sample]]) -> None:
+def slime_rollout_sample_filter(config: Config, groups: list[list[Sample]]) -> None:
     """Mark samples to leave out of the loss (``--rollout-sample-filter-path``).
 
     **When**: after a rollout step's groups are complete, before conversion to train data.
@@ -144,7 +146,7 @@ def slime_rollout_sample_filter(config: Any, groups: list[list[Sample]]) -> None
 
 @hookspec
 def slime_rollout_all_samples(
-    config: Any, groups: list[list[Sample]], data_source: DataSource
+    config: Config, groups: list[list[Sample]], data_source: DataSource
 ) -> None:
     """See every sample of a rollout step, kept or dropped (``--rollout-all-samples-process-path``).
 
@@ -164,7 +166,7 @@ def slime_rollout_all_samples(
 
 @hookspec(firstresult=True)
 def slime_reward_post_process(
-    config: Any, samples: list[Sample]
+    config: Config, samples: list[Sample]
 ) -> tuple[list[float], list[float]] | None:
     """Turn sample rewards into the rewards used for advantages (``--custom-reward-post-process-path``).
 
@@ -178,7 +180,7 @@ def slime_reward_post_process(
 
 
 @hookspec(firstresult=True)
-def slime_convert_samples_to_train_data(config: Any, samples: list[Sample]) -> TrainBatch | None:
+def slime_convert_samples_to_train_data(config: Config, samples: list[Sample]) -> TrainBatch | None:
     """Build the :class:`~slime_hookspecs.batch.TrainBatch` of a step.
 
     **When**: once per training step (``--custom-convert-samples-to-train-data-path``).
@@ -191,7 +193,7 @@ def slime_convert_samples_to_train_data(config: Any, samples: list[Sample]) -> T
 
 
 @hookspec
-def slime_rollout_data_postprocess(config: Any, rollout_id: int, batch: TrainBatch) -> None:
+def slime_rollout_data_postprocess(config: Config, rollout_id: int, batch: TrainBatch) -> None:
     """Edit the train batch in place before it reaches the trainer (``--rollout-data-postprocess-path``).
 
     **When**: once per training step, after conversion.
@@ -203,7 +205,7 @@ def slime_rollout_data_postprocess(config: Any, rollout_id: int, batch: TrainBat
 
 
 @hookspec(firstresult=True)
-def slime_make_data_source(config: Any, split: str) -> DataSource | None:
+def slime_make_data_source(config: Config, split: str) -> DataSource | None:
     """Build the data source (``--data-source-path``), overriding ``data.source``.
 
     **When**: once per run for ``split="train"`` and, if evaluation is configured, ``"eval"``.
@@ -220,7 +222,7 @@ def slime_make_data_source(config: Any, split: str) -> DataSource | None:
 
 
 @hookspec(firstresult=True)
-def slime_compute_advantages(config: Any, batch: TrainBatch) -> list[Any] | None:
+def slime_compute_advantages(config: Config, batch: TrainBatch) -> list[Any] | None:
     """Compute per-token advantages (``--custom-advantage-function-path``).
 
     **When**: once per training step, after log-probs (policy, old, ref) and values are set on
@@ -239,7 +241,7 @@ def slime_compute_advantages(config: Any, batch: TrainBatch) -> list[Any] | None
 
 @hookspec(firstresult=True)
 def slime_loss(
-    config: Any, batch: TrainBatch, log_probs: list[Any], reducer: Callable[[list[Any]], Any]
+    config: Config, batch: TrainBatch, log_probs: list[Any], reducer: Callable[[list[Any]], Any]
 ) -> tuple[Any, dict[str, float]] | None:
     """Compute the loss of one micro-batch (``--custom-loss-function-path``).
 
@@ -256,7 +258,7 @@ def slime_loss(
 
 
 @hookspec(firstresult=True)
-def slime_make_model(config: Any, role: str) -> Any | None:
+def slime_make_model(config: Config, role: str) -> Any | None:
     """Build a model (``--custom-model-provider-path``).
 
     **When**: when a trainer builds its models. **Process**: each trainer rank.
@@ -276,7 +278,7 @@ def slime_make_model(config: Any, role: str) -> Any | None:
 
 @hookspec(firstresult=True)
 def slime_is_correction(
-    config: Any,
+    config: Config,
     pg_loss: list[Any],
     train_log_probs: list[Any],
     rollout_log_probs: list[Any],
@@ -296,7 +298,7 @@ def slime_is_correction(
 
 @hookspec(firstresult=True)
 def slime_pg_loss_reducer(
-    config: Any, response_lengths: list[int], loss_masks: list[Any]
+    config: Config, response_lengths: list[int], loss_masks: list[Any]
 ) -> Callable[[list[Any]], Any] | None:
     """Provide the loss aggregation of a micro-batch (``--custom-pg-loss-reducer-function-path``).
 
@@ -309,7 +311,7 @@ def slime_pg_loss_reducer(
 
 
 @hookspec
-def slime_trainer_init(config: Any, model: Any) -> None:
+def slime_trainer_init(config: Config, model: Any) -> None:
     """Observe or adjust the actor model after it is built (Megatron init hook).
 
     **When**: once per trainer rank after the actor model and optimizer exist.
@@ -325,7 +327,7 @@ def slime_trainer_init(config: Any, model: Any) -> None:
 
 
 @hookspec
-def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
+def slime_before_log_prob(config: Config, model: Any, role: str) -> None:
     """Called before log-probs are computed with ``model`` for ``role`` (actor, ref, old).
 
     **When**: once per role per training step. **Process**: each trainer rank.
@@ -339,7 +341,7 @@ def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
 
 @hookspec
 def slime_before_train_step(
-    config: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, scheduler: Any
+    config: Config, rollout_id: int, step_id: int, model: Any, optimizer: Any, scheduler: Any
 ) -> None:
     """Called before each optimizer step's forward/backward.
 
@@ -355,7 +357,7 @@ def slime_before_train_step(
 
 
 @hookspec
-def slime_trainer_save(config: Any, path: str, rank: int) -> None:
+def slime_trainer_save(config: Config, path: str, rank: int) -> None:
     """Save plugin-owned training state (a critic, extra optimizers) with a checkpoint.
 
     **When**: inside ``Trainer.save``, after the backend wrote its own state; ``path`` is the
@@ -371,7 +373,7 @@ def slime_trainer_save(config: Any, path: str, rank: int) -> None:
 
 
 @hookspec
-def slime_trainer_load(config: Any, path: str, rank: int) -> None:
+def slime_trainer_load(config: Config, path: str, rank: int) -> None:
     """Restore what ``slime_trainer_save`` wrote, when a run resumes.
 
     **When**: inside ``Trainer.load``, after the backend restored its own state (``megatron``
@@ -387,7 +389,7 @@ def slime_trainer_load(config: Any, path: str, rank: int) -> None:
 
 
 @hookspec
-def slime_after_weights_written(config: Any, version_dir: str, engines: list[Any]) -> None:
+def slime_after_weights_written(config: Config, version_dir: str, engines: list[Any]) -> None:
     """Called after the disk transport wrote a weight version (``--custom-update-weight-post-write-path``).
 
     **When**: after the versioned directory is complete, before engines are told to read it.
@@ -415,7 +417,7 @@ def slime_before_weights_read(version_dir: str, target_version: int) -> None:
 
 @hookspec
 def slime_log_rollout(
-    config: Any, rollout_id: int, samples: list[Sample], metrics: dict[str, float]
+    config: Config, rollout_id: int, samples: list[Sample], metrics: dict[str, float]
 ) -> bool | None:
     """Log a training rollout step (custom rollout log function).
 
@@ -431,7 +433,7 @@ def slime_log_rollout(
 
 @hookspec
 def slime_log_eval(
-    config: Any, rollout_id: int, samples: list[Sample], metrics: dict[str, float]
+    config: Config, rollout_id: int, samples: list[Sample], metrics: dict[str, float]
 ) -> bool | None:
     """Log an evaluation (custom eval log function); same contract as ``slime_log_rollout``.
 
