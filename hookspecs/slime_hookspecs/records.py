@@ -36,8 +36,9 @@ record type (every record type names its hook in ``hook``)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from slime_hookspecs.markers import hookimpl
 

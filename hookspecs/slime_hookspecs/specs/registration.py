@@ -7,7 +7,8 @@ ranks), and are called once per process when the registries are first built.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from slime_hookspecs.markers import hookspec
 
