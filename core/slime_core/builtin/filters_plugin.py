@@ -7,11 +7,13 @@ name it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
+
+from slime_hookspecs import FilterRecord, Records
 
 from slime_core.filters import drop_truncated, fifo, lifo, nonzero_std
-from slime_hookspecs import FilterRecord, Records
 
 records = Records()
 

@@ -20,13 +20,15 @@ import difflib
 import importlib
 import inspect
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+
+from slime_hookspecs import PROJECT_NAME, ConfigSection, Record, RecordKey
 
 from slime_core.config.loader import parse_override, read_toml
 from slime_core.config.model import ConfigError
-from slime_hookspecs import PROJECT_NAME, ConfigSection, Record, RecordKey
 
 if TYPE_CHECKING:
     from slime_core.config.model import Config

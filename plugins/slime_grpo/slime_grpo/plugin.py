@@ -8,7 +8,8 @@ never imports torch.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_hookspecs import (
     AdvantageEstimatorRecord,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
-
-from collections.abc import Callable
 
 # one implementation of the loss reducers serves every algorithm: the critic uses the
 # ``algorithm.loss_reducer`` record, the actor's (slime_ppo.critic)
