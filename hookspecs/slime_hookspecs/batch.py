@@ -32,23 +32,23 @@ class TrainBatch:
     for advantages, ``raw_rewards`` what the reward function returned.
     """
 
-    tokens: list[Any] = field(default_factory=list)
-    response_lengths: list[int] = field(default_factory=list)
-    loss_masks: list[Any] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    raw_rewards: list[float] = field(default_factory=list)
-    rollout_log_probs: list[Any] | None = None
-    log_probs: list[Any] | None = None
-    ref_log_probs: list[Any] | None = None
-    old_log_probs: list[Any] | None = None
-    values: list[Any] | None = None
-    advantages: list[Any] | None = None
-    returns: list[Any] | None = None
-    rollout_ids: list[int] = field(default_factory=list)
-    group_indices: list[int] = field(default_factory=list)
-    sample_indices: list[int] = field(default_factory=list)
-    weight_versions: list[int] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    tokens: list[Any] = field(default_factory=list)  # prompt + response ids per sample
+    response_lengths: list[int] = field(default_factory=list)  # T_i: response tokens of sample i
+    loss_masks: list[Any] = field(default_factory=list)  # [T_i], 1 = trained
+    rewards: list[float] = field(default_factory=list)  # shaped (slime_reward_post_process)
+    raw_rewards: list[float] = field(default_factory=list)  # as the reward function returned
+    rollout_log_probs: list[Any] | None = None  # [T_i], the engine's
+    log_probs: list[Any] | None = None  # [T_i], the current policy's
+    ref_log_probs: list[Any] | None = None  # [T_i], the reference model's (needs_ref)
+    old_log_probs: list[Any] | None = None  # [T_i], the policy's before this step's updates
+    values: list[Any] | None = None  # [T_i], a critic's (slime_ppo)
+    advantages: list[Any] | None = None  # [T_i], set by compute_advantages
+    returns: list[Any] | None = None  # [T_i], value targets (the advantages without a critic)
+    rollout_ids: list[int] = field(default_factory=list)  # Sample.rollout_id (its step)
+    group_indices: list[int] = field(default_factory=list)  # Sample.group_index
+    sample_indices: list[int] = field(default_factory=list)  # Sample.index
+    weight_versions: list[int] = field(default_factory=list)  # Sample.weight_versions[0] (-1: none)
+    metadata: dict[str, Any] = field(default_factory=dict)  # per batch; metadata['metrics'] is logged
 
     def __len__(self) -> int:
         return len(self.response_lengths)

@@ -50,12 +50,12 @@ class Record:
     kind: ClassVar[str] = "record"
     hook: ClassVar[str] = ""  # the slime_register_* hook that returns records of this type
 
-    name: str
-    factory: Callable[..., Any]
-    summary: str = ""
-    probe: Callable[[], str | None] | None = None
-    owner: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    name: str  # what a config names it by (unique per record type)
+    factory: Callable[..., Any]  # the builder: factory(config, ...) -> the thing (see the type)
+    summary: str = ""  # one line for core plugins info
+    probe: Callable[[], str | None] | None = None  # None: usable here, else why not
+    owner: str | None = None  # the registering plugin, filled in by the core
+    extra: dict[str, Any] = field(default_factory=dict)  # type-specific options (e.g. weighting)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -75,7 +75,14 @@ class Record:
 
 @dataclass
 class RolloutEngineRecord(Record):
-    """``factory(config, engine_index, accelerator) -> RolloutEngine`` (one per engine)."""
+    """``factory(config, engine_index, accelerator) -> RolloutEngine`` (one per engine).
+
+    Example::
+
+        @records.register(RolloutEngineRecord, "echo", summary="answers with the prompt")
+        def echo_engine(config, engine_index, accelerator):
+            return EchoEngine(config)  # implements slime_hookspecs.RolloutEngine
+    """
 
     kind: ClassVar[str] = "rollout_engine"
     hook: ClassVar[str] = "slime_register_rollout_engines"
@@ -83,7 +90,14 @@ class RolloutEngineRecord(Record):
 
 @dataclass
 class TrainerBackendRecord(Record):
-    """``factory(config, rank, world_size, accelerator) -> Trainer`` (one per trainer rank)."""
+    """``factory(config, rank, world_size, accelerator) -> Trainer`` (one per trainer rank).
+
+    Example::
+
+        @records.register(TrainerBackendRecord, "jax", summary="the policy in JAX")
+        def jax_trainer(config, rank, world_size, accelerator):
+            return JaxTrainer(config, rank, world_size)  # implements slime_hookspecs.Trainer
+    """
 
     kind: ClassVar[str] = "trainer_backend"
     hook: ClassVar[str] = "slime_register_trainer_backends"
@@ -100,11 +114,20 @@ class AdvantageEstimatorRecord(Record):
     values) computes it itself: ``batch.values`` is set only when a plugin set it. Under data
     parallelism each rank calls it on its share (possibly empty), as for
     ``slime_compute_advantages``.
+
+    Example (each token gets its sample's reward)::
+
+        @records.register(AdvantageEstimatorRecord, "reward_to_go", summary="r on every token")
+        def reward_to_go(config):
+            def estimate(batch):
+                adv = [torch.full(m.shape, float(r)) for r, m in zip(batch.rewards, batch.loss_masks)]
+                return adv, adv
+            return estimate
     """
 
     kind: ClassVar[str] = "advantage_estimator"
     hook: ClassVar[str] = "slime_register_advantage_estimators"
-    needs_ref: bool = False
+    needs_ref: bool = False  # the trainer computes batch.ref_log_probs before the estimator
 
 
 @dataclass
@@ -118,6 +141,15 @@ class PolicyLossRecord(Record):
     the core then applies the mismatch correction (``algorithm.is_correction``), multiplies by
     the loss masks and reduces with the loss reducer; ``metrics``: ``{"train/<name>": float}``.
     Called when no ``slime_loss`` implementation answered and ``train.loss = "policy"``.
+
+    Example (REINFORCE on the advantages)::
+
+        @records.register(PolicyLossRecord, "reinforce", summary="-A log pi")
+        def reinforce(config):
+            def loss(batch, log_probs):
+                pg = [-a * lp for a, lp in zip(batch.advantages, log_probs)]
+                return pg, {"train/pg_mean": float(sum(p.detach().sum() for p in pg))}
+            return loss
     """
 
     kind: ClassVar[str] = "policy_loss"
@@ -127,7 +159,14 @@ class PolicyLossRecord(Record):
 @dataclass
 class KLEstimatorRecord(Record):
     """``factory(config) -> kl``; ``kl(log_probs, ref_log_probs) -> per-token KL`` (one tensor
-    of the same shape, for one sample)."""
+    of the same shape, for one sample).
+
+    Example::
+
+        @records.register(KLEstimatorRecord, "abs", summary="|log pi - log pi_ref|")
+        def abs_kl(config):
+            return lambda log_probs, ref_log_probs: (log_probs - ref_log_probs).abs()
+    """
 
     kind: ClassVar[str] = "kl_estimator"
     hook: ClassVar[str] = "slime_register_kl_estimators"
@@ -137,7 +176,19 @@ class KLEstimatorRecord(Record):
 class ISCorrectionRecord(Record):
     """``factory(config) -> correct``; ``correct(pg_loss, train_log_probs, rollout_log_probs,
     loss_masks) -> (pg_loss, loss_masks, metrics)``: per-sample lists in and out, as
-    ``slime_is_correction``."""
+    ``slime_is_correction``.
+
+    Example (token weights exp(train - rollout), capped at ``algorithm.is_kwargs.cap``)::
+
+        @records.register(ISCorrectionRecord, "capped_is", summary="min(ratio, cap)")
+        def capped_is(config):
+            cap = config.algorithm.is_kwargs.get("cap", 2.0)
+            def correct(pg_loss, train_log_probs, rollout_log_probs, loss_masks):
+                w = [torch.exp(t - r).clamp(max=cap).detach()
+                     for t, r in zip(train_log_probs, rollout_log_probs)]
+                return [p * x for p, x in zip(pg_loss, w)], loss_masks, {}
+            return correct
+    """
 
     kind: ClassVar[str] = "is_correction"
     hook: ClassVar[str] = "slime_register_is_corrections"
@@ -150,6 +201,16 @@ class LossReducerRecord(Record):
 
     ``extra["weighting"]``: ``"tokens"`` when the reducer is a token mean (micro-batches are
     then weighted by their share of loss-masked tokens), else ``"samples"``.
+
+    Example (sum over every masked token of the batch)::
+
+        @records.register(LossReducerRecord, "token_sum", summary="sum of masked tokens",
+                          extra={"weighting": "tokens"})
+        def token_sum(config, response_lengths, loss_masks):
+            def reduce(losses):  # a list of [T_i] tensors or one packed [sum T_i] tensor
+                parts = losses.split(response_lengths) if hasattr(losses, "split") else losses
+                return sum((x * m).sum() for x, m in zip(parts, loss_masks))
+            return reduce
     """
 
     kind: ClassVar[str] = "loss_reducer"
@@ -161,16 +222,30 @@ class RewardFunctionRecord(Record):
     """``factory(config) -> reward``; ``reward(sample) -> float | dict`` (may be async).
 
     With ``group = True`` the built callable takes the whole group: ``reward(samples) -> list``.
+
+    Example::
+
+        @records.register(RewardFunctionRecord, "says_answer", summary="1 if 'Answer:' appears")
+        def says_answer(config):
+            return lambda sample: float("Answer:" in sample.response)
     """
 
     kind: ClassVar[str] = "reward_function"
     hook: ClassVar[str] = "slime_register_reward_functions"
-    group: bool = False
+    group: bool = False  # the built reward takes the whole group
 
 
 @dataclass
 class DataSourceRecord(Record):
-    """``factory(config, split) -> DataSource`` (split is ``"train"`` or ``"eval"``)."""
+    """``factory(config, split) -> DataSource`` (split is ``"train"`` or ``"eval"``).
+
+    Example::
+
+        @records.register(DataSourceRecord, "csv", summary="prompt,label rows")
+        def csv_source(config, split):
+            path = config.data.eval_path if split == "eval" else config.data.path
+            return CsvSource(path, seed=config.run.seed)  # implements slime_hookspecs.DataSource
+    """
 
     kind: ClassVar[str] = "data_source"
     hook: ClassVar[str] = "slime_register_data_sources"
@@ -185,11 +260,19 @@ class FilterRecord(Record):
     * ``"buffer"`` (``rollout.buffer_filter``): ``fn(rollout_id, buffer, num_groups) -> list of
       groups`` (removing them from ``buffer``)
     * ``"sample"`` (``rollout.sample_filter``): ``fn(groups) -> None`` (sets ``remove_sample``)
+
+    Example (a dynamic-sampling filter)::
+
+        @records.register(FilterRecord, "some_correct", stage="dynamic_sampling",
+                          summary="drop groups without a correct sample")
+        def some_correct(config):
+            return lambda group: FilterResult(keep=any(s.reward for s in group),
+                                              reason="none_correct")
     """
 
     kind: ClassVar[str] = "filter"
     hook: ClassVar[str] = "slime_register_filters"
-    stage: str = "dynamic_sampling"
+    stage: str = "dynamic_sampling"  # dynamic_sampling | buffer | sample
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -202,7 +285,14 @@ class FilterRecord(Record):
 
 @dataclass
 class WeightTransportRecord(Record):
-    """``factory(config, accelerator) -> WeightTransport`` (one per run, trainer side)."""
+    """``factory(config, accelerator) -> WeightTransport`` (one per run, trainer side).
+
+    Example::
+
+        @records.register(WeightTransportRecord, "s3", summary="versions through a bucket")
+        def s3_transport(config, accelerator):
+            return S3Transport(config.weights.dir)  # implements slime_hookspecs.WeightTransport
+    """
 
     kind: ClassVar[str] = "weight_transport"
     hook: ClassVar[str] = "slime_register_weight_transports"
@@ -216,20 +306,34 @@ class AcceleratorRecord(Record):
     device type, the torch.distributed backend, the Ray resource name and the environment
     variable that restricts visible devices. ``accelerator = "auto"`` picks the available
     record with the highest ``priority``.
+
+    Example::
+
+        records.add(AcceleratorRecord(
+            name="xpu", factory=XpuAccelerator, device_type="xpu", dist_backend="xccl",
+            ray_resource="XPU", visible_devices_env="ZE_AFFINITY_MASK", priority=5,
+            probe=lambda: None if xpu_present() else "no Intel GPU found"))
     """
 
     kind: ClassVar[str] = "accelerator"
     hook: ClassVar[str] = "slime_register_accelerators"
-    device_type: str = "cpu"
-    dist_backend: str = "gloo"
-    ray_resource: str = "CPU"
-    visible_devices_env: str | None = None
-    priority: int = 0
+    device_type: str = "cpu"  # torch device type
+    dist_backend: str = "gloo"  # torch.distributed backend
+    ray_resource: str = "CPU"  # the Ray resource an actor asks for
+    visible_devices_env: str | None = None  # e.g. CUDA_VISIBLE_DEVICES
+    priority: int = 0  # run.accelerator = "auto" picks the available record with the highest
 
 
 @dataclass
 class SandboxRecord(Record):
-    """``factory(config, **options) -> Sandbox`` (an async context manager)."""
+    """``factory(config, **options) -> Sandbox`` (an async context manager).
+
+    Example (``tools.sandbox_options`` arrive as keyword arguments)::
+
+        @records.register(SandboxRecord, "docker", summary="tool code in a container")
+        def docker_sandbox(config, image="python:3.11-slim", **options):
+            return DockerSandbox(image, **options)  # implements slime_hookspecs.Sandbox
+    """
 
     kind: ClassVar[str] = "sandbox"
     hook: ClassVar[str] = "slime_register_sandboxes"
@@ -238,11 +342,21 @@ class SandboxRecord(Record):
 @dataclass
 class ToolRecord(Record):
     """A tool the model may call; ``factory(config) -> callable(**arguments) -> str``
-    (may be async). ``parameters`` is the JSON schema of the arguments, as in OpenAI tools."""
+    (may be async). ``parameters`` is the JSON schema of the arguments, as in OpenAI tools.
+
+    Example::
+
+        records.add(ToolRecord(
+            name="lookup", factory=lambda config: lambda key: TABLE.get(key, "unknown"),
+            description="look a key up in the table",
+            parameters={"type": "object", "properties": {"key": {"type": "string"}},
+                        "required": ["key"]}))
+    """
 
     kind: ClassVar[str] = "tool"
     hook: ClassVar[str] = "slime_register_tools"
-    description: str = ""
+    description: str = ""  # shown to the model (default: summary)
+    # JSON schema of the arguments, as in OpenAI tools
     parameters: dict[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
@@ -261,7 +375,14 @@ class ToolRecord(Record):
 
 @dataclass
 class LoggerRecord(Record):
-    """``factory(config, run_dir) -> Logger``."""
+    """``factory(config, run_dir) -> Logger``.
+
+    Example::
+
+        @records.register(LoggerRecord, "stdout", summary="one line per step")
+        def stdout_logger(config, run_dir):
+            return PrintLogger()  # implements slime_hookspecs.Logger: log(metrics, step), close()
+    """
 
     kind: ClassVar[str] = "logger"
     hook: ClassVar[str] = "slime_register_loggers"
@@ -269,7 +390,14 @@ class LoggerRecord(Record):
 
 @dataclass
 class ToolParserRecord(Record):
-    """``factory(config, tokenizer) -> parser``; ``parser(text) -> (content, calls, errors)``."""
+    """``factory(config, tokenizer) -> parser``; ``parser(text) -> (content, calls, errors)``.
+
+    Example (a model that never calls tools)::
+
+        @records.register(ToolParserRecord, "none", summary="no tool calls")
+        def no_calls(config, tokenizer):
+            return lambda text: (text, [], [])
+    """
 
     kind: ClassVar[str] = "tool_parser"
     hook: ClassVar[str] = "slime_register_tool_parsers"
@@ -347,8 +475,8 @@ class Records:
 class FilterResult:
     """Answer of a dynamic-sampling filter: keep the group or drop it, with a reason."""
 
-    keep: bool
-    reason: str = ""
+    keep: bool  # False drops the group
+    reason: str = ""  # counted in the rollout metrics of dropped groups
 
 
 @dataclass(frozen=True)

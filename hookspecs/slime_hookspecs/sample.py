@@ -35,24 +35,24 @@ class SampleInvariantError(ValueError):
 class Sample:
     """One rollout sample; slime's fields, torch-free so it pickles and serialises cheaply."""
 
-    group_index: int = 0
-    index: int = 0
-    rollout_id: int = -1
-    prompt: str | list[dict[str, Any]] = ""
-    tokens: list[int] = field(default_factory=list)
-    response: str = ""
-    response_length: int = 0
-    label: Any = None
-    reward: float | dict[str, float] | None = None
-    loss_mask: list[int] = field(default_factory=list)
-    rollout_log_probs: list[float] = field(default_factory=list)
-    weight_versions: list[int] = field(default_factory=list)
-    status: Status = Status.PENDING
-    remove_sample: bool = False
-    metadata: dict[str, Any] = field(default_factory=dict)
-    train_metadata: dict[str, Any] = field(default_factory=dict)
-    session_id: str | None = None
-    error: str | None = None
+    group_index: int = 0  # the prompt's group (the samples of one prompt share it)
+    index: int = 0  # the sample's number, unique within its data source
+    rollout_id: int = -1  # the step that generated it
+    prompt: str | list[dict[str, Any]] = ""  # text, or chat messages with data.apply_chat_template
+    tokens: list[int] = field(default_factory=list)  # prompt ids then response ids
+    response: str = ""  # decoded response, for rewards and humans (training uses tokens)
+    response_length: int = 0  # response ids at the end of tokens
+    label: Any = None  # what the reward checks against (data.label_key)
+    reward: float | dict[str, float] | None = None  # a dict needs rollout.reward_key
+    loss_mask: list[int] = field(default_factory=list)  # per response token: 1 trained, 0 masked
+    rollout_log_probs: list[float] = field(default_factory=list)  # the engine's, per response token
+    weight_versions: list[int] = field(default_factory=list)  # weight version of each generation call
+    status: Status = Status.PENDING  # see Status
+    remove_sample: bool = False  # kept in the rollout, left out of the loss (sample filters)
+    metadata: dict[str, Any] = field(default_factory=dict)  # the data row's metadata; free for plugins
+    train_metadata: dict[str, Any] = field(default_factory=dict)  # for training-side plugins
+    session_id: str | None = None  # agent API session that produced it (multi-turn)
+    error: str | None = None  # why it FAILED
 
     # -- derived -------------------------------------------------------------------------
     @property
