@@ -280,6 +280,9 @@ class Driver:
         try:
             self.sync_weights()
             self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
+            # from here the directory holds the run's own record (its trace says where it
+            # failed): it is no stub, even if it fails before its first step
+            self._started = True
             if self.eval_source is not None and self.step == 0:
                 phase = "eval"
                 self.log(self.evaluate(), 0)
@@ -340,8 +343,9 @@ class Driver:
 
     def discard_if_stub(self) -> None:
         """Remove the directory of a new run that failed before its first training step:
-        it holds nothing to resume, only the files written at the start."""
-        if not self._fresh or getattr(self, "step", 0) > 0:
+        it holds nothing to resume, only the files written at the start. A run that got as far
+        as ``slime_run_start`` keeps its directory: its trace records the failure."""
+        if not self._fresh or getattr(self, "step", 0) > 0 or getattr(self, "_started", False):
             return
         if ckpt.latest_checkpoint(self.run_dir) is not None:
             return
