@@ -30,7 +30,10 @@ HF_DIR = "hf"
 
 
 def shard_file(path: str) -> str:
-    return os.path.join(path, MEGATRON_DIR, f"mp_rank_{parallel.tp_rank():02d}_000",
+    from megatron.core import parallel_state as ps
+
+    pp = int(ps.get_pipeline_model_parallel_rank())
+    return os.path.join(path, MEGATRON_DIR, f"mp_rank_{parallel.tp_rank():02d}_{pp:03d}",
                         "model_optim.pt")
 
 

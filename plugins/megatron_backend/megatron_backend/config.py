@@ -21,7 +21,7 @@ def _need(cond: bool, key: str, msg: str) -> None:
 @dataclass
 class MegatronSection:
     tensor_model_parallel_size: int = 1  # TP: ranks that split every linear layer and the vocabulary
-    pipeline_model_parallel_size: int = 1  # PP: stages of layers (only 1 is implemented yet)
+    pipeline_model_parallel_size: int = 1  # PP: stages of equal numbers of layers (one micro-batch in flight at a time)
     context_parallel_size: int = 1  # CP: ranks that split the sequence (only 1 is implemented yet)
     sequence_parallel: bool = False  # split norms/dropout activations over TP ranks (needs TransformerEngine: refused on the CPU)
     use_distributed_optimizer: bool = False  # ZeRO-1 sharding of the optimizer state over data-parallel ranks (Megatron's DistributedOptimizer: not implemented yet)
@@ -48,9 +48,6 @@ def check_config(config: Any) -> None:
     if config.train.backend != BACKEND:
         return
     mg: MegatronSection = config.megatron
-    _need(mg.pipeline_model_parallel_size == 1, "megatron.pipeline_model_parallel_size",
-          f"{mg.pipeline_model_parallel_size}: pipeline parallelism is not implemented in this "
-          "version of slime-megatron-backend (use tensor_model_parallel_size)")
     _need(mg.context_parallel_size == 1, "megatron.context_parallel_size",
           f"{mg.context_parallel_size}: context parallelism is not implemented in this version "
           "of slime-megatron-backend")

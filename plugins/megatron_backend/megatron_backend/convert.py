@@ -30,10 +30,25 @@ from megatron_backend.layout import Layout
 COLUMN, ROW = 0, 1
 
 
-def megatron_names(layout: Layout) -> dict[str, int | None]:
-    """Every parameter of the GPTModel of ``layout`` and its TP split (None: replicated)."""
-    names: dict[str, int | None] = {"embedding.word_embeddings.weight": COLUMN}
-    for i in range(layout.num_layers):
+def stage_layers(layout: Layout, stage: int = 0, stages: int = 1) -> range:
+    """The global indices of the decoder layers pipeline stage ``stage`` holds (equal shares)."""
+    if layout.num_layers % stages:
+        raise ValueError(f"megatron.pipeline_model_parallel_size = {stages} must divide the "
+                         f"model's {layout.num_layers} layers")
+    n = layout.num_layers // stages
+    return range(stage * n, (stage + 1) * n)
+
+
+def megatron_names(layout: Layout, stage: int = 0, stages: int = 1) -> dict[str, int | None]:
+    """Every parameter of pipeline stage ``stage``'s GPTModel and its TP split (None:
+    replicated). Layers are numbered locally (0 .. layers per stage - 1), as ``GPTModel``
+    names them; with tied embeddings and several stages the last stage holds its own copy of
+    the embedding as ``output_layer.weight`` (Megatron keeps the two equal)."""
+    first, last = stage == 0, stage == stages - 1
+    names: dict[str, int | None] = {}
+    if first:
+        names["embedding.word_embeddings.weight"] = COLUMN
+    for i in range(len(stage_layers(layout, stage, stages))):
         p = f"decoder.layers.{i}."
         names[p + "input_layernorm.weight"] = None
         names[p + "self_attention.linear_qkv.weight"] = COLUMN
@@ -46,9 +61,10 @@ def megatron_names(layout: Layout) -> dict[str, int | None]:
         names[p + "pre_mlp_layernorm.weight"] = None
         names[p + "mlp.linear_fc1.weight"] = COLUMN
         names[p + "mlp.linear_fc2.weight"] = ROW
-    names["decoder.final_layernorm.weight"] = None
-    if not layout.tied:
-        names["output_layer.weight"] = COLUMN
+    if last:
+        names["decoder.final_layernorm.weight"] = None
+        if not layout.tied or not first:
+            names["output_layer.weight"] = COLUMN
     return names
 
 
@@ -82,18 +98,21 @@ def split_qkv(fused: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, ...]:
 
 
 def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
-                tp_size: int = 1) -> dict[str, torch.Tensor]:
-    """TP rank ``tp_rank``'s shard of every GPTModel parameter, from an HF state dict."""
+                tp_size: int = 1, stage: int = 0, stages: int = 1) -> dict[str, torch.Tensor]:
+    """TP rank ``tp_rank``'s shard of every parameter of pipeline stage ``stage``, from an HF
+    state dict."""
     out: dict[str, torch.Tensor] = {}
+    first, last = stage == 0, stage == stages - 1
 
     def put(name: str, full: torch.Tensor, split: int | None) -> None:
         t = full if split is None else _chunk(full, split, tp_rank, tp_size)
         out[name] = t.contiguous().clone()
 
-    put("embedding.word_embeddings.weight", _pad_vocab(hf["model.embed_tokens.weight"], layout),
-        COLUMN)
-    for i in range(layout.num_layers):
-        h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
+    if first:
+        put("embedding.word_embeddings.weight",
+            _pad_vocab(hf["model.embed_tokens.weight"], layout), COLUMN)
+    for local, i in enumerate(stage_layers(layout, stage, stages)):
+        h, m = f"model.layers.{i}.", f"decoder.layers.{local}."
         put(m + "input_layernorm.weight", hf[h + "input_layernorm.weight"], None)
         a = h + "self_attn."
         put(m + "self_attention.linear_qkv.weight",
@@ -112,15 +131,22 @@ def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
         up = _chunk(hf[h + "mlp.up_proj.weight"], 0, tp_rank, tp_size)
         out[m + "mlp.linear_fc1.weight"] = torch.cat([gate, up]).contiguous()
         put(m + "mlp.linear_fc2.weight", hf[h + "mlp.down_proj.weight"], ROW)
-    put("decoder.final_layernorm.weight", hf["model.norm.weight"], None)
-    if not layout.tied:
-        put("output_layer.weight", _pad_vocab(hf["lm_head.weight"], layout), COLUMN)
+    if last:
+        put("decoder.final_layernorm.weight", hf["model.norm.weight"], None)
+        if not layout.tied:
+            put("output_layer.weight", _pad_vocab(hf["lm_head.weight"], layout), COLUMN)
+        elif not first:
+            put("output_layer.weight", _pad_vocab(hf["model.embed_tokens.weight"], layout),
+                COLUMN)
     return out
 
 
-def to_hf(shards: dict[str, list[torch.Tensor]], layout: Layout) -> dict[str, torch.Tensor]:
-    """HF state dict from every TP rank's shard of each Megatron tensor (replicated: any one)."""
-    split = megatron_names(layout)
+def to_hf(shards: dict[str, list[torch.Tensor]], layout: Layout, stage: int = 0,
+          stages: int = 1) -> dict[str, torch.Tensor]:
+    """HF tensors of pipeline stage ``stage`` (all of them with one stage) from every TP rank's
+    shard of each of its Megatron tensors (replicated ones: any rank's)."""
+    split = megatron_names(layout, stage, stages)
+    first, last = stage == 0, stage == stages - 1
 
     def full(name: str) -> torch.Tensor:
         parts = shards[name]
@@ -128,10 +154,13 @@ def to_hf(shards: dict[str, list[torch.Tensor]], layout: Layout) -> dict[str, to
         return parts[0] if dim is None or len(parts) == 1 else torch.cat(parts, dim=dim)
 
     out: dict[str, torch.Tensor] = {}
-    embed = full("embedding.word_embeddings.weight")[: layout.vocab]
-    out["model.embed_tokens.weight"] = embed
-    for i in range(layout.num_layers):
-        h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
+    if first:
+        embed = full("embedding.word_embeddings.weight")[: layout.vocab]
+        out["model.embed_tokens.weight"] = embed
+        if layout.tied:
+            out["lm_head.weight"] = embed
+    for local, i in enumerate(stage_layers(layout, stage, stages)):
+        h, m = f"model.layers.{i}.", f"decoder.layers.{local}."
         a = h + "self_attn."
         q, k, v = split_qkv(full(m + "self_attention.linear_qkv.weight"), layout)
         out[a + "q_proj.weight"], out[a + "k_proj.weight"], out[a + "v_proj.weight"] = q, k, v
@@ -149,6 +178,8 @@ def to_hf(shards: dict[str, list[torch.Tensor]], layout: Layout) -> dict[str, to
         out[h + "mlp.down_proj.weight"] = full(m + "mlp.linear_fc2.weight")
         out[h + "input_layernorm.weight"] = full(m + "input_layernorm.weight")
         out[h + "post_attention_layernorm.weight"] = full(m + "pre_mlp_layernorm.weight")
-    out["model.norm.weight"] = full("decoder.final_layernorm.weight")
-    out["lm_head.weight"] = embed if layout.tied else full("output_layer.weight")[: layout.vocab]
+    if last:
+        out["model.norm.weight"] = full("decoder.final_layernorm.weight")
+        if not layout.tied:
+            out["lm_head.weight"] = full("output_layer.weight")[: layout.vocab]
     return out

@@ -4,12 +4,13 @@ Same convention as ``slime_core.api.response_log_probs``: right-padded rows, pos
 predicts token p + 1, ``log_softmax(logits / T)`` of the full vocabulary in fp32 with
 ``T = temperature`` (1 when greedy). The model is built with ``parallel_output=False``, so
 every TP rank holds the whole vocabulary's logits; the rows Megatron pads the vocabulary with
-are dropped before the softmax.
+are dropped before the softmax. With pipeline parallelism only the last stage has logits
+(:mod:`megatron_backend.pipeline` moves activations between stages).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -23,18 +24,21 @@ def causal_mask(width: int, device: torch.device) -> torch.Tensor:
     return torch.triu(torch.ones(width, width, dtype=torch.bool, device=device), 1)[None, None]
 
 
-def response_log_probs(
-    model: Any,
-    tokens: list[torch.Tensor],
-    response_lengths: list[int],
-    temperature: float,
-    pad_id: int,
-    vocab: int,
-    with_entropy: bool = False,
-    entropy_grad: bool = True,
-) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-    """Per-sample response log-probs (and entropies) under ``model`` for one micro-batch."""
-    device = next(model.parameters()).device
+@dataclass
+class Packed:
+    """One micro-batch as model inputs, and where its response tokens are."""
+
+    ids: torch.Tensor  # [b, s] right-padded
+    positions: torch.Tensor  # [b, s]
+    mask: torch.Tensor  # [1, 1, s, s]
+    rows: torch.Tensor  # response token -> its row
+    cols: torch.Tensor  # response token -> the position that predicts it
+    target: torch.Tensor  # response token ids
+    resp: list[int]
+
+
+def pack(tokens: list[torch.Tensor], response_lengths: list[int], pad_id: int,
+         device: torch.device) -> Packed:
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
     width = max(lengths)
@@ -46,18 +50,24 @@ def response_log_probs(
     rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))
     cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
     rows, cols = rows.to(device), cols.to(device)
-    target = ids[rows, cols + 1]
-    logits = model(ids, positions, attention_mask=causal_mask(width, device))
-    lg = logits[rows, cols, :vocab].float()
+    return Packed(ids, positions, causal_mask(width, device), rows, cols, ids[rows, cols + 1],
+                  resp)
+
+
+def from_logits(logits: torch.Tensor, p: Packed, temperature: float, vocab: int,
+                with_entropy: bool = False, entropy_grad: bool = True,
+                ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-sample response log-probs (and entropies) from ``[b, s, padded vocab]`` logits."""
+    lg = logits[p.rows, p.cols, :vocab].float()
     temp = temperature if temperature > 0 else 1.0
     if temp != 1.0:
         lg = lg / temp
     logp = torch.log_softmax(lg, dim=-1)
-    lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    out = list(lp.split(resp))
+    lp = logp.gather(-1, p.target.unsqueeze(-1)).squeeze(-1)
+    out = list(lp.split(p.resp))
     ents: list[torch.Tensor] | None = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = -(logp.exp() * logp).sum(-1)
-        ents = list(ent.split(resp))
+        ents = list(ent.split(p.resp))
     return out, ents

@@ -34,7 +34,8 @@ def load_local_state(model: Any, state: dict[str, torch.Tensor]) -> None:
             p.copy_(state[k])
 
 
-def gather_shards(model: Any, layout: Layout) -> dict[str, list[torch.Tensor]]:
+def gather_shards(model: Any, layout: Layout, stage: int = 0,
+                  stages: int = 1) -> dict[str, list[torch.Tensor]]:
     """Name -> the shards of every TP rank, in rank order (replicated tensors: this rank's).
 
     A collective over the tensor-parallel group: every rank of it must call it.
@@ -42,7 +43,7 @@ def gather_shards(model: Any, layout: Layout) -> dict[str, list[torch.Tensor]]:
     local = local_state(model)
     size = parallel.tp_size()
     out: dict[str, list[torch.Tensor]] = {}
-    for name, split in megatron_names(layout).items():
+    for name, split in megatron_names(layout, stage, stages).items():
         t = local[name].contiguous()
         if split is None or size == 1:
             out[name] = [t]

@@ -48,6 +48,7 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
         context_parallel_size=mg.context_parallel_size,
         sequence_parallel=mg.sequence_parallel,
         params_dtype=dtype,
+        pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         use_cpu_initialization=True,
@@ -63,8 +64,10 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
     )
 
 
-def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device) -> Any:
-    """An uninitialised GPTModel of ``layout`` on ``device`` (weights come from the converter)."""
+def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
+              first: bool = True, last: bool = True) -> Any:
+    """An uninitialised GPTModel of ``layout`` on ``device`` (weights come from the converter);
+    ``first`` / ``last``: whether this pipeline stage embeds / computes the logits."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
@@ -74,8 +77,12 @@ def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device)
         config=cfg, transformer_layer_spec=spec, vocab_size=layout.padded_vocab,
         max_sequence_length=layout.max_positions, position_embedding_type="rope",
         rotary_base=layout.rope_theta,  # type: ignore[arg-type]  (annotated int, used as a float)
-        share_embeddings_and_output_weights=layout.tied,
+        # Across pipeline stages the backend keeps the tied copies itself (the last stage's
+        # output weight loaded from the embedding, gradients summed over the embedding group:
+        # optim.Accumulation), as Megatron does, but without Megatron's set-up of that copy,
+        # which moves it with `.cuda()`.
+        share_embeddings_and_output_weights=layout.tied and first and last,
         # the full vocabulary's logits on every TP rank: log-softmax as the torch backend does
-        parallel_output=False, pre_process=True, post_process=True,
+        parallel_output=False, pre_process=first, post_process=last,
     )
     return model.to(device)

@@ -37,17 +37,20 @@ def _sum_metrics(metrics: dict[str, float], group: Any) -> dict[str, float]:
     return out
 
 
-def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str]) -> torch.Tensor:
+def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
+              skip: frozenset[str] = frozenset(), pp_group: Any = None) -> torch.Tensor:
     """L2 norm of the gradients of the whole (unsharded) model, on every rank.
 
     Which tensors are TP shards comes from the converter's table, not from Megatron's
     ``tensor_model_parallel`` attribute: that is only set when Megatron initialises the weights
-    itself, which this backend skips (the HF checkpoint overwrites them).
+    itself, which this backend skips (the HF checkpoint overwrites them). ``skip``: tensors
+    that are copies of another stage's (the last stage's tied output weight); ``pp_group``:
+    the stages' squares are summed over it.
     """
     sharded = torch.zeros((), dtype=torch.float64)
     replicated = torch.zeros((), dtype=torch.float64)
     for name, p in params.items():
-        if p.grad is None:
+        if p.grad is None or name in skip:
             continue
         sq = p.grad.detach().double().pow(2).sum().cpu()
         if name in sharded_names:
@@ -56,7 +59,10 @@ def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str]) -> torch
             replicated += sq
     if parallel.tp_size() > 1:
         dist.all_reduce(sharded, group=parallel.tp_group())
-    return (sharded + replicated).sqrt()
+    total = sharded + replicated
+    if pp_group is not None:
+        dist.all_reduce(total, group=pp_group)
+    return total.sqrt()
 
 
 class Accumulation:
@@ -78,11 +84,30 @@ class Accumulation:
             self.metrics[k] = self.metrics.get(k, 0.0) + float(v) * w
 
     def step(self, named: dict[str, torch.Tensor], sharded_names: set[str],
-             optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[dict[str, float], float]:
+             optimizer: torch.optim.Optimizer, grad_clip: float,
+             stages: Any = None, tied: str | None = None) -> tuple[dict[str, float], float]:
         """All-reduce over data-parallel ranks, clip by the full model's norm, step; the
-        metrics and the norm before clipping."""
+        metrics and the norm before clipping.
+
+        With several pipeline stages (``stages``): the metrics are the last stage's; ``tied``
+        names this stage's copy of tied embeddings (first stage: the embedding, last: the
+        output weight), whose gradients are summed over Megatron's embedding group so both
+        copies take the same step; the last stage's copy is left out of the norm."""
         params = list(named.values())
         metrics = self.metrics
+        piped = stages is not None and stages.size > 1
+        if piped:
+            metrics = stages.broadcast_from_last(metrics)
+        skip: frozenset[str] = frozenset()
+        if piped and tied is not None:
+            from megatron.core import parallel_state as ps
+
+            p = named[tied]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad, group=ps.get_embedding_group())
+            if stages.last:
+                skip = frozenset({tied})
         if self.dp:
             group = parallel.dp_group()
             for p in params:
@@ -90,7 +115,7 @@ class Accumulation:
                     p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad, group=group)
             metrics = _sum_metrics(metrics, group)
-        norm = grad_norm(named, sharded_names)
+        norm = grad_norm(named, sharded_names, skip, stages.group if piped else None)
         if grad_clip and grad_clip > 0:
             coef = grad_clip / (float(norm) + 1e-6)
             if coef < 1.0:

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from slime_core.api import (
     compute_advantages,
     compute_loss,
@@ -37,12 +38,13 @@ from slime_hookspecs import TrainBatch
 
 from megatron_backend import checkpoint, cpu_shims, parallel
 from megatron_backend.convert import megatron_names, to_hf, to_megatron
-from megatron_backend.forward import response_log_probs
+from megatron_backend.forward import from_logits, pack
 from megatron_backend.gather import gather_shards, load_local_state, local_state
 from megatron_backend.layout import Layout, layout_of
 from megatron_backend.model import build_gpt
 from megatron_backend.model_list import ModelList
 from megatron_backend.optim import Accumulation
+from megatron_backend.pipeline import StagePass, Stages
 
 
 def hf_config_of(model_cfg: Any) -> Any:
@@ -80,6 +82,7 @@ class MegatronTrainer:
         #: what the trainer group shards by: ranks of one data-parallel index get the same share
         self.data_parallel_rank = parallel.dp_rank()
         self.data_parallel_size = parallel.dp_size()
+        self.stages = Stages()
         self.dtype = resolve_dtype(config.model.dtype, self.device)
         self.pm = get_manager()
         self._seed(int(config.run.seed), on_cpu)
@@ -87,8 +90,13 @@ class MegatronTrainer:
         self.layout: Layout = layout_of(self.hf_config, self.mg.tensor_model_parallel_size,
                                         self.mg.make_vocab_size_divisible_by)
         self.model = self._build("actor")
-        self.sharded_names = {k for k, split in megatron_names(self.layout).items()
+        st = self.stages
+        self.sharded_names = {k for k, split in megatron_names(self.layout, st.rank,
+                                                               st.size).items()
                               if split is not None}
+        # this stage's copy of tied embeddings, kept equal to the other stage's
+        self.tied_copy = None if not self.layout.tied or st.size == 1 else (
+            "embedding.word_embeddings.weight" if st.first else "output_layer.weight")
         self.model.train()
         self.models = ModelList([self.model])  # slime's model list: a chunk per virtual stage
         self.ref_model: Any = None
@@ -117,11 +125,13 @@ class MegatronTrainer:
     def _build(self, role: str) -> Any:
         """GPTModel (or the ``slime_make_model`` answer) with this rank's shard of the HF weights."""
         model = self.pm.hook.slime_make_model(config=self.config, role=role)
+        st = self.stages
         if model is None:
-            model = build_gpt(self.layout, self.dtype, self.mg, self.device)
+            model = build_gpt(self.layout, self.dtype, self.mg, self.device, st.first, st.last)
         hf = load_causal_lm(self.config.model, torch.device("cpu"), torch.float32, role=role,
                             seed=self.config.run.seed)
-        shard = to_megatron(hf.state_dict(), self.layout, parallel.tp_rank(), parallel.tp_size())
+        shard = to_megatron(hf.state_dict(), self.layout, parallel.tp_rank(), parallel.tp_size(),
+                            st.rank, st.size)
         del hf
         load_local_state(model, {k: v.to(self.dtype) for k, v in shard.items()})
         return model.to(self.device)
@@ -145,12 +155,20 @@ class MegatronTrainer:
         with torch.no_grad():
             for mb in micro_batches([int(len(x)) for x in tokens],
                                     self.config.train.micro_batch_tokens):
-                lps, _ = response_log_probs(
-                    model, [tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
-                    self.config.rollout.temperature, self.pad_id, self.layout.vocab)
+                p = pack([tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
+                         self.pad_id, self.device)
+                logits = self._stage_pass(model).forward(p.ids, p.positions, p.mask)
+                if logits is None:  # not the last pipeline stage
+                    continue
+                lps, _ = from_logits(logits, p, self.config.rollout.temperature,
+                                     self.layout.vocab)
                 for i, lp in zip(mb, lps, strict=True):
                     out[i] = lp.float().cpu()
-        return out  # type: ignore[return-value]
+        # the last stage's answer on every stage (the trainer group reads the first)
+        return self.stages.broadcast_from_last(out)  # type: ignore[no-any-return]
+
+    def _stage_pass(self, model: Any) -> StagePass:
+        return StagePass(self.stages, model, self.layout.hidden, self.dtype)
 
     # -- training ----------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
@@ -202,18 +220,23 @@ class MegatronTrainer:
             mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
             if self.device.type != "cpu":
                 _to_device(mb, self.device)
-            lps, ents = response_log_probs(
-                self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
-                self.pad_id, self.layout.vocab, with_entropy=True,
-                entropy_grad=want_entropy_grad)
-            if ents is not None and not want_entropy_grad:
-                ents = [e.detach() for e in ents]
-            if mb.old_log_probs is None:
-                mb.old_log_probs = [lp.detach() for lp in lps]
-            loss, m, weighting = compute_loss(self.config, mb, lps, ents)
-            acc.backward(loss, m, weighting, len(mb), mb_tokens)
+            p = pack(mb.tokens, mb.response_lengths, self.pad_id, self.device)
+            sp = self._stage_pass(self.model)
+            logits = sp.forward(p.ids, p.positions, p.mask)
+            if logits is not None:  # the last pipeline stage: the loss
+                lps, ents = from_logits(logits, p, self.config.rollout.temperature,
+                                        self.layout.vocab, with_entropy=True,
+                                        entropy_grad=want_entropy_grad)
+                if ents is not None and not want_entropy_grad:
+                    ents = [e.detach() for e in ents]
+                if mb.old_log_probs is None:
+                    mb.old_log_probs = [lp.detach() for lp in lps]
+                loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+                acc.backward(loss, m, weighting, len(mb), mb_tokens)
+            sp.backward()
         metrics, grad_norm = acc.step(dict(self.model.named_parameters()), self.sharded_names,
-                                      self.optimizer, self.config.train.grad_clip)
+                                      self.optimizer, self.config.train.grad_clip,
+                                      self.stages, self.tied_copy)
         metrics["train/grad_norm"] = grad_norm
         self.scheduler.step()
         return metrics
@@ -222,11 +245,22 @@ class MegatronTrainer:
     def export_weights(self) -> dict[str, torch.Tensor]:
         """The full policy in HF names and shapes; a collective over the TP group when TP > 1
         (every rank gets the full dict)."""
+        st = self.stages
         if parallel.tp_size() == 1:
             shards = {k: [v] for k, v in local_state(self.model).items()}
         else:
-            shards = gather_shards(self.model, self.layout)
-        return to_hf(shards, self.layout)
+            shards = gather_shards(self.model, self.layout, st.rank, st.size)
+        mine = to_hf(shards, self.layout, st.rank, st.size)
+        if st.size == 1:
+            return mine
+        parts: list[Any] = [None] * st.size
+        dist.all_gather_object(parts, {k: v.cpu() for k, v in mine.items()}, group=st.group)
+        merged: dict[str, torch.Tensor] = {}
+        for part in parts:
+            merged.update(part)
+        if self.layout.tied:  # one tensor, as transformers' state_dict() shares it
+            merged["lm_head.weight"] = merged["model.embed_tokens.weight"]
+        return merged
 
     def save(self, path: str) -> None:
         checkpoint.save(self, path)

@@ -18,6 +18,13 @@ def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
 
 
+def off_policy(batch: Any, log_probs: list[torch.Tensor]) -> None:
+    """Old log-probs away from the current ones, so the PPO ratio differs from 1, some tokens
+    clip, and the loss is not ~0 (on-policy GRPO's loss is 0 up to rounding)."""
+    g = torch.Generator().manual_seed(3)
+    batch.old_log_probs = [lp + 0.3 * torch.randn(lp.shape, generator=g) for lp in log_probs]
+
+
 def hf_reference(config: Any) -> dict[str, torch.Tensor]:
     from slime_core.api import load_causal_lm
 
@@ -40,12 +47,14 @@ def compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
     out["export_keys_equal"] = sorted(exported) == sorted(ref)
     out["export_shapes_equal"] = all(exported[k].shape == ref[k].shape for k in ref)
     out["export_exact"] = all(torch.equal(exported[k], ref[k]) for k in ref)
-    out["logprob_diff"] = _max_diff(torch_tr.compute_log_probs(copy_batch(batch), "actor"),
-                                    mg.compute_log_probs(copy_batch(batch), "actor"))
+    lps = torch_tr.compute_log_probs(copy_batch(batch), "actor")
+    out["logprob_diff"] = _max_diff(lps, mg.compute_log_probs(copy_batch(batch), "actor"))
+    off_policy(batch, lps)
     m_torch = torch_tr.train_step(copy_batch(batch), 0)
     m_mg = mg.train_step(copy_batch(batch), 0)
     out["loss"] = (m_torch["train/loss"], m_mg["train/loss"])
     out["pg_loss"] = (m_torch["train/pg_loss"], m_mg["train/pg_loss"])
+    out["clipfrac"] = (m_torch["train/pg_clipfrac"], m_mg["train/pg_clipfrac"])
     out["grad_norm"] = (m_torch["train/grad_norm"], m_mg["train/grad_norm"])
     after_t, after_m = torch_tr.export_weights(), mg.export_weights()
     # Adam's first step is about lr * sign(grad): elements whose gradient is rounding noise may
@@ -102,6 +111,7 @@ def data_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str,
     batch = grpo_batch(mg.layout.vocab, groups=2 * world_size)
     mine = [i for i, g in enumerate(batch.group_indices) if g % world_size == rank]
     ref = hf_reference(config)
+    off_policy(batch, torch_tr.compute_log_probs(copy_batch(batch), "actor"))
     m_torch = torch_tr.train_step(copy_batch(batch), 0)
     m_mg = mg.train_step(copy_batch(batch).select(mine), 0)
     after_t, after_m = torch_tr.export_weights(), mg.export_weights()

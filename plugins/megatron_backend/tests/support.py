@@ -46,7 +46,7 @@ def base_data(model: dict[str, Any] | None = None, **sections: dict[str, Any]) -
         "train": {"lr": 1e-3, "grad_clip": 1.0, "adam_betas": [0.9, 0.99],
                   "micro_batch_tokens": 64},
         "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo",
-                      "loss_reducer": "seq_mean_token_mean"},
+                      "loss_reducer": "seq_mean_token_mean", "entropy_coef": 0.01},
     }
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}

@@ -1,8 +1,8 @@
 """Checkpoints: Megatron's per-rank state restores exactly, and ``hf/`` loads in transformers.
 
 Train 2 GRPO steps, save, train a 3rd; a fresh trainer that loads the checkpoint and trains the
-3rd step must give the same metrics and bit-identical weights (TP=1 here, TP=2 over two gloo
-processes).
+3rd step must give the same metrics and bit-identical weights (TP=1 here; TP=2 and PP=2 over
+two gloo processes).
 """
 
 from __future__ import annotations
@@ -45,21 +45,30 @@ def test_tp1_save_load_resumes_exactly(tmp_path: Path) -> None:
     assert (ckpt / "megatron" / "rng" / "rank_00000.pt").is_file()
 
 
-def _tp2(rank: int, world_size: int, ckpt: str, qwen2: str) -> list[dict[str, Any]]:
-    mg = {"tensor_model_parallel_size": 2}
-    return [resume(rank, world_size, base_data(model, megatron=mg, train={"num_ranks": 2}),
-                   f"{ckpt}-{i}") for i, model in enumerate([None, {"path": qwen2}])]
+TP2 = {"tensor_model_parallel_size": 2}
+PP2 = {"pipeline_model_parallel_size": 2}
+# (model, [megatron], the shard directories the two ranks write)
+CASES = [(None, TP2, ("mp_rank_00_000", "mp_rank_01_000")),
+         ("qwen2", TP2, ("mp_rank_00_000", "mp_rank_01_000")),
+         (None, PP2, ("mp_rank_00_000", "mp_rank_00_001"))]
 
 
-def test_tp2_save_load_resumes_exactly(tmp_path: Path, tiny_qwen2: Path) -> None:
+def _two_ranks(rank: int, world_size: int, ckpt: str, qwen2: str) -> list[dict[str, Any]]:
+    return [resume(rank, world_size,
+                   base_data({"path": qwen2} if model else None, megatron=mg,
+                             train={"num_ranks": 2}), f"{ckpt}-{i}")
+            for i, (model, mg, _) in enumerate(CASES)]
+
+
+def test_tp2_and_pp2_save_load_resume_exactly(tmp_path: Path, tiny_qwen2: Path) -> None:
     ckpt = tmp_path / "ckpt"
-    per_rank = spawn(_tp2, 2, str(ckpt), str(tiny_qwen2))
+    per_rank = spawn(_two_ranks, 2, str(ckpt), str(tiny_qwen2))
     for results in per_rank:
         for result in results:
             check(result)
-    for i, result in enumerate(per_rank[0]):
+    for i, (result, (_, _, shard_dirs)) in enumerate(zip(per_rank[0], CASES, strict=True)):
         path = Path(f"{ckpt}-{i}")
         check_hf(path, result["saved"])
-        for tp in (0, 1):
-            assert (path / "megatron" / f"mp_rank_{tp:02d}_000" / "model_optim.pt").is_file()
-            assert (path / "megatron" / "rng" / f"rank_{tp:05d}.pt").is_file()
+        for rank, shard in enumerate(shard_dirs):
+            assert (path / "megatron" / shard / "model_optim.pt").is_file()
+            assert (path / "megatron" / "rng" / f"rank_{rank:05d}.pt").is_file()

@@ -51,8 +51,6 @@ def test_a_host_without_megatron_core_lists_it_unavailable(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize(("sections", "message"), [
-    ({"megatron": {"pipeline_model_parallel_size": 2}, "train": {"num_ranks": 2}},
-     "megatron.pipeline_model_parallel_size"),
     ({"megatron": {"context_parallel_size": 2}, "train": {"num_ranks": 2}},
      "megatron.context_parallel_size"),
     ({"megatron": {"use_distributed_optimizer": True}}, "megatron.use_distributed_optimizer"),
