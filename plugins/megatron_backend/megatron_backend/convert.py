@@ -13,6 +13,9 @@ Megatron's layout, per decoder layer (local spec):
 * ``embedding.word_embeddings`` / ``output_layer``: vocabulary-parallel, padded to
   ``layout.padded_vocab`` rows with zeros (the padding is dropped on the way back).
 * norms (input, pre-MLP, final, Qwen3's q/k): replicated.
+* pipeline stages hold equal runs of layers, numbered locally (``decoder.layers.0`` is the
+  stage's first); the first stage has the embedding, the last the final norm and the head
+  (with tied embeddings and several stages: its own copy of the embedding).
 
 ``to_megatron`` gives one TP rank's shard; ``to_hf`` takes every rank's shard of each tensor
 (as gathered by :mod:`megatron_backend.gather`) and returns exactly the tensors, names and

@@ -12,7 +12,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from support import TINY_LLAMA  # noqa: E402
+from mg_support import TINY_LLAMA  # noqa: E402
 
 
 def write_tiny(path: Path, model_type: str, **overrides: Any) -> Path:

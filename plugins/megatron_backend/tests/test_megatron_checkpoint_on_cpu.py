@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from scenarios import resume
-from support import base_data, spawn
+from mg_scenarios import resume
+from mg_support import base_data, spawn
 
 
 def check(result: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import TINY_LLAMA
+from mg_support import TINY_LLAMA
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])

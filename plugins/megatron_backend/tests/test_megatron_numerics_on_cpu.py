@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenarios import compare, data_parallel
-from support import TINY_LLAMA, base_data, spawn
+from mg_scenarios import compare, data_parallel
+from mg_support import TINY_LLAMA, base_data, spawn
 
 LOGPROB_TOL = 1e-5
 STEP_TOL = 1e-4

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from mg_support import base_data, grpo_batch, make_config
 from slime_hookspecs import hookimpl
-from support import base_data, grpo_batch, make_config
 
 
 def test_listing_names_the_backend_without_importing_torch_or_megatron() -> None:

@@ -9,7 +9,7 @@ the plugin README).
 from __future__ import annotations
 
 import pytest
-from support import base_data, grpo_batch, make_config
+from mg_support import base_data, grpo_batch, make_config
 
 
 def test_ppo_step_matches_torch_backend() -> None:

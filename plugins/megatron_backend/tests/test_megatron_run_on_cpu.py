@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import PLUGINS, REPO
+from mg_support import PLUGINS, REPO
 
 ARITH = REPO / "examples" / "tiny_arith"
 COMPARED = ("rollout/reward_mean", "rollout/response_length_mean", "train/loss",
@@ -51,6 +51,7 @@ def _config(tmp_path: Path, run_dir: str, num_rollouts: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_four_steps_equal_two_plus_resume(tmp_path: Path) -> None:
     straight = _run(_config(tmp_path, "a", 4))
     part = _run(_config(tmp_path, "b", 2))

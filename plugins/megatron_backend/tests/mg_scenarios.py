@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from support import copy_batch, grpo_batch, make_config
+from mg_support import copy_batch, grpo_batch, make_config
 
 
 def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
