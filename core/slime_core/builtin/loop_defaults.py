@@ -1,7 +1,9 @@
-"""Built-in plugin ``core_loop``: the default rollout and single-turn generate.
+"""Built-in plugin ``core_loop``: the default single-turn generate.
 
-Both are ``trylast`` so any plugin's implementation of ``slime_rollout`` / ``slime_generate``
-is called first and wins by returning a result (firstresult hooks).
+It is ``trylast`` so any plugin's ``slime_generate`` is called first and wins by returning a
+result (a firstresult hook). The default *rollout* is each rollout manager's own
+``slime_rollout`` implementation (``slime_core.runner.rollout``), registered ``trylast`` on
+its plugin manager when it is built, so it needs no process-global rollout manager.
 """
 
 from __future__ import annotations
@@ -9,13 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from slime_hookspecs import hookimpl
-
-
-@hookimpl(trylast=True)
-def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
-    from slime_core.context import get_rollout_manager
-
-    return get_rollout_manager().default_rollout(rollout_id, data_source, evaluation)  # type: ignore[attr-defined]
 
 
 @hookimpl(trylast=True)

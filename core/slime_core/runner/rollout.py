@@ -29,6 +29,7 @@ from slime_hookspecs import (
     Sample,
     SamplingParams,
     Status,
+    hookimpl,
 )
 
 from slime_core.context import get_manager
@@ -76,6 +77,23 @@ async def default_generate(
     return sample
 
 
+DEFAULT_ROLLOUT_PLUGIN = "rollout_manager"  # the plugin name of a manager's own default
+
+
+class _DefaultRollout:
+    """A rollout manager's own ``slime_rollout``, registered ``trylast`` on its plugin manager:
+    any plugin that answers wins, every wrapper (traces, dumps) still wraps it, and no process
+    global leads back to the manager."""
+
+    def __init__(self, manager: RolloutManager) -> None:
+        self._manager = manager
+
+    @hookimpl(trylast=True)
+    def slime_rollout(self, config: Any, rollout_id: int, data_source: DataSource,
+                      evaluation: bool) -> RolloutResult:
+        return self._manager.default_rollout(rollout_id, data_source, evaluation)
+
+
 class RolloutManager:
     """Owns the data sources, the engine clients, the reward function and the filters."""
 
@@ -83,6 +101,11 @@ class RolloutManager:
                  eval_source: DataSource | None) -> None:
         self.config = config
         self.pm = get_manager()
+        # one rollout manager per plugin manager: the newest one's default serves
+        old = self.pm.pm.get_plugin(DEFAULT_ROLLOUT_PLUGIN)
+        if old is not None:
+            self.pm.pm.unregister(old)
+        self.pm.pm.register(_DefaultRollout(self), name=DEFAULT_ROLLOUT_PLUGIN)
         batch = config.rollout.generate_batch_size
         self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
         self._host: CallerThreadHost | None = None  # set while a main-thread rollout runs
