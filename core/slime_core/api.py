@@ -18,7 +18,8 @@ Groups:
   hooks, ``.registries`` for records), :func:`get_registries`.
 * **algorithm composition** (what every trainer backend calls so hooks fire identically):
   :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`, :func:`needs_ref`,
-  :func:`whiten`, ``WHITEN_EPS``.
+  :func:`whiten`, ``WHITEN_EPS``; on-policy distillation: :func:`opd_enabled`,
+  :func:`teacher_in_trainer`, :func:`teacher_model_config`.
 * **data parallelism** (default ``torch.distributed`` group): :func:`dp_active`,
   :func:`global_totals`, :func:`all_reduce_gradients`, :func:`float_all_sum`,
   :func:`sum_metrics`.
@@ -47,6 +48,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "compute_loss": ("slime_core.algo.compose", "compute_loss"),
     "make_reducer": ("slime_core.algo.compose", "make_reducer"),
     "needs_ref": ("slime_core.algo.compose", "needs_ref"),
+    "opd_enabled": ("slime_core.algo.opd", "opd_enabled"),
+    "teacher_in_trainer": ("slime_core.algo.opd", "teacher_in_trainer"),
+    "teacher_model_config": ("slime_core.algo.opd", "teacher_model_config"),
     "whiten": ("slime_core.algo.whiten", "whiten"),
     "WHITEN_EPS": ("slime_core.algo.whiten", "WHITEN_EPS"),
     "AllSum": ("slime_core.algo.whiten", "AllSum"),

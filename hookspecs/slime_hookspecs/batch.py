@@ -17,6 +17,7 @@ TENSOR_KEYS = (
     "log_probs",
     "ref_log_probs",
     "old_log_probs",
+    "teacher_log_probs",
     "values",
     "advantages",
     "returns",
@@ -41,6 +42,8 @@ class TrainBatch:
     log_probs: list[Any] | None = None  # [T_i], the current policy's
     ref_log_probs: list[Any] | None = None  # [T_i], the reference model's (needs_ref)
     old_log_probs: list[Any] | None = None  # [T_i], the policy's before this step's updates
+    # on-policy distillation: the teacher's log-probs of the response tokens ([opd])
+    teacher_log_probs: list[Any] | None = None
     values: list[Any] | None = None  # [T_i], a critic's (slime_ppo)
     advantages: list[Any] | None = None  # [T_i], set by compute_advantages
     returns: list[Any] | None = None  # [T_i], value targets (the advantages without a critic)

@@ -1,7 +1,10 @@
 """Turn hook answers and registry records into advantages and a micro-batch loss.
 
 Every trainer backend calls :func:`compute_advantages` once per step and :func:`compute_loss`
-per micro-batch, so the per-call hooks fire identically whatever the backend.
+per micro-batch, so the per-call hooks fire identically whatever the backend. With ``[opd]``
+enabled, :func:`compute_advantages` also adds the on-policy distillation term
+(:mod:`slime_core.algo.opd`); the backend must have set ``batch.old_log_probs`` and, in
+trainer mode, ``batch.teacher_log_probs`` before calling it.
 
 Loss composition (when no ``slime_loss`` implementation answers):
 
@@ -21,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 
+from slime_core.algo.opd import apply_opd, zero_task_rewards
 from slime_core.context import get_manager
 from slime_hookspecs import TrainBatch
 
@@ -44,6 +48,7 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     """Set ``batch.advantages`` (and ``batch.returns``) from the hook or the estimator."""
     if config.train.loss == "sft":
         return
+    zero_task_rewards(config, batch)
     pm = get_manager()
     adv = pm.hook.slime_compute_advantages(config=config, batch=batch)
     if adv is None:
@@ -58,6 +63,7 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     batch.advantages = list(adv)
     if batch.returns is None:
         batch.returns = list(adv)
+    apply_opd(config, batch)  # on-policy distillation, after any estimator (algo/opd.py)
 
 
 def make_reducer(config: Any, batch: TrainBatch) -> tuple[Reducer, str]:

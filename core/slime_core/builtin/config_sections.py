@@ -266,6 +266,24 @@ class RaySection:
 
 
 @dataclass
+class OpdSection:
+    """On-policy distillation (slime's --use-opd): see :mod:`slime_core.algo.opd`."""
+
+    enabled: bool = False  # add -kl_coef x (log p_student - log p_teacher) to every response token's advantage
+    mode: str = "trainer"  # trainer: a frozen teacher in the trainer (slime's megatron mode) | engine: a teacher engine scores the token ids (slime's sglang mode)
+    teacher_path: str = ""  # local model directory of the teacher (same tokenizer/vocabulary as the student)
+    kl_coef: float = 1.0  # weight of the reverse-KL term in the advantage
+    task_reward: bool = True  # false: rewards are zeroed before the advantage estimator (pure distillation)
+    engine: str = ""  # engine mode: rollout engine record of the teacher (empty: rollout.engine)
+
+    def __post_init__(self) -> None:
+        _need(self.mode in ("trainer", "engine"), "opd.mode", "must be trainer or engine")
+        _need(not self.enabled or bool(self.teacher_path), "opd.teacher_path",
+              "is required when opd.enabled (a local model directory)")
+        _need(self.kl_coef >= 0, "opd.kl_coef", "must be >= 0")
+
+
+@dataclass
 class DebugSection:
     save_rollouts: str = ""  # directory to dump every step's samples to
     replay_rollouts: str = ""  # train from dumps instead of generating
@@ -281,6 +299,7 @@ SECTIONS = (
     ("algorithm", AlgorithmSection, "advantages, losses, KL, corrections"),
     ("weights", WeightsSection, "weight sync from trainer to engines"),
     ("ray", RaySection, "placement and services of the ray executor"),
+    ("opd", OpdSection, "on-policy distillation from a teacher model"),
     ("debug", DebugSection, "rollout dumps and replay"),
 )
 
@@ -311,6 +330,7 @@ RECORD_KEYS: dict[str, dict[str, RecordKey]] = {
         "is_correction": RecordKey(ISCorrectionRecord, optional=True),
     },
     "weights": {"transport": RecordKey(WeightTransportRecord)},
+    "opd": {"engine": RecordKey(RolloutEngineRecord, optional=True)},
 }
 
 

@@ -164,6 +164,33 @@ class LocalEngine:
                                weight_version=version, text=self._text(ids))
                 for ids, lps, reason in results]
 
+    def score_tokens(self, sequences: list[list[int]], response_lengths: list[int],
+                     temperature: float = 1.0) -> list[list[float]]:
+        """Log-probs of the last ``response_lengths[i]`` ids of each sequence given the ids
+        before them, generating nothing (what SGLang returns for ``max_new_tokens = 0`` with
+        ``return_logprob`` and ``logprob_start_len = 0``). The distribution is the model's at
+        ``temperature`` (greedy 0 counts as 1), as for generated tokens. Used by on-policy
+        distillation's engine mode to score the student's tokens with a teacher."""
+        if len(sequences) != len(response_lengths):
+            raise ValueError(f"score_tokens: {len(sequences)} sequences but "
+                             f"{len(response_lengths)} response lengths")
+        temp = float(temperature) if temperature and temperature > 0 else 1.0
+        out: list[list[float]] = []
+        with self._lock, torch.inference_mode():
+            model = self._live_model()
+            for ids, n in zip(sequences, response_lengths, strict=True):
+                if not 0 <= n < len(ids):
+                    raise ValueError(f"score_tokens: response length {n} of a sequence of "
+                                     f"{len(ids)} ids (at least one prompt id is needed)")
+                if n == 0:
+                    out.append([])
+                    continue
+                x = torch.tensor([ids], dtype=torch.long, device=self.device)
+                logits = model(input_ids=x).logits[0, -n - 1:-1].float() / temp
+                lp = torch.log_softmax(logits, dim=-1)
+                out.append(lp.gather(1, x[0, -n:, None])[:, 0].cpu().tolist())
+        return out
+
     @contextlib.contextmanager
     def _threads(self) -> Iterator[None]:
         """``rollout.async_threads`` intra-op threads for a generate called off the main thread

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from slime_core.algo.opd import TEACHER_KEY
 from slime_core.context import get_manager
 from slime_core.runner.rollout import scalar_reward
 from slime_hookspecs import Sample, Status, TrainBatch
@@ -63,6 +64,9 @@ def default_convert(config: Any, samples: list[Sample]) -> TrainBatch:
         batch.group_indices.append(s.group_index)
         batch.sample_indices.append(s.index)
         batch.weight_versions.append(s.weight_versions[0] if s.weight_versions else -1)
+    teacher = [s.train_metadata.get(TEACHER_KEY) for s in samples]  # [opd] mode = "engine"
+    if samples and all(t is not None for t in teacher):
+        batch.teacher_log_probs = [torch.tensor(t, dtype=torch.float32) for t in teacher]
     batch.raw_rewards = [float(x) for x in raw]
     batch.rewards = [float(x) for x in shaped]
     batch.metadata["n_samples_per_prompt"] = config.rollout.n_samples_per_prompt

@@ -32,6 +32,7 @@ from slime_hookspecs import (
     hookimpl,
 )
 
+from slime_core.algo.opd import build_teacher_engine, score_with_teacher, teacher_in_engine
 from slime_core.context import get_manager
 from slime_core.evaluation.settings import EvalSettings
 from slime_core.observe.trace import span
@@ -120,6 +121,8 @@ class RolloutManager:
         if eval_source is not None:
             self.reward_fn(True)
         self._eval_sets = EvalSettings(config)
+        # [opd] mode = "engine": a teacher engine scores the student's tokens after each rollout
+        self._teacher = build_teacher_engine(self.pm, config) if teacher_in_engine(config) else None
         for spec in self._eval_sets.specs.values():
             self._rewards.get(spec.reward)  # a dataset's unknown reward fails here too
         reg = self.pm.registries
@@ -202,6 +205,10 @@ class RolloutManager:
             all_groups = kept
         else:
             kept, all_groups = await self._train_groups(rollout_id, source, params, metrics)
+            if self._teacher is not None:
+                t_score = time.perf_counter()
+                await score_with_teacher(self, self._teacher, kept)
+                metrics["perf/opd_teacher_time"] = time.perf_counter() - t_score
             if self._sample_filter is not None:
                 self._sample_filter(kept)
             self.pm.hook.slime_rollout_sample_filter(config=cfg, groups=kept)

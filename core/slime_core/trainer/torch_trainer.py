@@ -19,6 +19,7 @@ from slime_hookspecs import TrainBatch
 from slime_hookspecs.batch import TENSOR_KEYS
 
 from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
+from slime_core.algo.opd import opd_enabled, teacher_in_trainer, teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
@@ -76,6 +77,7 @@ class TorchTrainer:
             # fused head the decoder is what the trainer calls.
             (self.model.model if self.fused_head else self.model).compile(dynamic=True)
         self.ref_model: torch.nn.Module | None = None
+        self.teacher_model: torch.nn.Module | None = None  # [opd] mode = "trainer"
         tok = load_tokenizer(config.model)
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
         t = config.train
@@ -108,8 +110,19 @@ class TorchTrainer:
         return self.ref_model
 
     # -- log-probs -------------------------------------------------------------------------
+    def _teacher(self) -> torch.nn.Module:
+        """The frozen OPD teacher from ``opd.teacher_path`` (or ``slime_make_model(role=
+        "teacher")``), built on first use."""
+        if self.teacher_model is None:
+            model = self.pm.hook.slime_make_model(config=self.config, role="teacher")
+            if model is None:
+                model = load_causal_lm(teacher_model_config(self.config), self.device,
+                                       self.dtype, role="teacher")
+            self.teacher_model = model.to(self.device).eval().requires_grad_(False)
+        return self.teacher_model
+
     def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
-        model = self._ref() if role == "ref" else self.model
+        model = {"ref": self._ref, "teacher": self._teacher}.get(role, lambda: self.model)()
         self.pm.hook.slime_before_log_prob(config=self.config, model=model, role=role)
         out: list[torch.Tensor | None] = [None] * len(batch)
         options = self._head_options(model)
@@ -155,7 +168,11 @@ class TorchTrainer:
         if self.config.train.loss != "sft":
             if needs_ref(self.config) and batch.ref_log_probs is None:
                 batch.ref_log_probs = self.compute_log_probs(batch, "ref")
-            if self.config.train.num_steps_per_rollout > 1 and batch.old_log_probs is None:
+            if teacher_in_trainer(self.config) and batch.teacher_log_probs is None:
+                batch.teacher_log_probs = self.compute_log_probs(batch, "teacher")
+            # OPD needs the student's log-probs before the update, as several steps do
+            if (self.config.train.num_steps_per_rollout > 1 or opd_enabled(self.config)) \
+                    and batch.old_log_probs is None:
                 batch.old_log_probs = self.compute_log_probs(batch, "actor")
         compute_advantages(self.config, batch)
 
