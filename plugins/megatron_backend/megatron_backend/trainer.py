@@ -1,4 +1,4 @@
-"""The ``megatron`` trainer backend: one rank of a tensor- and data-parallel GPTModel.
+"""The ``megatron`` trainer backend: one rank of a tensor-, pipeline- and data-parallel GPTModel.
 
 Mirrors the ``torch`` backend (``slime_core/trainer/torch_trainer.py``) so runs compare value
 for value: log-probs are ``log_softmax(logits / T)`` of the full vocabulary (T =
@@ -62,7 +62,7 @@ def hf_config_of(model_cfg: Any) -> Any:
 
 
 class MegatronTrainer:
-    """One rank (TP shard of one data-parallel replica) of the megatron backend."""
+    """One rank (a TP shard of a PP stage of one data-parallel replica) of the backend."""
 
     def __init__(self, config: Any, rank: int = 0, world_size: int = 1,
                  accelerator: Any = None) -> None:
