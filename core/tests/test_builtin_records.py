@@ -96,6 +96,7 @@ def test_records_collects_decorated_factories_and_provides_the_hook() -> None:
     records.add(FilterRecord(name="keep_all", factory=lambda config: lambda group: None))
     hook = records.hook(PolicyLossRecord)
     assert hook.__name__ == "slime_register_policy_losses"
+    assert hook.slime_source[0] == __file__  # core hooks shows the plugin's line, not ours
     assert [r.name for r in hook()] == ["mine"] and hook()[0].factory is mine
     with pytest.raises(ValueError, match="policy loss 'mine' is registered twice"):
         records.register(PolicyLossRecord, "mine")(mine)

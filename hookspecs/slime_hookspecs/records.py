@@ -36,6 +36,7 @@ record type (every record type names its hook in ``hook``)::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -468,6 +469,11 @@ class Records:
 
         register_records.__name__ = register_records.__qualname__ = record_type.hook
         register_records.__doc__ = f"This module's {record_type.__name__} records."
+        # where the plugin wrote ``records.hook(...)``, for ``core hooks`` (the function's own
+        # code lives here, in slime_hookspecs)
+        caller = sys._getframe(1)
+        register_records.slime_source = (caller.f_code.co_filename,  # type: ignore[attr-defined]
+                                         caller.f_lineno)
         return hookimpl(register_records)
 
 

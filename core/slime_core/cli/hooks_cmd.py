@@ -19,6 +19,9 @@ def _summary(fn: Any) -> str:
 
 
 def _where(fn: Any) -> str:
+    source = getattr(fn, "slime_source", None)  # slime_hookspecs.Records.hook: the plugin's line
+    if source is not None:
+        return f"{source[0]}:{source[1]}"
     try:
         path = inspect.getsourcefile(fn) or "?"
         return f"{path}:{inspect.getsourcelines(fn)[1]}"
