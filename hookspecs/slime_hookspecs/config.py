@@ -140,19 +140,30 @@ class TrainConfig(Protocol):
 class AlgorithmConfig(Protocol):
     """``[algorithm]`` (core_config): advantages, losses, KL, corrections."""
 
+    numerics: str
     advantage_estimator: str
     policy_loss: str
     loss_reducer: str
+    count_empty_samples: bool
     eps_clip: float
     eps_clip_high: float
     eps_clip_c: float
+    log_ratio_clamp: float
     kl_estimator: str
+    kl_in_reward_estimator: str
+    k3_clamp: float
+    low_var_kl_clamp: float
+    kl_log_ratio_clamp: float
     use_kl_loss: bool
     kl_loss_coef: float
     kl_in_reward_coef: float
     entropy_coef: float
     normalize_std: bool
+    singleton_advantage: str
     whiten_advantages: bool
+    whiten_reinforce: bool
+    reinforce_baseline_kl: str
+    masked_steps: str
     is_correction: str
     is_kwargs: dict[str, float]
     gamma: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -75,13 +76,38 @@ def load_config(
             schema.get(name)  # unknown section -> nearest valid name
         except ConfigError as exc:
             raise ConfigError(f"{exc}{_source(str(exc), overridden, where, section=name)}") from exc
+    presets = _numerics_presets(schema, raw)
     sections = {}
     for name in schema.sections():
         try:
-            sections[name] = schema.build(name, raw.get(name, {}))
+            sections[name] = schema.build(name, {**presets.get(name, {}), **raw.get(name, {})})
         except ConfigError as exc:
             raise ConfigError(f"{exc}{_source(str(exc), overridden, where)}") from exc
     return Config(sections, source=str(path) if path else None)
+
+
+def _numerics_presets(schema: ConfigSchema, raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Section -> the key defaults of the ``algorithm.numerics`` preset the config selects.
+
+    A section dataclass opts in with a ``NUMERICS_PRESETS`` class attribute
+    (``{preset: {key: value}}``, not a field). Keys the config sets itself are applied on top, so
+    ``-o algorithm.numerics=verl -o algorithm.eps_clip_c=0`` keeps verl's conventions but the
+    dual clip off. An unknown preset selects nothing here; the ``[algorithm]`` section refuses it.
+    """
+    if "algorithm" not in schema.sections():
+        return {}
+    preset = raw.get("algorithm", {}).get("numerics")
+    if preset is None:
+        fields = {f.name: f for f in dataclasses.fields(schema.get("algorithm").schema)}
+        if "numerics" not in fields:
+            return {}
+        preset = fields["numerics"].default
+    out: dict[str, dict[str, Any]] = {}
+    for name in schema.sections():
+        table = getattr(schema.get(name).schema, "NUMERICS_PRESETS", None) or {}
+        if isinstance(preset, str) and preset in table:
+            out[name] = dict(table[preset])
+    return out
 
 
 def _source(message: str, overridden: dict[str, str], where: str, section: str | None = None) -> str:

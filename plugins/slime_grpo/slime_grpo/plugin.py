@@ -51,7 +51,8 @@ def _group_estimate(config: Any, name: str) -> Estimate:
     def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
 
-        kw: dict[str, Any] = {"group_ids": list(batch.group_indices)}
+        kw: dict[str, Any] = {"group_ids": list(batch.group_indices),
+                              "singleton": config.algorithm.singleton_advantage}
         if name in ("grpo", "gspo", "cispo"):
             kw["normalize_std"] = config.algorithm.normalize_std
         adv = ops.ADVANTAGE_ESTIMATORS[name](_rewards(batch), batch.response_lengths, **kw)
@@ -92,6 +93,18 @@ def rloo(config: Any) -> Estimate:
     return _group_estimate(config, "rloo")
 
 
+def _reward_kl_fn(config: Any) -> Callable[[Any, Any], Any]:
+    """The KL estimator of the reward penalty, built from its record (whichever plugin
+    registers it), so its clamps follow the config as the KL loss's do."""
+    alg = config.algorithm
+    name = alg.kl_in_reward_estimator or alg.kl_estimator
+    if name in _KL_SUMMARIES:  # ours: no plugin manager needed (ops-level callers, tests)
+        return _kl_builder(name)(config)
+    from slime_core.api import get_registries
+
+    return get_registries().kl_estimator.get(name).factory(config)  # type: ignore[no-any-return]
+
+
 def _reinforce(config: Any, baseline: bool) -> Estimate:
     def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
@@ -100,11 +113,17 @@ def _reinforce(config: Any, baseline: bool) -> Estimate:
         kl = None
         if alg.kl_in_reward_coef > 0 and batch.ref_log_probs is not None:
             lps = batch.old_log_probs or batch.rollout_log_probs
-            kl = ops.compute_approx_kl_per_sample(lps, batch.ref_log_probs, alg.kl_estimator)
+            kl_fn = _reward_kl_fn(config)
+            kl = [kl_fn(lp, ref) for lp, ref in zip(lps, batch.ref_log_probs, strict=True)]
+        # slime whitens only with --normalize-advantages; verl always whitens REINFORCE++
         kw: dict[str, Any] = {"kl": kl, "kl_coef": alg.kl_in_reward_coef, "gamma": alg.gamma,
-                              "all_sum": _all_sum(config)}
+                              "all_sum": _all_sum(config),
+                              "whiten_advantages": alg.whiten_advantages or alg.whiten_reinforce,
+                              "skip_masked": alg.masked_steps == "skip"}
         if baseline:
             kw["group_ids"] = list(batch.group_indices)
+            kw["singleton"] = alg.singleton_advantage
+            kw["cumulative_kl"] = alg.reinforce_baseline_kl == "cumulative"
             fn = ops.reinforce_plus_plus_baseline_advantages
         else:
             fn = ops.reinforce_plus_plus_advantages
@@ -145,11 +164,16 @@ def _policy_loss(config: Any, name: str) -> PolicyLoss:
         alg = config.algorithm
         high = alg.eps_clip_high or None
         dual = alg.eps_clip_c or None
+        clamp = alg.log_ratio_clamp or None
         if name == "cispo":
             pg, m = ops.cispo_loss(log_probs, batch.old_log_probs, batch.advantages,
                                    batch.loss_masks, eps_clip_high=high or alg.eps_clip,
-                                   eps_clip=alg.eps_clip)
-        else:
+                                   eps_clip=alg.eps_clip, log_ratio_clamp=clamp)
+        elif name == "ppo":
+            pg, m = ops.ppo_clip_loss(log_probs, batch.old_log_probs, batch.advantages,
+                                      batch.loss_masks, eps_clip=alg.eps_clip,
+                                      eps_clip_high=high, eps_clip_c=dual, log_ratio_clamp=clamp)
+        else:  # gspo: its sequence ratio has no log-ratio clamp here (verl caps it at 10)
             fn = ops.POLICY_LOSSES[name]
             pg, m = fn(log_probs, batch.old_log_probs, batch.advantages, batch.loss_masks,
                        eps_clip=alg.eps_clip, eps_clip_high=high, eps_clip_c=dual)
@@ -189,6 +213,20 @@ slime_register_policy_losses = records.hook(PolicyLossRecord)
 
 def _kl_builder(name: str) -> Callable[[Any], Callable[[Any, Any], Any]]:
     def build(config: Any) -> Callable[[Any, Any], Any]:
+        alg = config.algorithm
+        if name in ("k3", "low_var_kl"):
+            # slime clamps only the name low_var_kl, verl both and the log-ratio before exp
+            clamp = (alg.k3_clamp if name == "k3" else alg.low_var_kl_clamp) or None
+            ratio_clamp = alg.kl_log_ratio_clamp or None
+
+            def k3(log_probs: Any, ref_log_probs: Any) -> Any:
+                from slime_grpo import ops
+
+                return ops.kl_k3(log_probs, ref_log_probs, clamp=clamp,
+                                 log_ratio_clamp=ratio_clamp)
+
+            return k3
+
         def kl(log_probs: Any, ref_log_probs: Any) -> Any:
             from slime_grpo import ops
 
@@ -200,9 +238,10 @@ def _kl_builder(name: str) -> Callable[[Any], Callable[[Any, Any], Any]]:
 
 
 # the four estimators share one body (ops.KL_ESTIMATORS), so they are registered in a loop
-for _name, _summary in {"k1": "log(pi/pi_ref)", "k2": "k1^2 / 2",
-                        "k3": "exp(-k1) - 1 + k1, clamped to [-10, 10]",
-                        "low_var_kl": "alias of k3"}.items():
+_KL_SUMMARIES = {"k1": "log(pi/pi_ref)", "k2": "k1^2 / 2",
+                 "k3": "exp(-k1) - 1 + k1, clamped by algorithm.k3_clamp",
+                 "low_var_kl": "k3 clamped by algorithm.low_var_kl_clamp"}
+for _name, _summary in _KL_SUMMARIES.items():
     records.add(KLEstimatorRecord(name=_name, factory=_kl_builder(_name), summary=_summary))
 
 slime_register_kl_estimators = records.hook(KLEstimatorRecord)
@@ -239,7 +278,8 @@ def _reducer_builder(name: str) -> Callable[..., Any]:
         from slime_grpo import ops
 
         max_len = config.algorithm.max_response_length or config.rollout.max_new_tokens
-        return ops.get_reducer(name, response_lengths, loss_masks, max_response_length=max_len)
+        return ops.get_reducer(name, response_lengths, loss_masks, max_response_length=max_len,
+                               count_empty_samples=config.algorithm.count_empty_samples)
 
     return build
 

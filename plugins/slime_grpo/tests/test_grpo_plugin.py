@@ -87,9 +87,12 @@ def pytest_approx(x: float):  # noqa: ANN201 - tiny local helper keeps the asser
     return pytest.approx(x)
 
 
+# REINFORCE++ is whitened only on request under the slime preset (whiten_reinforce: verl's)
 WHITENING = {
-    "reinforce_plus_plus": {"advantage_estimator": "reinforce_plus_plus", "gamma": 0.9},
-    "reinforce_plus_plus_baseline": {"advantage_estimator": "reinforce_plus_plus_baseline"},
+    "reinforce_plus_plus": {"advantage_estimator": "reinforce_plus_plus", "gamma": 0.9,
+                            "whiten_reinforce": True},
+    "reinforce_plus_plus_baseline": {"advantage_estimator": "reinforce_plus_plus_baseline",
+                                     "whiten_reinforce": True},
     "grpo_whitened": {"advantage_estimator": "grpo", "whiten_advantages": True},
 }
 # 4 groups of 2 over 3 ranks: shares of 2, 2 and 0 groups (the last rank's share is empty)

@@ -29,10 +29,12 @@ class PPOSection:
     critic_micro_batch_tokens: int = (
         0  # token budget of one critic micro-batch (0: train.micro_batch_tokens)
     )
-    value_clip: float = 0.2  # |v - v_old| clip of the value loss (0: no clipping)
-    value_loss_coef: float = 0.5  # factor on the value loss (0.5: verl/OpenRLHF; slime uses 1)
+    value_clip: float = 0.2  # |v - v_old| clip of the value loss (0: no clipping); preset (verl: 0.5)
+    value_loss_coef: float = 1.0  # factor on the value loss; preset (slime: 1, verl: 0.5)
     num_critic_only_steps: int = 0  # first N rollouts train only the critic (actor frozen)
-    whiten_advantages: bool = True  # whiten GAE advantages over the batch's loss-masked tokens
+    whiten_advantages: bool = False  # whiten GAE advantages over the batch's loss-masked tokens; preset (verl: true)
+    value_clipfrac: str = "delta"  # preset: value_clipfrac counts |v - v_old| > value_clip (delta, slime) or a strictly larger clipped error (loss, verl)
+    kl_in_reward_masked: bool = False  # preset: the KL penalty in the reward only on loss-masked tokens (verl: true; slime puts it on every token)
 
     def __post_init__(self) -> None:
         _need(self.critic_lr >= 0, "ppo.critic_lr", "must be >= 0")
@@ -46,6 +48,16 @@ class PPOSection:
         _need(self.value_clip >= 0, "ppo.value_clip", "must be >= 0 (0 turns clipping off)")
         _need(self.value_loss_coef > 0, "ppo.value_loss_coef", "must be > 0")
         _need(self.num_critic_only_steps >= 0, "ppo.num_critic_only_steps", "must be >= 0")
+        _need(self.value_clipfrac in ("delta", "loss"), "ppo.value_clipfrac",
+              "must be delta or loss")
+
+    # defaults per algorithm.numerics preset (the field defaults are the slime column)
+    NUMERICS_PRESETS = {
+        "slime": {"value_clip": 0.2, "value_loss_coef": 1.0, "whiten_advantages": False,
+                  "value_clipfrac": "delta", "kl_in_reward_masked": False},
+        "verl": {"value_clip": 0.5, "value_loss_coef": 0.5, "whiten_advantages": True,
+                 "value_clipfrac": "loss", "kl_in_reward_masked": True},
+    }
 
 
 def uses_critic(config: Any) -> bool:
@@ -66,9 +78,5 @@ def check_config(config: Any) -> None:
                 f"{config.algorithm.advantage_estimator!r}, train.loss = {config.train.loss!r})"
             )
         return
-    alg = config.algorithm
-    if alg.whiten_advantages and not ppo.whiten_advantages:
-        raise ValueError(
-            "algorithm.whiten_advantages = true contradicts ppo.whiten_advantages = false: the "
-            "gae estimator reads ppo.whiten_advantages; set one value"
-        )
+    # algorithm.whiten_advantages (slime's --normalize-advantages) whitens GAE too, so the
+    # slime preset (ppo.whiten_advantages = false) and that flag do not contradict each other

@@ -105,6 +105,7 @@ class Critic:
                     value_clip=clip,
                     coef=cfg.ppo.value_loss_coef,
                     reducer=reducer,
+                    clipfrac_rule=cfg.ppo.value_clipfrac,
                 )
                 acc.backward(loss, {f"train/{k}": v for k, v in m.items()},
                              weighting, len(ids),

@@ -45,12 +45,16 @@ def gae_estimate(
 ) -> tuple[list[Tensor], list[Tensor], dict[str, float]]:
     """``(advantages, returns, metrics)`` for ``batch`` given the critic's ``values``.
 
-    1. token rewards ``r_t = -algorithm.kl_in_reward_coef * kl_t * m_t`` plus the sample's
-       scalar reward (``batch.rewards``) on its last loss-masked token (``ops.kl_in_reward``);
+    1. token rewards ``r_t = -algorithm.kl_in_reward_coef * kl_t`` (times ``m_t`` when
+       ``ppo.kl_in_reward_masked``) plus the sample's scalar reward (``batch.rewards``) on its
+       last loss-masked token, or on its last token when ``algorithm.masked_steps = "count"``
+       (``ops.kl_in_reward``);
     2. GAE with ``algorithm.gamma`` / ``algorithm.lam`` over loss-masked tokens only
+       (``masked_steps = "skip"``) or over every position (``"count"``, slime)
        (``ops.gae_advantages_and_returns``); ``returns = advantages + values``, unwhitened;
-    3. when ``ppo.whiten_advantages``: advantages whitened over every loss-masked token of the
-       batch (``ops.whiten``, Bessel variance, eps 1e-8); skipped when no token is masked in.
+    3. when ``ppo.whiten_advantages`` or ``algorithm.whiten_advantages``: advantages whitened
+       over every loss-masked token of the batch (``ops.whiten``, Bessel variance, eps 1e-8);
+       skipped when no token is masked in.
 
     Metrics (token means over loss-masked tokens): ``train/values_mean``,
     ``train/returns_mean``, ``train/advantages_mean`` (before whitening),
@@ -72,11 +76,17 @@ def gae_estimate(
     if kl is None:
         kl = [torch.zeros_like(v) for v in values]
     rewards = torch.as_tensor(batch.rewards, dtype=torch.float32)
-    tok = ops.kl_in_reward(rewards, kl, masks, kl_coef=alg.kl_in_reward_coef)
-    adv, ret = ops.gae_advantages_and_returns(tok, values, masks, gamma=alg.gamma, lam=alg.lam)
+    # the slime preset: KL on every token, the reward on the last token, GAE over every
+    # position; verl's: KL on model tokens, GAE skipping masked ones (docs/algorithms.md)
+    skip = alg.masked_steps == "skip"
+    tok = ops.kl_in_reward(rewards, kl, masks, kl_coef=alg.kl_in_reward_coef,
+                           mask_kl=config.ppo.kl_in_reward_masked,
+                           reward_on_last_token=not skip)
+    adv, ret = ops.gae_advantages_and_returns(tok, values, masks, gamma=alg.gamma, lam=alg.lam,
+                                              skip_masked=skip)
     metrics, n = _metrics(values, ret, adv, kl if alg.kl_in_reward_coef else None, masks,
                           dp_sum or _local)
-    if config.ppo.whiten_advantages and n > 0:
+    if (config.ppo.whiten_advantages or alg.whiten_advantages) and n > 0:
         adv = list(ops.whiten(adv, masks, all_sum=dp_sum))
     return adv, ret, metrics
 

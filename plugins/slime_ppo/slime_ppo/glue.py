@@ -54,11 +54,12 @@ def require_critic(where: str) -> Critic:
 
 
 def kl_estimator(config: Any) -> KLFn | None:
-    """``algorithm.kl_estimator``'s record, built (from whichever plugin registers it, e.g.
-    slime_grpo)."""
-    if config.algorithm.kl_in_reward_coef == 0:
+    """The reward penalty's KL estimator record (``algorithm.kl_in_reward_estimator``, empty:
+    ``algorithm.kl_estimator``), built (from whichever plugin registers it, e.g. slime_grpo)."""
+    alg = config.algorithm
+    if alg.kl_in_reward_coef == 0:
         return None
-    rec = get_manager().registries.kl_estimator.get(config.algorithm.kl_estimator)
+    rec = get_manager().registries.kl_estimator.get(alg.kl_in_reward_estimator or alg.kl_estimator)
     return rec.factory(config)  # type: ignore[no-any-return]
 
 

@@ -19,6 +19,20 @@ def _close(a, b, atol=1e-6):
     torch.testing.assert_close(a, _t(*b), atol=atol, rtol=1e-5)
 
 
+@pytest.fixture
+def make_config(make_config):
+    """These cases derive the skip convention by hand: GAE over model tokens only, the KL on
+    model tokens, whitened advantages (the verl preset's GAE, the default before the numerics
+    presets). The slime preset's GAE is tested in test_ppo_numerics_on_cpu.py."""
+
+    def make(**sections):
+        alg = {"masked_steps": "skip", **sections.pop("algorithm", {})}
+        ppo = {"kl_in_reward_masked": True, "whiten_advantages": True, **sections.pop("ppo", {})}
+        return make_config(algorithm=alg, ppo=ppo, **sections)
+
+    return make
+
+
 def _batch(**kw):
     base = dict(
         tokens=[torch.arange(5)],
@@ -104,7 +118,7 @@ def test_kl_in_reward_needs_ref_and_sampling_log_probs(make_config, ppo_manager)
 
 
 def test_whitening_over_masked_tokens_of_the_whole_batch(make_config):
-    cfg = make_config()  # ppo.whiten_advantages defaults to true
+    cfg = make_config()  # whitened: this module's make_config sets ppo.whiten_advantages
     batch = TrainBatch(
         tokens=[torch.arange(4), torch.arange(4)],
         response_lengths=[2, 2],

@@ -12,13 +12,15 @@ Conventions (chosen once, tested against hand-derived values):
   (not the variance): ``A = (r - mean) / (std + 1e-6)``;
 * a singleton group (n = 1) is never divided by its std (it is undefined); its baseline is its own
   reward, so its advantage is exactly 0 for grpo / dr_grpo / rloo / reinforce_plus_plus_baseline.
-  (verl instead uses mean 0 and std 1 for a singleton, i.e. A = r; TRL gives std 0 then
-  divides, i.e. A = 0.)
+  ``singleton="reward"`` gives verl's rule instead: mean 0 and std 1, i.e. ``A = r / (1 + eps)``
+  for grpo, ``A = r`` for dr_grpo / rloo / the REINFORCE++ baseline (TRL gives std 0 then
+  divides, i.e. A = 0);
 * sequence-level estimators broadcast the scalar to every token of the response, masked tokens
   included (the loss masks them out later), as slime does;
-* REINFORCE++ returns run over loss-masked tokens only (see ``discounted_returns``) and are then
-  whitened over all loss-masked tokens of the batch (epsilon 1e-8 on the variance); masked tokens
-  get advantage 0.
+* REINFORCE++ returns run over loss-masked tokens only (see ``discounted_returns``;
+  ``skip_masked=False`` makes every position a discount step, as slime) and are then whitened
+  over all loss-masked tokens of the batch (epsilon 1e-8 on the variance); masked tokens get
+  advantage 0.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ from .whiten import WHITEN_EPS, AllSum, whiten
 GRPO_STD_EPS = 1e-6
 
 GroupIds = Sequence[int] | Tensor | None
+SINGLETON_RULES = ("zero", "reward")
+
+
+def _check_singleton(singleton: str) -> None:
+    if singleton not in SINGLETON_RULES:
+        raise ValueError(f"singleton must be one of {', '.join(SINGLETON_RULES)}, got {singleton!r}")
 
 
 def broadcast_to_tokens(scalars: Tensor, response_lengths: Sequence[int]) -> list[Tensor]:
@@ -51,22 +59,29 @@ def group_normalized_rewards(
     group_ids: GroupIds = None,
     normalize_std: bool = True,
     eps: float = GRPO_STD_EPS,
+    singleton: str = "zero",
 ) -> Tensor:
     """GRPO's scalar advantage per sample, ``[N]``.
 
     ``A_i = (r_i - mean_g) / (std_g + eps)`` with ``std_g`` torch's unbiased std over group g and
     ``eps = 1e-6``; with ``normalize_std=False`` (Dr. GRPO) ``A_i = r_i - mean_g``. A singleton
-    group skips the std division and gets ``A_i = r_i - r_i = 0``.
+    group skips the std division and gets ``A_i = r_i - r_i = 0`` (``singleton="zero"``, slime)
+    or mean 0 and std 1, ``A_i = r_i / (1 + eps)`` (``singleton="reward"``, verl).
     """
+    _check_singleton(singleton)
     r = as_float_rewards(rewards)
     idx = group_index(r.numel(), n_samples_per_prompt, group_ids, device=r.device)
     if r.numel() == 0:
         return r.clone()
     mean, std, count = group_mean_std(r, idx)
+    alone = count <= 1
+    if singleton == "reward":
+        mean = torch.where(alone, torch.zeros_like(mean), mean)
     centered = r - mean
     if not normalize_std:
         return centered
-    denom = torch.where(count > 1, std + eps, torch.ones_like(std))
+    lone_denom = 1.0 + eps if singleton == "reward" else 1.0
+    denom = torch.where(alone, torch.full_like(std, lone_denom), std + eps)
     return centered / denom
 
 
@@ -79,10 +94,12 @@ def grpo_advantages(
     group_ids: GroupIds = None,
     normalize_std: bool = True,
     eps: float = GRPO_STD_EPS,
+    singleton: str = "zero",
 ) -> list[Tensor]:
     """GRPO: ``A_i,t = (r_i - mean_g) / (std_g + 1e-6)`` broadcast over the ``T_i`` tokens.
 
-    ``std_g``: unbiased (``torch.std``); singleton group: no division, ``A = 0``.
+    ``std_g``: unbiased (``torch.std``); singleton group: no division, ``A = 0`` (``singleton``:
+    see ``group_normalized_rewards``).
     ``normalize_std=False`` gives the Dr. GRPO advantage. GSPO and CISPO use these advantages
     (they differ in the loss). Returns a list of ``[T_i]`` tensors.
     """
@@ -92,6 +109,7 @@ def grpo_advantages(
         group_ids=group_ids,
         normalize_std=normalize_std,
         eps=eps,
+        singleton=singleton,
     )
     return broadcast_to_tokens(scalars, response_lengths)
 
@@ -103,6 +121,7 @@ def dr_grpo_advantages(
     *,
     n_samples_per_prompt: int | None = None,
     group_ids: GroupIds = None,
+    singleton: str = "zero",
 ) -> list[Tensor]:
     """Dr. GRPO: ``A_i,t = r_i - mean_g`` (mean baseline, no std division), broadcast over tokens."""
     return grpo_advantages(
@@ -111,6 +130,7 @@ def dr_grpo_advantages(
         n_samples_per_prompt=n_samples_per_prompt,
         group_ids=group_ids,
         normalize_std=False,
+        singleton=singleton,
     )
 
 
@@ -121,18 +141,24 @@ def rloo_advantages(
     *,
     n_samples_per_prompt: int | None = None,
     group_ids: GroupIds = None,
+    singleton: str = "zero",
 ) -> list[Tensor]:
     """RLOO: ``A_i = r_i - (1/(n-1)) sum_{j != i} r_j = n/(n-1) * (r_i - mean_g)``, broadcast.
 
-    A singleton group has no other sample: ``A = 0``. No std division.
+    A singleton group has no other sample: ``A = 0`` (``singleton="reward"``: ``A = r``, verl).
+    No std division.
     """
+    _check_singleton(singleton)
     r = as_float_rewards(rewards)
     idx = group_index(r.numel(), n_samples_per_prompt, group_ids, device=r.device)
     if r.numel() == 0:
         return []
     mean, _, count = group_mean_std(r, idx)
     scale = torch.where(count > 1, count / (count - 1).clamp_min(1), torch.zeros_like(count))
-    return broadcast_to_tokens(scale * (r - mean), response_lengths)
+    adv = scale * (r - mean)
+    if singleton == "reward":
+        adv = torch.where(count > 1, adv, r)
+    return broadcast_to_tokens(adv, response_lengths)
 
 
 def _token_rewards(
@@ -150,31 +176,47 @@ def _token_rewards(
     return out
 
 
+def _scan(padded: Tensor, gamma: float) -> Tensor:
+    """Backward discounted sums along dim 1 (trailing zero padding changes nothing)."""
+    if gamma == 1.0:
+        return padded.flip(1).cumsum(1).flip(1)
+    scanned = torch.zeros_like(padded)
+    running = torch.zeros(padded.size(0), dtype=padded.dtype, device=padded.device)
+    for t in range(padded.size(1) - 1, -1, -1):
+        running = padded[:, t] + gamma * running
+        scanned[:, t] = running
+    return scanned
+
+
 @torch.no_grad()
 def discounted_returns(
-    token_rewards: Sequence[Tensor], loss_masks: Sequence[Tensor], gamma: float
+    token_rewards: Sequence[Tensor],
+    loss_masks: Sequence[Tensor],
+    gamma: float,
+    *,
+    skip_masked: bool = True,
 ) -> list[Tensor]:
     """``G_t = sum_{k >= t, k masked-in} gamma^(j(k) - j(t)) r_k`` over loss-masked tokens only.
 
     ``j(t)`` counts loss-masked positions: masked-out (observation) tokens are skipped, they do
     not break the chain and are not a discount step; their return is 0. With ``gamma = 1`` and a
     single-turn mask this equals slime's ``get_reinforce_plus_plus_returns``.
+    ``skip_masked=False`` (slime): ``G_t = r_t + gamma G_{t+1}`` over every position, so a masked
+    position is a discount step and carries the return.
     """
+    if not skip_masked:
+        if not token_rewards:
+            return []
+        full = torch.nn.utils.rnn.pad_sequence(list(token_rewards), batch_first=True)
+        scanned_all = _scan(full, gamma)
+        return [scanned_all[i, : r.numel()].clone() for i, r in enumerate(token_rewards)]
     keeps = [m != 0 for m in loss_masks]
     kept = [r[k] for r, k in zip(token_rewards, keeps, strict=True)]
     if not kept:
         return []
     # Compress each sample to its loss-masked tokens, pad at the end (zeros do not change the
     # returns of earlier positions) and scan backwards over the batch at once.
-    padded = torch.nn.utils.rnn.pad_sequence(kept, batch_first=True)
-    if gamma == 1.0:
-        scanned = padded.flip(1).cumsum(1).flip(1)
-    else:
-        scanned = torch.zeros_like(padded)
-        running = torch.zeros(padded.size(0), dtype=padded.dtype, device=padded.device)
-        for t in range(padded.size(1) - 1, -1, -1):
-            running = padded[:, t] + gamma * running
-            scanned[:, t] = running
+    scanned = _scan(torch.nn.utils.rnn.pad_sequence(kept, batch_first=True), gamma)
     out = []
     for i, (r, k) in enumerate(zip(token_rewards, keeps, strict=True)):
         g = torch.zeros_like(r)
@@ -194,6 +236,7 @@ def reinforce_plus_plus_advantages(
     whiten_advantages: bool = True,
     eps: float = WHITEN_EPS,
     all_sum: AllSum | None = None,
+    skip_masked: bool = True,
 ) -> list[Tensor]:
     """REINFORCE++ (https://arxiv.org/abs/2501.03262).
 
@@ -209,7 +252,8 @@ def reinforce_plus_plus_advantages(
     masks = float_masks(loss_masks, like=r)
     if r.numel() != len(masks):
         raise ValueError(f"{r.numel()} rewards for {len(masks)} loss masks")
-    returns = discounted_returns(_token_rewards(r, masks, kl, kl_coef), masks, gamma)
+    returns = discounted_returns(_token_rewards(r, masks, kl, kl_coef), masks, gamma,
+                                 skip_masked=skip_masked)
     if whiten_advantages and (returns or all_sum is not None):  # every rank joins the sums
         returns = whiten(returns, masks, shift_mean=True, eps=eps,  # type: ignore[assignment]
                          all_sum=all_sum)
@@ -232,6 +276,8 @@ def reinforce_plus_plus_baseline_advantages(
     cumulative_kl: bool = True,
     eps: float = WHITEN_EPS,
     all_sum: AllSum | None = None,
+    skip_masked: bool = True,
+    singleton: str = "zero",
 ) -> list[Tensor]:
     """REINFORCE++-baseline: group-mean baseline, KL in the reward, then batch whitening.
 
@@ -243,7 +289,8 @@ def reinforce_plus_plus_baseline_advantages(
     3. whitening over loss-masked tokens (``eps = 1e-8``); masked tokens get 0.
     """
     b = group_normalized_rewards(
-        rewards, n_samples_per_prompt=n_samples_per_prompt, group_ids=group_ids, normalize_std=False
+        rewards, n_samples_per_prompt=n_samples_per_prompt, group_ids=group_ids,
+        normalize_std=False, singleton=singleton,
     )
     if cumulative_kl:
         return reinforce_plus_plus_advantages(
@@ -255,6 +302,7 @@ def reinforce_plus_plus_baseline_advantages(
             whiten_advantages=whiten_advantages,
             eps=eps,
             all_sum=all_sum,
+            skip_masked=skip_masked,
         )
     masks = float_masks(loss_masks, like=b)
     adv = [b[i] * torch.ones_like(m) for i, m in enumerate(masks)]

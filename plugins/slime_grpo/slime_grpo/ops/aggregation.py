@@ -17,7 +17,7 @@ Conventions:
 
 * A sample whose loss mask is all zero contributes 0 to the numerator and still counts in
   N (slime divides by the step's sample count; verl instead drops fully masked sequences
-  from N in its ``seq-mean-*`` modes).
+  from N in its ``seq-mean-*`` modes: ``count_empty_samples=False``).
 * ``rollout_ids`` (optional, one per sample): the "sequence" unit of the ``seq_*`` modes becomes
   the rollout: samples sharing an id are pooled (their masked sums added, their mask counts
   added) and N is the number of distinct ids. This is slime's per-rollout mean for multi-turn
@@ -56,6 +56,7 @@ def get_reducer(
     max_response_length: int | None = None,
     rollout_ids: Sequence[int] | None = None,
     denominator_masks: Sequence[Tensor] | None = None,
+    count_empty_samples: bool = True,
 ) -> Reducer:
     """Build the reducer ``name`` for one batch (see the module docstring for the formulas).
 
@@ -66,6 +67,8 @@ def get_reducer(
         max_response_length: the constant divisor of ``seq_mean_token_sum_norm`` (required there).
         rollout_ids: optional rollout id per sample (pools samples of one rollout, see module doc).
         denominator_masks: optional masks for the denominators (default: ``loss_masks``).
+        count_empty_samples: whether a sample (rollout) without a masked-in token counts in N of
+            the ``seq_*`` modes (slime: yes; verl: no, ``algorithm.count_empty_samples``).
 
     Returns:
         ``reduce(x)`` where ``x`` is a list of ``[T_i]`` tensors or one packed ``[sum T_i]``
@@ -103,6 +106,8 @@ def get_reducer(
     )
     unit_counts = torch.zeros(num_units).index_add_(0, unit, mask_counts)
     total_tokens = mask_counts.sum()
+    # the N of the seq_* modes: every unit (slime), or only units with a masked-in token (verl)
+    num_mean = num_units if count_empty_samples else int((unit_counts > 0).sum().item())
 
     # Per-sample sums as one segment sum over the packed tokens (a handful of kernels whatever
     # the batch size; a per-sample loop cost three kernels per sample and call, thousands per
@@ -149,6 +154,6 @@ def get_reducer(
             per_unit = unit_sums
         else:  # seq_mean_token_sum_norm
             per_unit = unit_sums / float(max_response_length)  # type: ignore[arg-type]
-        return per_unit.sum() / num_units
+        return per_unit.sum() / max(num_mean, 1)
 
     return reduce

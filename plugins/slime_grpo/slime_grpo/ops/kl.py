@@ -58,16 +58,26 @@ def kl_k2(
 
 
 def kl_k3(
-    log_probs: Tensor, ref_log_probs: Tensor, importance_ratio: Tensor | None = None
+    log_probs: Tensor,
+    ref_log_probs: Tensor,
+    importance_ratio: Tensor | None = None,
+    *,
+    clamp: float | None = K3_CLAMP,
+    log_ratio_clamp: float | None = None,
 ) -> Tensor:
     """k3 / low_var_kl = exp(-k1) - 1 + k1, times ``importance_ratio``, clamped to [-10, 10].
 
     Non-negative, unbiased for KL(p || p_ref) under samples of p, lower variance than k1.
-    Where the clamp is active the gradient is 0.
+    Where the clamp is active the gradient is 0. ``clamp=None`` leaves the result unclamped
+    (slime's ``k3``); ``log_ratio_clamp`` clamps ``k1`` to ``[-c, c]`` before ``exp`` (verl: 20).
+    The config keys ``algorithm.k3_clamp`` / ``low_var_kl_clamp`` / ``kl_log_ratio_clamp`` choose
+    these per name (the ``algorithm.numerics`` preset sets them).
     """
     k1 = _log_ratio(log_probs, ref_log_probs)
+    if log_ratio_clamp is not None:
+        k1 = k1.clamp(min=-log_ratio_clamp, max=log_ratio_clamp)
     kl = _weighted(torch.exp(-k1) - 1.0 + k1, importance_ratio)
-    return kl.clamp(min=-K3_CLAMP, max=K3_CLAMP)
+    return kl if clamp is None else kl.clamp(min=-clamp, max=clamp)
 
 
 KL_ESTIMATORS: dict[str, KLEstimator] = {

@@ -10,8 +10,8 @@ its metrics with the same per-sample-mean reducer as the loss).
 
 Conventions (slime's ``compute_policy_loss``):
 
-* ratio = exp(log_probs - old_log_probs), **no clamp** on the log-ratio (verl and OpenRLHF clamp
-  it to [-20, 20]);
+* ratio = exp(log_probs - old_log_probs), **no clamp** on the log-ratio by default (verl and
+  OpenRLHF clamp it to [-20, 20]: ``log_ratio_clamp=20``, ``algorithm.log_ratio_clamp``);
 * ``eps_clip_high`` defaults to ``eps_clip`` (clip-higher when larger);
 * dual clip only when ``eps_clip_c`` is set (must be > 1); verl turns it on by default (3.0);
 * ``pg_clipfrac``: fraction of tokens where the clipped branch is strictly larger than the
@@ -56,6 +56,10 @@ def _metrics(
         )
         out[name] = value.detach()
     return out
+
+
+def _clamped(log_ratio: Tensor, bound: float | None) -> Tensor:
+    return log_ratio if bound is None else log_ratio.clamp(min=-bound, max=bound)
 
 
 def clipped_surrogate(
@@ -115,10 +119,13 @@ def ppo_clip_loss(
     eps_clip_high: float | None = None,
     eps_clip_c: float | None = None,
     metric_reducer: MetricReducer | None = None,
+    log_ratio_clamp: float | None = None,
 ) -> tuple[list[Tensor], dict[str, Tensor]]:
     """Token-level PPO clipped loss (GRPO / Dr. GRPO / REINFORCE++ / PPO actor).
 
-    ``ratio_t = exp(logp_t - old_logp_t)`` (no clamp); ``L_t = max(-A_t ratio_t,
+    ``ratio_t = exp(logp_t - old_logp_t)`` (no clamp unless ``log_ratio_clamp = c``: the
+    log-ratio is clamped to ``[-c, c]`` first, verl's 20; ``ppo_kl`` uses the clamped value as
+    verl does); ``L_t = max(-A_t ratio_t,
     -A_t clip(ratio_t, 1 - eps_clip, 1 + eps_clip_high))``; dual clip (``eps_clip_c`` set,
     > 1): ``L_t = min(L_t, -A_t eps_clip_c)`` where ``A_t < 0``.
 
@@ -127,7 +134,7 @@ def ppo_clip_loss(
     """
     lengths = _check_inputs(log_probs, old_log_probs, advantages, loss_masks)
     lp, old, adv = pack(log_probs), pack(old_log_probs), pack(advantages)
-    log_ratio = lp - old.detach()
+    log_ratio = _clamped(lp - old.detach(), log_ratio_clamp)
     loss, ind = clipped_surrogate(
         torch.exp(log_ratio), adv.detach(), eps_clip, eps_clip_high, eps_clip_c
     )
@@ -192,6 +199,7 @@ def cispo_loss(
     eps_clip_high: float = 0.2,
     eps_clip: float | None = None,
     metric_reducer: MetricReducer | None = None,
+    log_ratio_clamp: float | None = None,
 ) -> tuple[list[Tensor], dict[str, Tensor]]:
     """CISPO (MiniMax-M1, https://arxiv.org/abs/2506.13585, eq. 4-5).
 
@@ -202,11 +210,13 @@ def cispo_loss(
     there, so pass ``eps_clip=0.2`` to reproduce slime's defaults. TRL's ``cispo`` clamps at
     ``epsilon_high`` itself (an absolute bound, not ``1 + eps``).
 
+    ``log_ratio_clamp = c`` clamps the log-ratio to ``[-c, c]`` before ``exp`` (verl: 20).
+
     Metrics: ``pg_clipfrac`` (w != ratio), ``pg_clipfrac_high``, ``pg_clipfrac_low``, ``ppo_kl``.
     """
     lengths = _check_inputs(log_probs, old_log_probs, advantages, loss_masks)
     lp, old, adv = pack(log_probs), pack(old_log_probs), pack(advantages)
-    log_ratio = lp - old.detach()
+    log_ratio = _clamped(lp - old.detach(), log_ratio_clamp)
     ratio = torch.exp(log_ratio).detach()
     low = None if eps_clip is None else 1.0 - eps_clip
     weight = ratio.clamp(min=low, max=1.0 + eps_clip_high)

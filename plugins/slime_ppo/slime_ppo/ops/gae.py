@@ -16,6 +16,7 @@ def gae_advantages_and_returns(
     *,
     gamma: float = 1.0,
     lam: float = 1.0,
+    skip_masked: bool = True,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """GAE (Schulman et al. 2016) run over the loss-masked positions of each response only.
 
@@ -32,6 +33,10 @@ def gae_advantages_and_returns(
     Shapes: lists of ``[T_i]`` (``token_rewards``, ``values``, ``loss_masks``). No gradient.
     ``gamma = lam = 1`` (slime's defaults) gives ``A_t = sum_{k >= t} r_k - V_t`` over model tokens.
 
+    ``skip_masked=False`` (slime's ``vanilla_gae`` / ``chunked_gae``): the recursion runs over
+    every position, ``delta_t = r_t + gamma V_{t+1} - V_t``, masked ones included (their rewards
+    and values count, and they are discount steps); ``algorithm.masked_steps = "count"``.
+
     Peers: verl's GAE skips observation tokens the same way but leaves the carried advantage on
     them (not 0); slime's built-in GAE and OpenRLHF's run over every position (OpenRLHF zeroes
     masked rewards and values first).
@@ -47,6 +52,8 @@ def gae_advantages_and_returns(
                 f"gae: sample {i} has shapes {tuple(r.shape)}, {tuple(v.shape)}, {tuple(m.shape)}"
             )
         keep = torch.as_tensor(m, device=r.device) != 0
+        if not skip_masked:
+            keep = torch.ones_like(keep)
         keeps.append(keep)
         kept_r.append(r[keep].float())
         kept_v.append(v[keep].float())

@@ -15,6 +15,8 @@ def kl_in_reward(
     loss_masks: Sequence[Tensor],
     *,
     kl_coef: float,
+    mask_kl: bool = True,
+    reward_on_last_token: bool = False,
 ) -> list[Tensor]:
     """Per-token rewards ``r_t = -kl_coef * kl_t * m_t``, plus ``rewards[i]`` on the last model token.
 
@@ -27,8 +29,9 @@ def kl_in_reward(
     ``gae_advantages_and_returns`` ignores rewards on masked positions, so the outcome reward
     must sit on a model token. A sample with no loss-masked token gets the scalar reward on its
     last token (its advantages are all 0 anyway). slime's built-in PPO adds the reward at index
-    -1 and applies the KL on every token; OpenRLHF's ``compute_reward`` uses the last
-    ``action_mask`` position like here.
+    -1 and applies the KL on every token: ``mask_kl=False, reward_on_last_token=True``
+    (``ppo.kl_in_reward_masked = false`` and ``algorithm.masked_steps = "count"``, the slime
+    preset); OpenRLHF's ``compute_reward`` uses the last ``action_mask`` position like here.
     """
     r = torch.as_tensor(rewards).reshape(-1)
     if not (r.numel() == len(kl) == len(loss_masks)):
@@ -42,10 +45,10 @@ def kl_in_reward(
             raise ValueError(
                 f"kl_in_reward: sample {i} kl {tuple(k.shape)} vs mask {tuple(mf.shape)}"
             )
-        tok = -kl_coef * k.float() * mf
+        tok = -kl_coef * k.float() * (mf if mask_kl else torch.ones_like(mf))
         nz = torch.nonzero(mf, as_tuple=True)[0]
         if tok.numel():
-            last = int(nz[-1].item()) if nz.numel() else tok.numel() - 1
+            last = int(nz[-1].item()) if nz.numel() and not reward_on_last_token else tok.numel() - 1
             tok[last] = tok[last] + r[i].to(tok.device, tok.dtype)
         out.append(tok)
     return out

@@ -13,6 +13,7 @@ Reducer = Callable[[Sequence[Tensor] | Tensor], Tensor]
 
 VALUE_CLIP = 0.2
 VALUE_LOSS_COEF = 0.5
+CLIPFRAC_RULES = ("delta", "loss")
 
 
 def value_loss(
@@ -24,6 +25,7 @@ def value_loss(
     value_clip: float | None = VALUE_CLIP,
     coef: float = VALUE_LOSS_COEF,
     reducer: Reducer,
+    clipfrac_rule: str = "delta",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped value loss, reduced to a scalar.
 
@@ -41,9 +43,13 @@ def value_loss(
 
     Returns ``(loss, metrics)``: a 0-dim loss with grad through ``values``, and detached
     ``value_loss`` and ``value_clipfrac`` = reduced fraction of tokens with
-    ``|v - v_old| > value_clip`` (slime's rule; verl counts tokens where the clipped error is the
-    larger one). Shapes: lists of ``[T_i]``.
+    ``|v - v_old| > value_clip`` (``clipfrac_rule="delta"``, slime's rule) or with
+    ``(v_clip - R)^2 > (v - R)^2`` (``"loss"``: the clipped error is strictly the larger one,
+    verl's rule; ``ppo.value_clipfrac``). Shapes: lists of ``[T_i]``.
     """
+    if clipfrac_rule not in CLIPFRAC_RULES:
+        raise ValueError(f"value_loss: clipfrac_rule must be one of {CLIPFRAC_RULES}, "
+                         f"got {clipfrac_rule!r}")
     lengths = [int(v.numel()) for v in values]
     for name, xs in (("old_values", old_values), ("returns", returns), ("loss_masks", loss_masks)):
         if [int(x.numel()) for x in xs] != lengths:
@@ -59,8 +65,12 @@ def value_loss(
         clipped_ind = torch.zeros_like(v)
     else:
         v_clip = v_old + (v - v_old).clamp(-value_clip, value_clip)
-        per_token = torch.maximum(unclipped, (v_clip - ret) ** 2)
-        clipped_ind = ((v - v_old).abs() > value_clip).to(v.dtype).detach()
+        clipped = (v_clip - ret) ** 2
+        per_token = torch.maximum(unclipped, clipped)
+        if clipfrac_rule == "delta":
+            clipped_ind = ((v - v_old).abs() > value_clip).to(v.dtype).detach()
+        else:
+            clipped_ind = (clipped > unclipped).to(v.dtype).detach()
     loss = coef * reducer(per_token)
     metrics = {
         "value_loss": loss.detach(),
