@@ -15,7 +15,8 @@ import tokenize
 from typing import Any
 
 # the first-party plugins that contribute sections (load without their optional backends)
-FIRST_PARTY = ["slime_grpo", "slime_ppo", "vllm_rollout", "sglang_rollout"]
+FIRST_PARTY = ["slime_grpo", "slime_ppo", "vllm_rollout", "sglang_rollout", "megatron_backend",
+               "slime_compat"]
 
 
 def field_comments(cls: type) -> dict[str, str]:
