@@ -7,7 +7,11 @@
   ``gen-v<weight version>-<pid>-<n>`` into ``[ray_test] marker_dir`` and waits ``delay_s``,
   so a test can kill the engine's process while a request is in flight;
 * ``slime_before_train_step``: with ``[ray_test] crash_rollout = k``, trainer rank 1 exits
-  its process at the training of rollout k, once (``crash_marker`` remembers it).
+  its process at the training of rollout k, once (``crash_marker`` remembers it);
+* ``[ray_test] node_dir``: every trainer rank (``slime_trainer_init``), ``slow_local`` engine
+  and rollout manager (building ``digit_fraction``) writes ``node-<role>-<Ray node id>-<pid>``
+  there, so a multi-node test sees where each process really ran; each trainer step writes
+  ``train-<rollout id>-<pid>`` and then waits ``train_delay_s``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ class RayTestSection:
     delay_s: float = 0.0  # slow_local engine: pause before each generate
     crash_rollout: int = -1  # trainer rank 1 exits at the training of this rollout (-1: never)
     crash_marker: str = ""  # created when the crash happens, so a resumed run does not crash
+    node_dir: str = ""  # where each process writes node-<role>-<node id>-<pid>
+    train_delay_s: float = 0.0  # pause at each trainer step (after its train-<id>-<pid> marker)
+
+
+def _announce(config: Any, role: str) -> None:
+    if config.ray_test.node_dir:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        Path(config.ray_test.node_dir, f"node-{role}-{node}-{os.getpid()}").touch()
 
 
 @hookimpl
@@ -36,6 +50,8 @@ def slime_add_config(schema: Any) -> list[ConfigSection]:
 
 
 def _digit_fraction(config: Any) -> Any:
+    _announce(config, "manager")
+
     def reward(sample: Any) -> float:
         text = sample.response or ""
         return sum(c.isdigit() for c in text) / len(text) if text else 0.0
@@ -58,7 +74,13 @@ def _slow_engine(config: Any, engine_index: int = 0, accelerator: Any = None) ->
             time.sleep(cfg.delay_s)
             return super().generate(prompts, params)
 
+    _announce(config, "engine")
     return SlowLocalEngine(config, engine_index, accelerator)
+
+
+@hookimpl
+def slime_trainer_init(config: Any, model: Any) -> None:
+    _announce(config, "trainer")
 
 
 @hookimpl
@@ -77,6 +99,9 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
 def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: Any,
                             optimizer: Any, scheduler: Any) -> None:
     cfg = config.ray_test
+    if cfg.node_dir:
+        Path(cfg.node_dir, f"train-{rollout_id}-{os.getpid()}").touch()
+        time.sleep(cfg.train_delay_s)
     if cfg.crash_rollout != rollout_id or not cfg.crash_marker:
         return
     import torch.distributed as dist

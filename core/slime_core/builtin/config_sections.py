@@ -288,6 +288,14 @@ class RaySection:
     # custom resources of a Ray instance started here, for a record whose ray_resource Ray does
     # not detect (e.g. {FAKEDEV = 4}); a cluster declares its own (ray start --resources)
     resources: dict[str, float] = field(default_factory=dict)
+    # several nodes: custom resources added to the bundles of one role, so its actors land only
+    # on nodes that declare them (ray start --resources '{"slime_trainer": 8}')
+    trainer_resources: dict[str, float] = field(default_factory=dict)  # in each trainer rank's bundle, e.g. {slime_trainer = 0.01}; a colocated bundle carries these and engine_resources
+    engine_resources: dict[str, float] = field(default_factory=dict)  # in each engine's bundle, e.g. {slime_engine = 0.01}
+    manager_resources: dict[str, float] = field(default_factory=dict)  # in the rollout manager's bundle (keep it off nodes that may be lost: it holds the data source)
+    # runtime environment of the run's Ray job (ray.init(runtime_env=...)): e.g.
+    # {py_modules = ["./my_plugins"]} ships plugin modules to every node's workers
+    runtime_env: dict[str, Any] = field(default_factory=dict)
     startup_timeout_s: float = 300.0  # placement group and actor start-up limit
     collective_timeout_s: float = 300.0  # torch.distributed operations (DP, broadcast)
     dist_host: str = ""  # torch.distributed stores: "" = 127.0.0.1; "node" = rank 0's node IP
@@ -306,6 +314,12 @@ class RaySection:
             _need(key not in ("CPU", "GPU"), f"ray.resources.{key}",
                   "CPU and GPU are not custom resources (ray.num_cpus; Ray detects GPUs)")
             _need(amount > 0, f"ray.resources.{key}", "must be > 0")
+        for role in ("trainer", "engine", "manager"):
+            for key, amount in getattr(self, f"{role}_resources").items():
+                _need(key not in ("CPU", "GPU"), f"ray.{role}_resources.{key}",
+                      "CPU and GPU are device amounts (ray.num_cpus_per_actor, "
+                      "ray.num_devices_per_actor); name a custom resource the nodes declare")
+                _need(amount > 0, f"ray.{role}_resources.{key}", "must be > 0")
         _need(self.max_engine_restarts >= 0, "ray.max_engine_restarts", "must be >= 0")
         _need(self.health_check_interval_s > 0, "ray.health_check_interval_s", "must be > 0")
 

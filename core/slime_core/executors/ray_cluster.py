@@ -9,12 +9,15 @@
   (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), so the run only talks
   to clusters that authenticate their callers.
 * Ray already initialised in this process (a test fixture, a notebook): reuse it and leave
-  it running at the end.
+  it running at the end (``ray.runtime_env`` is then the caller's to pass to ``ray.init``).
+* ``ray.runtime_env`` is the job's runtime environment on a cluster or a local instance.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,35 +59,49 @@ def address_host(address: str) -> str:
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
-def start_local_ray(num_cpus: int = 0, **kwargs: Any) -> None:
-    """A private local Ray instance: every socket on 127.0.0.1, no dashboard, token auth on.
+@contextmanager
+def loopback_only() -> Iterator[None]:
+    """Ray's local-only switch while Ray processes are started on this machine.
 
-    ``ray.init(_node_ip_address="127.0.0.1")`` alone does not do it: Ray resolves a loopback
-    node address to the machine's routable address unless clusters are disabled, and every
-    server then binds all interfaces (the Prometheus exporters without any authentication).
-    The switch is read by Ray at import time and by the processes Ray starts, so it is set
-    in both for the start and restored in this process afterwards (a later
-    ``ray.init(address=...)`` to a real cluster in the same process is unaffected).
+    The switch is read by Ray at import time and by the processes Ray starts, so it is set in
+    both and restored in this process afterwards (a later ``ray.init(address=...)`` to a real
+    cluster in the same process is unaffected). Tests that start several raylets on one
+    machine (``ray.cluster_utils.Cluster``) wrap every ``add_node`` in it.
     """
-    import ray
     from ray._private import ray_constants
 
-    check_token_auth()
     before_env = os.environ.get(LOCAL_ONLY_ENV)
     before_const = ray_constants.ENABLE_RAY_CLUSTER
     os.environ[LOCAL_ONLY_ENV] = "0"  # inherited by GCS, raylet, agents and workers
     ray_constants.ENABLE_RAY_CLUSTER = False  # already imported: Ray read the env var before
     try:
-        ray.init(
-            num_cpus=num_cpus or None, include_dashboard=False, _node_ip_address="127.0.0.1",
-            logging_level="WARNING", **kwargs,
-        )
+        yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = before_const
         if before_env is None:
             os.environ.pop(LOCAL_ONLY_ENV, None)
         else:
             os.environ[LOCAL_ONLY_ENV] = before_env
+
+
+def start_local_ray(num_cpus: int = 0, **kwargs: Any) -> None:
+    """A private local Ray instance: every socket on 127.0.0.1, no dashboard, token auth on.
+
+    ``ray.init(_node_ip_address="127.0.0.1")`` alone does not do it: Ray resolves a loopback
+    node address to the machine's routable address unless clusters are disabled, and every
+    server then binds all interfaces (the Prometheus exporters without any authentication).
+    ``address="local"``: without it ``ray.init`` joins the cluster that the last ``ray start``
+    on this machine recorded in ``/tmp/ray/ray_current_cluster`` (or fails on a stale record),
+    instead of starting the private instance.
+    """
+    import ray
+
+    check_token_auth()
+    with loopback_only():
+        ray.init(
+            address="local", num_cpus=num_cpus or None, include_dashboard=False,
+            _node_ip_address="127.0.0.1", logging_level="WARNING", **kwargs,
+        )
 
 
 class RayConnection:
@@ -97,6 +114,9 @@ class RayConnection:
         if ray.is_initialized():
             return
         address = config.run.ray_address
+        # the job's runtime environment reaches every worker on every node (e.g. py_modules
+        # carrying plugin modules that are not installed there)
+        runtime_env = dict(config.ray.runtime_env) or None
         check_token_auth()
         if address:
             if not is_loopback(address_host(address)) and not token_available():
@@ -105,10 +125,11 @@ class RayConnection:
                     "only with Ray's token authentication; provide the cluster's token "
                     "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"
                 )
-            ray.init(address=address, logging_level="WARNING")
+            ray.init(address=address, logging_level="WARNING", runtime_env=runtime_env)
         else:
             wanted = config.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpus_needed // 1)))
-            start_local_ray(wanted, resources=dict(config.ray.resources) or None)
+            start_local_ray(wanted, resources=dict(config.ray.resources) or None,
+                            runtime_env=runtime_env)
         self.owned = True
 
     def close(self) -> None:

@@ -162,6 +162,8 @@ class RayExecutor:
             config.train.num_ranks, config.rollout.num_engines, accel_record.ray_resource,
             config.ray.colocate, config.ray.num_cpus_per_actor, config.ray.num_devices_per_actor,
             config.ray.rollout_manager_cpus,
+            {"trainer": config.ray.trainer_resources, "engine": config.ray.engine_resources,
+             "manager": config.ray.manager_resources},
         )
         self._pg: Any = None
         self.ranks: list[Any] = []
@@ -200,6 +202,7 @@ class RayExecutor:
                 f"within ray.startup_timeout_s = {cfg.ray.startup_timeout_s}s; the cluster has "
                 f"{ray.available_resources()} available"
             ) from exc
+        self.placement = self._report_placement()
         name = accel_record.name
         world = cfg.train.num_ranks
         # trainer ranks first: slime_trainer_init fires before the engines exist, as locally
@@ -225,16 +228,35 @@ class RayExecutor:
         self.train_source = RemoteSource(self.manager_actor, "train")
         self.eval_source = RemoteSource(self.manager_actor, "eval") if has_eval(cfg) else None
 
+    def _report_placement(self) -> dict[str, list[str]]:
+        """The node id of every actor's bundle, by role; printed when the run spans nodes."""
+        from ray.util.placement_group import placement_group_table
+
+        where = placement_group_table(self._pg).get("bundles_to_node_id", {})
+        node = [str(where.get(i, "?")) for i in range(len(self.plan.bundles))]
+        placement = {"trainer": [node[s.bundle] for s in self.plan.trainers],
+                     "engine": [node[s.bundle] for s in self.plan.engines],
+                     "manager": [node[self.plan.manager.bundle]]}
+        if len(set(node)) > 1:
+            short = {role: ", ".join(n[:8] for n in ids) for role, ids in placement.items()}
+            print(f"slime: placement over {len(set(node))} nodes: trainer ranks on "
+                  f"[{short['trainer']}], engines on [{short['engine']}], rollout manager on "
+                  f"[{short['manager']}]", file=sys.stderr)
+        return placement
+
     def _init_data_parallel(self) -> None:
         cfg = self.config
         host = cfg.ray.dist_host or "127.0.0.1"
         if host == "node":
             host = ray.get(self.ranks[0].node_ip.remote())
-        nodes = set(ray.get([r.node_id.remote() for r in self.ranks]))
-        if len(nodes) > 1 and is_loopback(host):
+        # machines, not raylets: several raylets of one machine (ray.cluster_utils.Cluster, a
+        # node per GPU set) all reach its loopback
+        ips = set(ray.get([r.node_ip.remote() for r in self.ranks]))
+        if len(ips) > 1 and is_loopback(host):
             raise RuntimeError(
-                f"the trainer ranks span {len(nodes)} nodes but ray.dist_host is loopback; set "
-                "ray.dist_host = 'node' (rank 0's address) on a trusted network"
+                f"the trainer ranks span {len(ips)} machines ({', '.join(sorted(ips))}) but "
+                "ray.dist_host is loopback; set ray.dist_host = 'node' (rank 0's address) on a "
+                "trusted network"
             )
         port = ray.get(self.ranks[0].open_store.remote(host))
         prefix = f"slime-dp-{secrets.token_hex(16)}/"  # handed out through Ray only

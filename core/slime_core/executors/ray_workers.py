@@ -79,6 +79,11 @@ class EngineWorker:
     def ping(self) -> int:
         return os.getpid()
 
+    def node_ip(self) -> str:
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerateOutput]:
         return self.engine.generate(prompts, params)
 

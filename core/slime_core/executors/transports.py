@@ -105,6 +105,21 @@ def unpack(buf: Any, meta: BucketMeta) -> dict[str, Any]:
     return out
 
 
+def check_reachable(host: str, root_ip: str, engine_ips: list[str]) -> None:
+    """Refuse a loopback store when an engine runs on another machine (it would wait for a
+    connection that cannot come until ``ray.collective_timeout_s``). Several raylets of one
+    machine share its loopback, so machines are told apart by address, not by Ray node."""
+    from slime_core.executors.dist_group import is_loopback
+
+    away = sorted({ip for ip in engine_ips if ip != root_ip})
+    if away and is_loopback(host):
+        raise RuntimeError(
+            f"weights.transport = 'broadcast': engines on {', '.join(away)} cannot reach "
+            f"trainer rank 0's store on {host} ({root_ip}); set ray.dist_host = 'node' (rank "
+            "0's address) on a trusted network, or use weights.transport = 'ray'"
+        )
+
+
 class BroadcastTransport:
     def __init__(self, config: Any, accelerator: Any = None) -> None:
         self.config = config
@@ -141,6 +156,8 @@ class BroadcastTransport:
         self.reset()
         cfg = self.config
         host, size, timeout = resolve_host(cfg), 1 + len(handles), cfg.ray.collective_timeout_s
+        check_reachable(host, str(ray.util.get_node_ip_address()),
+                        ray.get([h.node_ip.remote() for h in handles]))
         backend = self._backend()
         self._server = StoreServer(host, size, timeout)
         prefix = f"slime-weights-{secrets.token_hex(16)}/"  # handed out through Ray only
