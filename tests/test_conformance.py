@@ -105,4 +105,4 @@ def test_typed_config_is_current() -> None:
     text = (REPO / "hookspecs" / "slime_hookspecs" / "config.py").read_text()
     assert text == render_typed(), (
         "hookspecs/slime_hookspecs/config.py drifted from the config sections: run "
-        "`python -m slime_core.config.typed > hookspecs/slime_hookspecs/config.py`")
+        "`python -m slime_core.config.typed --write`")
