@@ -1,0 +1,1 @@
+"""slime-rlve: adaptive verifiable environments over reasoning-gym (data source ``rlve``)."""
