@@ -49,6 +49,37 @@ def test_placement_separate_and_colocated() -> None:
     assert cpu.bundles == [{"CPU": 2.0}, {"CPU": 0.01}] and cpu.total("CPU") == pytest.approx(2.01)
 
 
+def test_placement_puts_each_role_on_nodes_with_its_resources() -> None:
+    roles = {"trainer": {"slime_trainer": 0.01}, "engine": {"slime_engine": 0.01},
+             "manager": {"slime_head": 0.01}}
+    sep = plan_placement(2, 1, "GPU", False, 1.0, 1.0, 1.0, roles)
+    assert sep.bundles == [{"CPU": 1.0, "GPU": 1.0, "slime_trainer": 0.01}] * 2 + [
+        {"CPU": 1.0, "GPU": 1.0, "slime_engine": 0.01}, {"CPU": 1.0, "slime_head": 0.01}]
+    # the bundle holds the label; the actor asks only for its devices
+    assert sep.engines[0].ray_options() == {"num_cpus": 1.0, "num_gpus": 1.0}
+    # colocated: engines join trainer bundles, which carry both roles' labels (the larger
+    # amount where both name one); a bundle without an engine carries the trainer's only
+    co = plan_placement(2, 1, "CPU", True, 1.0, 1.0, 0.0,
+                        {"trainer": {"n": 0.01}, "engine": {"n": 0.5, "e": 0.01}})
+    assert co.bundles == [{"CPU": 2.0, "n": 0.5, "e": 0.01}, {"CPU": 1.0, "n": 0.01},
+                          {"CPU": 0.01}]
+    with pytest.raises(ValueError, match="ray.engine_resources: .'GPU'. are device"):
+        plan_placement(1, 1, "GPU", False, 1.0, 1.0, 1.0, {"engine": {"GPU": 1}})
+    with pytest.raises(ValueError, match="unknown roles .'critic'."):
+        plan_placement(1, 1, "CPU", False, 1.0, 1.0, 1.0, {"critic": {"x": 1}})
+    with pytest.raises(ValueError, match="ray.trainer_resources.CPU"):
+        build_test_config(ray={"trainer_resources": {"CPU": 1.0}})
+
+
+def test_broadcast_refuses_a_loopback_store_across_machines() -> None:
+    from slime_core.executors.transports import check_reachable
+
+    check_reachable("127.0.0.1", "127.0.0.1", ["127.0.0.1", "127.0.0.1"])  # raylets of one box
+    check_reachable("10.0.0.1", "10.0.0.1", ["10.0.0.2"])  # a routable store
+    with pytest.raises(RuntimeError, match="engines on 10.0.0.2 cannot reach .* ray.dist_host"):
+        check_reachable("127.0.0.1", "10.0.0.1", ["10.0.0.1", "10.0.0.2"])
+
+
 def test_staleness_bounds_and_drops() -> None:
     cfg = build_test_config(run={"async_rollout": True, "max_staleness": 1},
                             weights={"update_interval": 2})
