@@ -16,6 +16,15 @@ should be coroutines or run their work in the sandbox, as ``python`` does). A to
 the ``tool_context`` gets ``context.timeout`` as its own limit and :data:`CONTEXT_GRACE_S`
 more before it is cancelled, so it can stop its work itself (the sandbox kills the process
 tree) and report what happened.
+
+**Tool sources.** A :class:`~slime_hookspecs.ToolRecord` with ``extra["tool_source"] = True``
+stands for a set of tools known only at run time (the tools of an MCP server). Its factory
+returns a source instead of a callable: ``source.list_tools()`` (may be a coroutine function)
+gives ``[{"name", "description", "parameters"}, ...]`` once, when the executor is built, and
+``await source.call(name, arguments, tool_context)`` runs one. Naming the record in
+``tools.enabled`` enables every tool it lists, under the listed names (validated against the
+listed JSON schemas like any tool); a listed name that clashes with another enabled tool
+fails the run, naming both.
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ class ToolExecutor:
 
         self.timeout = float(timeout)
         self.tools: dict[str, _Tool] = {}
-        for name, rec in records.items():
+        for name, rec in _expand_sources(config, records).items():
             try:
                 cls = jsonschema.validators.validator_for(rec.parameters)
                 cls.check_schema(rec.parameters)
@@ -143,6 +152,56 @@ class ToolExecutor:
     def _error(call: ToolCall, kind: str, message: str) -> ToolOutcome:
         return ToolOutcome(name=call.name, text=f"Error: {message}", ok=False, kind=kind,
                            call_id=call.id)
+
+
+def _expand_sources(config: Any, records: dict[str, Any]) -> dict[str, Any]:
+    """``records`` with every tool-source record replaced by a record per listed tool."""
+    from slime_hookspecs import ToolRecord
+
+    out: dict[str, Any] = {}
+    for name, rec in records.items():
+        if not rec.extra.get("tool_source"):
+            if name in out:
+                raise ValueError(f"tool {name!r} is enabled twice ({out[name].owner}, {rec.owner})")
+            out[name] = rec
+            continue
+        source = rec.factory(config)
+        listed = _run_sync(source.list_tools)
+        if not listed:
+            raise ValueError(f"tool source {name!r} (plugin {rec.owner}) lists no tools")
+        for spec in listed:
+            tool = str(spec["name"])
+            if tool in out:
+                raise ValueError(f"tool {tool!r} of source {name!r} clashes with the tool of "
+                                 f"the same name from {out[tool].extra.get('source', out[tool].owner)!r}")
+            out[tool] = ToolRecord(
+                name=tool, factory=_source_tool(source, tool), owner=rec.owner,
+                summary=f"from tool source {name!r}", description=str(spec.get("description", "")),
+                parameters=dict(spec.get("parameters") or {"type": "object", "properties": {}}),
+                extra={"source": name},
+            )
+    return out
+
+
+def _source_tool(source: Any, tool: str) -> Any:
+    def factory(config: Any) -> Any:
+        async def call(tool_context: ToolContext, **arguments: Any) -> Any:
+            return await source.call(tool, arguments, tool_context)
+
+        return call
+
+    return factory
+
+
+def _run_sync(fn: Any) -> Any:
+    """``fn()``, awaited on a private event loop in a thread when it is a coroutine function
+    (the executor may be built inside a running loop, where ``asyncio.run`` is refused)."""
+    if not inspect.iscoroutinefunction(fn):
+        return fn()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, fn()).result()
 
 
 def _as_text(value: Any) -> str:

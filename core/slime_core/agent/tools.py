@@ -32,7 +32,9 @@ class ToolContext:
     """What one episode's tools share: the config, the sample, and a lazily opened sandbox.
 
     ``sandbox_factory()`` builds a sandbox (an async context manager); it is opened on first
-    use and closed by :meth:`close` at the end of the episode.
+    use and closed by :meth:`close` at the end of the episode. ``state`` is a dict where tools
+    keep per-episode objects (a tool source's connection to its server); a coroutine function
+    given to :meth:`on_close` runs at the end of the episode, before the sandbox closes.
     """
 
     def __init__(self, config: Any, sample: Any = None, *,
@@ -43,6 +45,12 @@ class ToolContext:
         self._sandbox_factory = sandbox_factory
         self._sandbox: Any = None
         self._lock = asyncio.Lock()
+        self.state: dict[str, Any] = {}
+        self._on_close: list[Callable[[], Any]] = []
+
+    def on_close(self, fn: Callable[[], Any]) -> None:
+        """Run ``await fn()`` at the end of the episode (last registered first)."""
+        self._on_close.append(fn)
 
     async def sandbox(self) -> Any:
         async with self._lock:
@@ -54,6 +62,14 @@ class ToolContext:
             return self._sandbox
 
     async def close(self) -> None:
+        callbacks, self._on_close = self._on_close[::-1], []
+        try:
+            for fn in callbacks:
+                await fn()
+        finally:
+            await self._close_sandbox()
+
+    async def _close_sandbox(self) -> None:
         box, self._sandbox = self._sandbox, None
         if box is not None:
             await box.__aexit__(None, None, None)

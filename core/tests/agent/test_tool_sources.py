@@ -1,0 +1,67 @@
+"""Tool-source records: listed tools join the executor under their names, with their schemas;
+per-episode state and close callbacks of the ToolContext."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from slime_core.agent.executor import ToolExecutor
+from slime_core.agent.parsers import ToolCall
+from slime_core.agent.tools import ToolContext, tool_records
+from slime_hookspecs import ToolRecord
+
+
+class Source:
+    def __init__(self, config):
+        self.closed: list[str] = []
+
+    async def list_tools(self):
+        return [{"name": "echo", "description": "say it back",
+                 "parameters": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                "required": ["x"]}}]
+
+    async def call(self, name, arguments, tool_context):
+        n = tool_context.state.setdefault("calls", 0) + 1
+        tool_context.state["calls"] = n
+        if n == 1:
+            async def close():
+                self.closed.append(f"closed after {tool_context.state['calls']}")
+            tool_context.on_close(close)
+        return f"{name}:{arguments['x']}:{n}"
+
+
+def test_listed_tools_are_validated_called_and_closed_per_episode():
+    holder = {}
+
+    def factory(config):
+        holder["source"] = Source(config)
+        return holder["source"]
+
+    rec = ToolRecord(name="src", factory=factory, owner="p", extra={"tool_source": True})
+    calc = {r.name: r for r in tool_records()}["calculator"]
+    ex = ToolExecutor(None, {"src": rec, "calculator": calc}, timeout=5.0)
+    assert sorted(ex.tools) == ["calculator", "echo"]
+    assert {s["function"]["name"] for s in ex.schemas()} == {"calculator", "echo"}
+
+    async def episode():
+        ctx = ToolContext(None)
+        outs = [await ex.run(ToolCall(name="echo", arguments=a), ctx) for a in ({"x": 1}, {"x": 2}, {"x": "no"})]
+        await ctx.close()
+        return outs
+
+    outs = asyncio.run(episode())
+    assert [o.text for o in outs[:2]] == ["echo:1:1", "echo:2:2"]
+    assert outs[2].kind == "invalid_arguments"
+    assert holder["source"].closed == ["closed after 2"]
+
+
+def test_a_listed_name_that_clashes_fails_naming_the_source():
+    class Clash(Source):
+        async def list_tools(self):
+            return [{"name": "calculator", "parameters": {"type": "object"}}]
+
+    rec = ToolRecord(name="src", factory=Clash, owner="p", extra={"tool_source": True})
+    calc = {r.name: r for r in tool_records()}["calculator"]
+    with pytest.raises(ValueError, match="'calculator' of source 'src' clashes"):
+        ToolExecutor(None, {"calculator": calc, "src": rec}, timeout=5.0)

@@ -1,0 +1,1 @@
+"""slime-mcp-tools: MCP servers' tools as the tool source ``mcp``."""
