@@ -57,8 +57,9 @@ def advantages(config: Any, batch: TrainBatch) -> list[Any] | None:
         from slime_core.api import get_registries
 
         rec = get_registries().advantage_estimator.get(config.algorithm.advantage_estimator)
+        # a record's factory builds the estimator, which the batch is then given
         batch.advantages, batch.returns = (list(x) if x is not None else None
-                                           for x in rec.factory(config, batch))
+                                           for x in rec.factory(config)(batch))
     if sec.rollout_data_postprocess_path:
         fn = load_flag("rollout_data_postprocess_path", sec.rollout_data_postprocess_path)
         fn(rt.args, rt.step, data)
