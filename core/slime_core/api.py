@@ -27,7 +27,8 @@ Groups:
   :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`.
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
-  :func:`rollout_engine_clients` (this process's rollout manager's clients).
+  :func:`rollout_engine_clients` (this process's rollout manager's clients),
+  :func:`run_agent_api` (the run's OpenAI-compatible agent API on those engines).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -74,6 +75,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # engines
     "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
+    "run_agent_api": ("slime_core.agent.buffer.rollout", "run_agent_api"),
     # errors
     "UnknownRecordError": ("slime_core.plugins.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.plugins.registry", "UnavailableRecordError"),

@@ -14,6 +14,9 @@ samples. Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``):
   unknown ones too. The session is the ``X-Session-Id`` header, else the ``user`` field; the
   response carries it in the ``X-Session-Id`` header and a ``session_id`` field. A request
   with neither is stateless: answered, not recorded.
+* ``POST /sessions/{id}/v1/chat/completions`` (and ``GET /sessions/{id}/v1/models``) -- the
+  same, the session named by the path: ``http://host:port/sessions/{id}/v1`` is a base URL
+  that records into session ``id`` for agents that take only a base URL and a key.
 * ``POST /v1/sessions/{id}/finish`` -- body ``{"reward", "label", "metadata", "rollout_id"}``
   (all optional) -> ``{"session_id", "samples": [Sample.to_dict(), ...]}``; the session is gone.
 * ``GET /v1/sessions/{id}`` -- a summary; ``DELETE /v1/sessions/{id}`` -- drop it.
@@ -142,6 +145,12 @@ class AgentApiServer:
         """Base URL for OpenAI clients (ends in ``/v1``)."""
         return f"{self._server.url}/v1"
 
+    def session_url(self, session_id: str) -> str:
+        """A base URL whose completions are recorded in session ``session_id``."""
+        from urllib.parse import quote
+
+        return f"{self._server.url}/sessions/{quote(session_id, safe='')}/v1"
+
     @property
     def port(self) -> int:
         return self._server.port
@@ -165,6 +174,9 @@ class AgentApiServer:
             bearer_auth(self.token, openai_error, frozenset({"/health"}))])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        # a base URL per session, for agents whose only settings are a base URL and a key
+        app.router.add_post("/sessions/{sid}/v1/chat/completions", self._chat)
+        app.router.add_get("/sessions/{sid}/v1/models", self._models)
         app.router.add_post("/v1/sessions/{sid}/finish", self._finish)
         app.router.add_get("/v1/sessions/{sid}", self._session)
         app.router.add_delete("/v1/sessions/{sid}", self._drop)
@@ -190,7 +202,8 @@ class AgentApiServer:
 
         body = parse_json(await request.read())
         req = self._parse_request(body)
-        sid = request.headers.get(SESSION_HEADER) or body.get("user") or None
+        sid = (request.match_info.get("sid") or request.headers.get(SESSION_HEADER)
+               or body.get("user") or None)
         if sid is not None and len(sid) > 1024:
             raise SessionError("the session id is longer than 1024 characters", 400,
                                "user" if body.get("user") == sid else None)

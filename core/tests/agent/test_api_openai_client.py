@@ -294,3 +294,19 @@ def test_the_agent_api_starts_alone(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_a_session_base_url_records_into_its_session(api):
+    # agents configured by base URL + key only (no headers, no `user`) still get recorded
+    url = api.session_url("by/url 1")
+    assert url.endswith("/sessions/by%2Furl%201/v1")
+    c = openai.OpenAI(base_url=url, api_key=api.token, max_retries=0, timeout=60)
+    assert [m.id for m in c.models.list().data] == ["slime"]
+    first = c.chat.completions.create(model="slime", messages=USER, max_tokens=3)
+    assert first.session_id == "by/url 1"
+    follow = USER + [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "3+3="}]
+    c.chat.completions.create(model="slime", messages=follow, max_tokens=3)
+    (sample,) = api.finish_session("by/url 1", reward=1.0)
+    assert sample.session_id == "by/url 1" and sample.metadata["completions"] == 2
+    assert 0 in sample.loss_mask and sum(sample.loss_mask) >= 2  # the user turn is masked

@@ -39,6 +39,21 @@ def engine_api(config: Any, rollout_manager: Any) -> Any:
     return api
 
 
+def run_agent_api(config: Any) -> Any:
+    """The run's agent API (:class:`~slime_core.agent.api.AgentApiServer` from ``[agent_api]``)
+    in front of this process's rollout engines: started on first use, the same server the
+    rollout buffer hands to workers, stopped at the run's end (``slime_run_end``).
+
+    Its ``url`` and ``token`` serve OpenAI clients; ``session_url(id)`` is a base URL that
+    records into session ``id``; ``finish_session(id, reward=..., ...)`` (from any thread but
+    the server's) returns the session as samples. Raises ``RuntimeError`` where this process
+    has no rollout manager.
+    """
+    from slime_core.context import get_rollout_manager
+
+    return engine_api(config, get_rollout_manager())
+
+
 def start_task(config: Any, source: Any) -> None:
     """Start the agent API (if configured) and the source's task with its address."""
     from slime_core.context import get_rollout_manager
