@@ -175,20 +175,30 @@ class LocalEngine:
             raise ValueError(f"score_tokens: {len(sequences)} sequences but "
                              f"{len(response_lengths)} response lengths")
         temp = float(temperature) if temperature and temperature > 0 else 1.0
-        out: list[list[float]] = []
+        for ids, n in zip(sequences, response_lengths, strict=True):
+            if not 0 <= n < len(ids):
+                raise ValueError(f"score_tokens: response length {n} of a sequence of "
+                                 f"{len(ids)} ids (at least one prompt id is needed)")
+        out: list[list[float]] = [[] for _ in sequences]
+        todo = sorted((i for i, n in enumerate(response_lengths) if n), key=lambda i: len(sequences[i]))
+        cap = self.generate_batch_size or 64
         with self._lock, torch.inference_mode():
             model = self._live_model()
-            for ids, n in zip(sequences, response_lengths, strict=True):
-                if not 0 <= n < len(ids):
-                    raise ValueError(f"score_tokens: response length {n} of a sequence of "
-                                     f"{len(ids)} ids (at least one prompt id is needed)")
-                if n == 0:
-                    out.append([])
-                    continue
-                x = torch.tensor([ids], dtype=torch.long, device=self.device)
-                logits = model(input_ids=x).logits[0, -n - 1:-1].float() / temp
-                lp = torch.log_softmax(logits, dim=-1)
-                out.append(lp.gather(1, x[0, -n:, None])[:, 0].cpu().tolist())
+            for start in range(0, len(todo), cap):
+                rows = todo[start:start + cap]
+                width = max(len(sequences[i]) for i in rows)
+                # right padding: a causal model's logits at the real positions do not see it
+                x = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((len(rows), width), dtype=torch.long)
+                for r, i in enumerate(rows):
+                    x[r, :len(sequences[i])] = torch.tensor(sequences[i], dtype=torch.long)
+                    mask[r, :len(sequences[i])] = 1
+                x, mask = x.to(self.device), mask.to(self.device)
+                logits = model(input_ids=x, attention_mask=mask).logits
+                for r, i in enumerate(rows):
+                    L, n = len(sequences[i]), response_lengths[i]
+                    lp = torch.log_softmax(logits[r, L - n - 1:L - 1].float() / temp, dim=-1)
+                    out[i] = lp.gather(1, x[r, L - n:L, None])[:, 0].cpu().tolist()
         return out
 
     @contextlib.contextmanager
