@@ -249,6 +249,8 @@ def parse_script(text: str) -> list[tuple[str, str | None]]:
 def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None) -> Translation:
     """Apply ``RULES`` in order (a later flag wins, as with argparse)."""
     tr = Translation()
+    # a slime script means slime's numerics, whatever this project's default becomes
+    tr.config.setdefault("algorithm", {})["numerics"] = "slime"
     gbs: int | None = None
     for flag, raw in flags:
         value = raw.split("\0") if raw is not None else []
