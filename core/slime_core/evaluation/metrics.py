@@ -15,10 +15,11 @@ from collections import defaultdict
 from math import comb
 from typing import Any
 
+from slime_hookspecs import Sample, Status
+
 from slime_core.evaluation.suite import DATASET_KEY
 from slime_core.runner.metrics import rollout_metrics
 from slime_core.runner.rollout import scalar_reward
-from slime_hookspecs import Sample, Status
 
 CORRECT = 1 - 1e-6
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from slime_hookspecs import Sample, SamplingParams
 
 from slime_core.evaluation.specs import EvalDatasetSpec, resolved
 from slime_core.evaluation.suite import DATASET_KEY
-from slime_hookspecs import Sample, SamplingParams
 
 
 def import_function(path: str, key: str) -> Callable[..., Any]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from slime_core.evaluation.specs import EvalDatasetSpec, resolved
 from slime_hookspecs import Sample
+
+from slime_core.evaluation.specs import EvalDatasetSpec, resolved
 
 DATASET_KEY = "eval_dataset"
 

@@ -19,10 +19,12 @@ no box is -1.0.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from slime_hookspecs import Sample
 
 from slime_core.rewards.boxed import last_boxed
-from slime_hookspecs import Sample
 
 TAIL_CHARS = 300
 _ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")

@@ -13,11 +13,13 @@ response is graded (for models that do not think in tags).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from slime_hookspecs import Sample
 
 from slime_core.rewards.boxed import last_boxed
 from slime_core.rewards.math_grade import grade
-from slime_hookspecs import Sample
 
 
 def _truth(label: Any) -> str | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_hookspecs import Sample
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_hookspecs import Sample
 

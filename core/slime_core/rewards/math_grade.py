@@ -195,7 +195,7 @@ def sympy_equal(given: str, truth: str) -> bool:
         return False  # (1,2) is an open interval, [1,2] a closed one
     if len(te) != len(ge):
         return False
-    for a, b in zip(te, ge):
+    for a, b in zip(te, ge, strict=True):
         if _is_frac_str(a) and _is_frac_str(b):
             ok = a == b
         elif _is_int_str(a) != _is_int_str(b):

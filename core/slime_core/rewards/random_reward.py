@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_hookspecs import Sample
 

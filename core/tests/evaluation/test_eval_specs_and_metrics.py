@@ -5,7 +5,6 @@ from __future__ import annotations
 from math import comb
 
 import pytest
-
 from slime_core.config import ConfigError
 from slime_core.evaluation.metrics import eval_metrics, pass_at_k
 from slime_core.evaluation.specs import resolved

@@ -9,7 +9,6 @@ import time
 
 import pytest
 from aiohttp import web
-
 from slime_core.rewards import RemoteRewardError, make_remote_reward
 from slime_hookspecs import Sample
 
@@ -59,9 +58,9 @@ def score(make_config, url, **kw):
 def test_backoff_doubles_between_retries(make_config):
     with AiohttpServer(lambda n: (503, "{}", 0) if n < 4 else (200, '{"reward": 1}', 0)) as srv:
         assert score(make_config, srv.url, retries=3, backoff=0.1, timeout=5) == 1.0
-    gaps = [b - a for a, b in zip(srv.arrivals, srv.arrivals[1:])]
+    gaps = [b - a for a, b in zip(srv.arrivals, srv.arrivals[1:], strict=False)]
     assert len(gaps) == 3
-    for gap, want in zip(gaps, (0.1, 0.2, 0.4)):
+    for gap, want in zip(gaps, (0.1, 0.2, 0.4), strict=True):
         assert want <= gap < want + 1.0, gaps
 
 

@@ -6,13 +6,12 @@ import json
 
 
 def test_a_mixed_task_file_routes_each_row(tmp_path) -> None:
-    from transformers import AutoTokenizer
-
     from slime_core.context import set_manager, set_rollout_manager
     from slime_core.plugins import PluginSelection, SlimePluginManager
     from slime_core.runner.rollout import RolloutManager
     from slime_core.testing import build_test_config, write_char_tokenizer
     from slime_hookspecs import GenerateOutput, Status
+    from transformers import AutoTokenizer
 
     tok_dir = write_char_tokenizer(tmp_path / "tok")
     tok = AutoTokenizer.from_pretrained(tok_dir)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from slime_core.algo.opd import apply_opd, zero_task_rewards
 from slime_hookspecs import TrainBatch
 
@@ -72,7 +71,7 @@ def test_engine_scores_equal_the_trainers_teacher_log_probs(make_config):
     trainer = TorchTrainer(cfg)
     batch = TrainBatch(tokens=[torch.tensor(s) for s in seqs], response_lengths=lens)
     want = trainer.compute_log_probs(batch, "teacher")
-    for got, ref in zip(scored, want):
+    for got, ref in zip(scored, want, strict=True):
         assert torch.allclose(torch.tensor(got), ref, atol=1e-4)
     assert all(x <= 0 for row in scored for x in row) and min(min(r) for r in scored) < -0.01
     with pytest.raises(ValueError, match="at least one prompt id"):

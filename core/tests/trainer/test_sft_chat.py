@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from slime_core.builtin.sft_chat import chat_loss_mask, split_prompt_response
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -44,16 +43,16 @@ def test_only_assistant_turns_are_masked_in(chat_tokenizer_dir):
     tok = AutoTokenizer.from_pretrained(chat_tokenizer_dir)
     ids, mask = chat_loss_mask(tok, CHAT)
     assert len(ids) == len(mask)
-    trained = tok.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False)
+    trained = tok.decode([t for t, m in zip(ids, mask, strict=True) if m], skip_special_tokens=False)
     assert trained == "3</s>\n15</s>\n"  # contents and end-of-turn, no header, no user text
-    untrained = tok.decode([t for t, m in zip(ids, mask) if not m], skip_special_tokens=False)
+    untrained = tok.decode([t for t, m in zip(ids, mask, strict=True) if not m], skip_special_tokens=False)
     assert "and 10+5=" in untrained and "<|assistant|>" in untrained
     prompt, response, rmask = split_prompt_response(ids, mask)
     assert tok.decode(prompt).endswith("<|assistant|>\n")
     assert rmask[0] == 1 and 0 in rmask and len(response) == len(rmask)
     # slime's step_loss_mask: a turn marked 0 is not trained on
     _, mask2 = chat_loss_mask(tok, [*CHAT[:2], {**CHAT[2], "step_loss_mask": 0}, *CHAT[3:]])
-    assert tok.decode([t for t, m in zip(ids, mask2) if m], skip_special_tokens=False) == "15</s>\n"
+    assert tok.decode([t for t, m in zip(ids, mask2, strict=True) if m], skip_special_tokens=False) == "15</s>\n"
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(chat_tokenizer_dir):
@@ -106,14 +105,13 @@ save_rollouts = "{tmp_path / 'dumps'}"
     nll = [m["train/sft_nll"] for m in metrics if "train/sft_nll" in m]
     assert len(nll) == 6 and nll[-1] < 0.7 * nll[0], nll
     # what the trainer got: the masked-in tokens are exactly the two assistant turns
-    from transformers import AutoTokenizer
-
     from slime_core.observe.dumps import dump_path, read_dump
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(chat_tokenizer_dir)
     _, result = read_dump(dump_path(tmp_path / "dumps", 0, evaluation=False))
     s = next(iter(result.samples()))
     resp = s.tokens[len(s.tokens) - s.response_length:]
-    trained = tok.decode([t for t, m in zip(resp, s.loss_mask) if m], skip_special_tokens=False)
+    trained = tok.decode([t for t, m in zip(resp, s.loss_mask, strict=True) if m], skip_special_tokens=False)
     a, b = [int(x) for x in s.prompt[0]["content"].rstrip("=").split("+")]
     assert trained == f"{a + b}</s>\n{2 * (a + b)}</s>\n"
