@@ -25,7 +25,9 @@ Groups:
   :func:`sum_metrics`.
 * **training steps**: :class:`Accumulation`, :func:`step_indices`, :func:`micro_batches`,
   :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
-* **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`.
+* **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
+  :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
+  ``critic_factory`` converts so every backend starts from the same critic).
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
   :func:`rollout_engine_clients` (this process's rollout manager's clients),
   :func:`run_agent_api` (the run's OpenAI-compatible agent API on those engines).
@@ -72,6 +74,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
     "load_tokenizer": ("slime_core.engine.model_loading", "load_tokenizer"),
     "resolve_dtype": ("slime_core.engine.model_loading", "resolve_dtype"),
+    "build_value_model": ("slime_core.trainer.critic", "build_value_model"),
     # engines
     "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),

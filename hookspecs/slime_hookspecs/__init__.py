@@ -10,6 +10,9 @@ from slime_hookspecs.config import Config
 from slime_hookspecs.markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
 from slime_hookspecs.protocols import (
     Accelerator,
+    CriticLossFn,
+    CriticModel,
+    CriticSpec,
     DataSource,
     ExecResult,
     GenerateOutput,
@@ -55,6 +58,9 @@ __all__ = [
     "AcceleratorRecord",
     "AdvantageEstimatorRecord",
     "Config",
+    "CriticLossFn",
+    "CriticModel",
+    "CriticSpec",
     "ConfigSection",
     "DataSource",
     "DataSourceRecord",

@@ -7,8 +7,9 @@ executor, so they are picklable: dataclasses, lists, dicts, tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from slime_hookspecs.batch import TrainBatch
 from slime_hookspecs.sample import Sample
@@ -84,6 +85,74 @@ class Trainer(Protocol):
         ...
 
     def load(self, path: str) -> None: ...
+
+
+@dataclass
+class CriticSpec:
+    """What an algorithm plugin asks of a trainer backend's critic (``critic_factory``).
+
+    ``init``: ``"policy"`` (the trunk is a copy of the policy's architecture and initial
+    weights, as OpenRLHF and slime initialise their critic) or ``"random"`` (the same
+    architecture, weights seeded with ``seed + 1``). The value head is ``Linear(hidden, 1)``
+    with weights ``N(0, 1/(hidden + 1))`` seeded with ``seed`` and bias 0. AdamW with ``lr``
+    (constant), ``weight_decay`` and ``train.adam_betas`` / ``train.adam_eps``;
+    ``micro_batch_tokens``: token budget of one micro-batch (0: ``train.micro_batch_tokens``).
+    """
+
+    lr: float
+    weight_decay: float = 0.0
+    init: str = "policy"
+    seed: int = 0
+    micro_batch_tokens: int = 0
+
+
+# loss_fn(indices, values) -> (loss, metrics): the loss of the samples ``indices`` (positions in
+# the lists given to CriticModel.train_step) from their differentiable per-token ``values``
+CriticLossFn = Callable[[list[int], list[Any]], tuple[Any, dict[str, float]]]
+
+
+@runtime_checkable
+class CriticModel(Protocol):
+    """A value model and its optimizer, built by a trainer backend (``critic_factory``) in the
+    trainer rank's process and sharded like that backend's policy.
+
+    The algorithm (the value loss, its clipping, how samples split into optimizer steps) stays
+    in the plugin that asks for it; the backend owns the forward, the micro-batching, the
+    reductions over its own process groups, clipping and the optimizer.
+    """
+
+    def values(self, tokens: list[Any], response_lengths: list[int]) -> list[Any]:
+        """Per-sample values ``V_t`` of the response tokens (no gradient), float32 on the CPU.
+
+        ``V_t`` is the value at the position *before* response token ``t`` (the state from
+        which the token was generated: the position whose logits give its log-prob)."""
+        ...
+
+    def train_step(self, tokens: list[Any], response_lengths: list[int],
+                   loss_masks: list[Any], loss_fn: CriticLossFn,
+                   weighting: str) -> tuple[dict[str, float], float]:
+        """One optimizer step on this rank's samples: micro-batches by token budget, each
+        micro-batch's ``loss_fn`` weighted by its share of the step's loss-masked tokens
+        (``weighting = "tokens"``) or samples (``"samples"``), the shares of the totals over
+        data-parallel ranks and the gradients summed over them, clipped by ``train.grad_clip``
+        over the whole (unsharded) model. Returns the weighted metrics (summed over
+        data-parallel ranks) and the gradient norm before clipping. A collective: under data
+        parallelism every rank calls it, also with no samples."""
+        ...
+
+    def lr(self) -> float:
+        """The optimizer's current learning rate."""
+        ...
+
+    def save(self, path: str, extra: dict[str, Any] | None = None) -> None:
+        """Write weights and optimizer state (and the picklable ``extra``) under the directory
+        ``path``; every rank calls it, the backend decides which ranks write."""
+        ...
+
+    def load(self, path: str) -> dict[str, Any]:
+        """Restore what :meth:`save` wrote; returns ``extra``. A missing checkpoint raises
+        ``FileNotFoundError`` naming ``path``."""
+        ...
 
 
 @runtime_checkable

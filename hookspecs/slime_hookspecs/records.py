@@ -98,10 +98,20 @@ class TrainerBackendRecord(Record):
         @records.register(TrainerBackendRecord, "jax", summary="the policy in JAX")
         def jax_trainer(config, rank, world_size, accelerator):
             return JaxTrainer(config, rank, world_size)  # implements slime_hookspecs.Trainer
+
+    ``critic_factory`` (optional): ``critic_factory(config, model, spec) -> CriticModel``, a
+    value model with its optimizer for algorithms that train a critic (slime_ppo), built the
+    way this backend builds its policy (same device, dtype and sharding). Called in the
+    trainer rank's process, from ``slime_trainer_init`` (``model`` is what that hook
+    received, the backend's process groups already exist), with a
+    :class:`~slime_hookspecs.protocols.CriticSpec`; it may ask
+    ``slime_make_model(config, role="critic")`` first. ``None``: the backend offers no
+    critic, and a run that needs one fails naming the backend.
     """
 
     kind: ClassVar[str] = "trainer_backend"
     hook: ClassVar[str] = "slime_register_trainer_backends"
+    critic_factory: Callable[..., Any] | None = None  # (config, model, CriticSpec) -> CriticModel
 
 
 @dataclass

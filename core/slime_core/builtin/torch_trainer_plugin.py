@@ -13,9 +13,15 @@ def _make(config: Any, rank: int = 0, world_size: int = 1, accelerator: Any = No
     return TorchTrainer(config, rank, world_size, accelerator)
 
 
+def _make_critic(config: Any, model: Any, spec: Any) -> Any:
+    from slime_core.trainer.critic import make_critic
+
+    return make_critic(config, model, spec)
+
+
 @hookimpl
 def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
-        name="torch", factory=_make,
+        name="torch", factory=_make, critic_factory=_make_critic,
         summary="transformers AutoModelForCausalLM + AdamW; fp32 on CPU, bf16 on GPU",
     )]

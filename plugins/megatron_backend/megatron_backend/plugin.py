@@ -44,6 +44,14 @@ def make_trainer(config: Any, rank: int = 0, world_size: int = 1, accelerator: A
     return MegatronTrainer(config, rank, world_size, accelerator)
 
 
+def make_critic(config: Any, model: Any, spec: Any) -> Any:
+    """``critic_factory(config, model, spec)`` of the ``megatron`` record: a GPTModel with a
+    value head, sharded like the actor (:mod:`megatron_backend.critic`)."""
+    from megatron_backend.critic import make_critic as build
+
+    return build(config, model, spec)
+
+
 def _summary() -> str:
     have = megatron_core_version()
     core = f"megatron-core {have}" if have else "megatron-core (not installed)"
@@ -68,6 +76,7 @@ def slime_configure(config: Any) -> None:
 @hookimpl
 def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
-        name=BACKEND, factory=make_trainer, probe=probe, summary=_summary(),
+        name=BACKEND, factory=make_trainer, critic_factory=make_critic, probe=probe,
+        summary=_summary(),
         extra={"megatron_core": megatron_core_version()},
     )]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from mg_support import copy_batch, grpo_batch, make_config
+from mg_support import base_data, copy_batch, grpo_batch, make_config
 
 
 def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -124,3 +124,74 @@ def data_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str,
         "entropy": (m_torch["train/entropy"], m_mg["train/entropy"]),
         "update_cosine": float(torch.nn.functional.cosine_similarity(d_t, d_m, dim=0)),
     }
+
+
+PPO_KEYS = ("train/loss", "train/pg_loss", "train/grad_norm", "train/value_loss",
+            "train/value_clipfrac", "train/critic_grad_norm", "train/values_mean",
+            "train/returns_mean", "train/advantages_mean", "train/explained_variance")
+
+
+def ppo_data(**sections: dict[str, Any]) -> dict[str, Any]:
+    """GAE with a critic; two optimizer steps per rollout and a high critic lr, so the second
+    critic step sees values away from the old ones (the value clip engages)."""
+    data = base_data(algorithm={"advantage_estimator": "gae"},
+                     ppo={"critic_lr": 3e-2, "value_clip": 0.05},
+                     train={"num_steps_per_rollout": 2})
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return data
+
+
+def ppo_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """One PPO step (GAE, two critic and two actor steps) on the torch backend (one process)
+    and on the megatron backend (over every rank): metrics and the critic's values after it."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_ppo import glue
+
+    # the critic comes from the train.backend record, so each config names its backend
+    one = {**data, "train": {**data["train"], "num_ranks": 1, "backend": "torch"},
+           "megatron": {}}
+    mg = {**data, "train": {**data["train"], "backend": "megatron"}}
+    out: dict[str, Any] = {}
+    for backend, d in (("torch", one), ("megatron", mg)):
+        cfg = make_config(d, plugins=("slime_ppo",))
+        trainer = (TorchTrainer(cfg, 0, 1, None) if backend == "torch"
+                   else MegatronTrainer(cfg, rank, world_size, None))
+        batch = grpo_batch(260)
+        if backend == "torch":
+            lps = trainer.compute_log_probs(copy_batch(batch), "actor")
+        off_policy(batch, lps)
+        m = trainer.train_step(batch, 0)
+        critic = glue.STATE.critic
+        assert critic is not None
+        probe = grpo_batch(260, seed=5)
+        out[backend] = {"metrics": {k: m[k] for k in PPO_KEYS if k in m},
+                        "values": critic.values(probe.tokens, probe.response_lengths),
+                        "critic": type(critic.impl).__name__}
+    return out
+
+
+def ppo_resume(rank: int, world_size: int, data: dict[str, Any], ckpt: str) -> dict[str, Any]:
+    """PPO on megatron: 2 steps, save, a 3rd; a fresh trainer loads and trains the 3rd."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_ppo import glue
+
+    config = make_config({**data, "train": {**data["train"], "backend": "megatron"}},
+                         plugins=("slime_ppo",))
+    a = MegatronTrainer(config, rank, world_size, None)
+    for step in range(2):
+        a.train_step(grpo_batch(260, seed=step), step)
+    a.save(ckpt)
+    m_a = _train_metrics(a.train_step(grpo_batch(260, seed=2), 2))
+    probe = grpo_batch(260, seed=5)
+    v_a = glue.STATE.critic.values(probe.tokens, probe.response_lengths)
+    b = MegatronTrainer(config, rank, world_size, None)
+    v_fresh = glue.STATE.critic.values(probe.tokens, probe.response_lengths)
+    b.load(ckpt)
+    m_b = _train_metrics(b.train_step(grpo_batch(260, seed=2), 2))
+    v_b = glue.STATE.critic.values(probe.tokens, probe.response_lengths)
+    return {"metrics": (m_a, m_b),
+            "values_equal": all(torch.equal(x, y) for x, y in zip(v_a, v_b, strict=True)),
+            "fresh_differs": not all(torch.equal(x, y)
+                                     for x, y in zip(v_a, v_fresh, strict=True))}

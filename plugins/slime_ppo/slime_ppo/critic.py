@@ -1,60 +1,56 @@
-"""The critic of one trainer rank: its value model, its AdamW, training and checkpoints."""
+"""The critic of one trainer rank: the trainer backend's value model, trained on the value loss.
+
+The value model, its optimizer, micro-batching, the reductions over the backend's process
+groups and checkpoints belong to the trainer backend (``TrainerBackendRecord.critic_factory``,
+a :class:`slime_hookspecs.CriticModel`: the ``torch`` backend's Hugging Face value model,
+the ``megatron`` backend's GPTModel with a value head, TP-sharded like its actor). What is
+PPO's stays here: the clipped value loss, its reducer, how samples split into optimizer steps.
+"""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
-from slime_core.api import Accumulation, dp_active, get_registries, micro_batches, step_indices
+from slime_core.api import dp_active, get_registries, step_indices
+from slime_hookspecs import CriticModel, CriticSpec
 
 from slime_ppo import ops
-from slime_ppo.value_model import build_value_model, response_values
 
-MODEL_FILE = "critic.safetensors"
-STATE_FILE = "critic_state.pt"
+
+def critic_spec(config: Any) -> CriticSpec:
+    """The ``[ppo]`` keys a backend needs to build the critic."""
+    p = config.ppo
+    return CriticSpec(lr=p.critic_lr, weight_decay=p.critic_weight_decay, init=p.critic_init,
+                      seed=int(config.run.seed), micro_batch_tokens=p.critic_micro_batch_tokens)
+
+
+def build_critic(config: Any, model: Any) -> Critic:
+    """The critic next to the actor ``model`` (what ``slime_trainer_init`` received), from the
+    ``train.backend`` record's ``critic_factory``."""
+    record = get_registries().trainer_backend.get(config.train.backend)
+    factory = getattr(record, "critic_factory", None)
+    if factory is None:
+        raise RuntimeError(
+            f"slime_ppo: trainer backend {config.train.backend!r} (plugin {record.owner}) "
+            "offers no critic (TrainerBackendRecord.critic_factory is None); "
+            "algorithm.advantage_estimator = 'gae' needs one"
+        )
+    return Critic(config, factory(config, model, critic_spec(config)))
 
 
 class Critic:
-    """Value model + optimizer, on the trainer rank's device.
+    """PPO's side of the critic: values and the value-loss update of a backend's
+    :class:`~slime_hookspecs.CriticModel` (``impl``)."""
 
-    The model comes from ``slime_make_model(config, role="critic")`` when a plugin answers, else
-    from ``ppo.critic_init`` (see :func:`slime_ppo.value_model.build_value_model`).
-    """
-
-    def __init__(
-        self, config: Any, device: torch.device, dtype: torch.dtype, manager: Any = None
-    ) -> None:
+    def __init__(self, config: Any, impl: CriticModel) -> None:
         self.config = config
-        custom = manager.hook.slime_make_model(config=config, role="critic") if manager else None
-        model = custom if custom is not None else build_value_model(config, device, dtype)
-        self.model: torch.nn.Module = model.to(device).train()
-        t, p = config.train, config.ppo
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=p.critic_lr,
-            betas=tuple(t.adam_betas),
-            eps=t.adam_eps,
-            weight_decay=p.critic_weight_decay,
-        )
+        self.impl = impl
 
-    # -- values ----------------------------------------------------------------------------
     def values(self, tokens: list[torch.Tensor], response_lengths: list[int]) -> list[torch.Tensor]:
         """Values of the response tokens with the current weights, float32 on the CPU."""
-        out: list[torch.Tensor | None] = [None] * len(tokens)
-        with torch.no_grad():
-            for mb in micro_batches([int(t.numel()) for t in tokens], self._budget()):
-                vals = response_values(
-                    self.model, [tokens[i] for i in mb], [response_lengths[i] for i in mb]
-                )
-                for i, v in zip(mb, vals, strict=True):
-                    out[i] = v.cpu()
-        return out  # type: ignore[return-value]
+        return self.impl.values(tokens, response_lengths)  # type: ignore[no-any-return]
 
-    def _budget(self) -> int:
-        return self.config.ppo.critic_micro_batch_tokens or self.config.train.micro_batch_tokens
-
-    # -- training --------------------------------------------------------------------------
     def train(
         self,
         tokens: list[torch.Tensor],
@@ -63,18 +59,19 @@ class Critic:
         old_values: list[torch.Tensor],
         returns: list[torch.Tensor],
     ) -> dict[str, float]:
-        """``train.num_steps_per_rollout`` AdamW steps on the clipped value loss; mean metrics.
+        """``train.num_steps_per_rollout`` optimizer steps on the clipped value loss; mean metrics.
 
         Samples are split into mini-batches as the actor splits them (sample ``i`` goes to step
-        ``i % num_steps``), each step micro-batched by ``ppo.critic_micro_batch_tokens``. The
-        value loss uses ``algorithm.loss_reducer``; micro-batches are weighted by their share
-        of masked tokens (``token_mean``) or of samples (the per-sample modes), so the
-        accumulated gradient equals that of the whole mini-batch at once.
+        ``i % num_steps``); the backend micro-batches each step by
+        ``ppo.critic_micro_batch_tokens``. The value loss uses ``algorithm.loss_reducer``;
+        micro-batches are weighted by their share of masked tokens (``token_mean``) or of
+        samples (the per-sample modes), so the accumulated gradient equals that of the whole
+        mini-batch at once.
 
-        Data parallelism (``train.num_ranks > 1``): shares are weighted by the mini-batch's
-        totals over all ranks and the gradients summed over ranks before clipping, as for the
-        actor, so every rank takes the single-process step; every rank runs every step, also
-        with an empty share.
+        Data parallelism (``train.num_ranks > 1``): the backend weights shares by the
+        mini-batch's totals over its data-parallel ranks and sums the gradients over them
+        before clipping, as for the actor; every rank runs every step, also with an empty
+        share.
         """
         cfg = self.config
         # the actor's loss reducer (one implementation for every algorithm, by record)
@@ -82,21 +79,18 @@ class Critic:
         weighting = reducer_rec.extra.get("weighting", "samples")
         clip = cfg.ppo.value_clip or None
         dp = dp_active(cfg.train.num_ranks)
-        device = next(self.model.parameters()).device
         sums: dict[str, float] = {}
         done = 0
         for idx in step_indices(len(tokens), cfg.train.num_steps_per_rollout):
             if not idx and not dp:
                 continue
-            self.optimizer.zero_grad(set_to_none=True)
-            acc = Accumulation(len(idx), sum(float(loss_masks[i].sum()) for i in idx), dp,
-                               device)
-            for mb in micro_batches([int(tokens[i].numel()) for i in idx], self._budget()):
+
+            def loss_fn(mb: list[int], values: list[torch.Tensor],
+                        idx: list[int] = idx) -> tuple[torch.Tensor, dict[str, float]]:
                 ids = [idx[j] for j in mb]
-                lengths = [response_lengths[i] for i in ids]
+                device = values[0].device
                 masks = [loss_masks[i] for i in ids]
-                values = response_values(self.model, [tokens[i] for i in ids], lengths)
-                reducer = reducer_rec.factory(cfg, lengths, masks)
+                reducer = reducer_rec.factory(cfg, [response_lengths[i] for i in ids], masks)
                 loss, m = ops.value_loss(
                     values,
                     [old_values[i].to(device) for i in ids],
@@ -107,55 +101,24 @@ class Critic:
                     reducer=reducer,
                     clipfrac_rule=cfg.ppo.value_clipfrac,
                 )
-                acc.backward(loss, {f"train/{k}": v for k, v in m.items()},
-                             weighting, len(ids),
-                             sum(float(mk.sum()) for mk in masks))
-            step, grad_norm = acc.step(self.model, self.optimizer, cfg.train.grad_clip)
+                return loss, {f"train/{k}": v for k, v in m.items()}
+
+            step, grad_norm = self.impl.train_step(
+                [tokens[i] for i in idx], [response_lengths[i] for i in idx],
+                [loss_masks[i] for i in idx], loss_fn, weighting)
             step["train/critic_grad_norm"] = grad_norm
             for k, v in step.items():
                 sums[k] = sums.get(k, 0.0) + v
             done += 1
         metrics = {k: v / max(done, 1) for k, v in sums.items()}
-        metrics["train/critic_lr"] = float(self.optimizer.param_groups[0]["lr"])
+        metrics["train/critic_lr"] = self.impl.lr()
         return metrics
 
     # -- checkpoints -------------------------------------------------------------------------
     def save(self, path: str, extra: dict[str, Any] | None = None) -> None:
-        """Write the critic's weights and optimizer (plus ``extra``) under ``path``."""
-        from safetensors.torch import save_file
-
-        os.makedirs(path, exist_ok=True)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-        save_file(_untie(state), os.path.join(path, MODEL_FILE))
-        torch.save(
-            {**(extra or {}), "optimizer": self.optimizer.state_dict()},
-            os.path.join(path, STATE_FILE),
-        )
+        """The backend writes the critic's weights and optimizer (plus ``extra``) under ``path``."""
+        self.impl.save(path, extra)
 
     def load(self, path: str) -> dict[str, Any]:
-        """Restore what :meth:`save` wrote; returns the state file's dict (for extra keys)."""
-        from safetensors.torch import load_file
-
-        files = [os.path.join(path, f) for f in (MODEL_FILE, STATE_FILE)]
-        missing = [f for f in files if not os.path.isfile(f)]
-        if missing:
-            raise FileNotFoundError(
-                f"slime_ppo: checkpoint {path} has no critic state ({', '.join(missing)} missing); "
-                "was it written by a run without the gae estimator?"
-            )
-        device = next(self.model.parameters()).device
-        self.model.load_state_dict(load_file(files[0], device=str(device)), strict=True)
-        extra = torch.load(files[1], weights_only=False, map_location=device)
-        self.optimizer.load_state_dict(extra["optimizer"])
-        return extra
-
-
-def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses tensors sharing storage: give each such tensor its own copy."""
-    seen: set[int] = set()
-    out = {}
-    for k, v in state.items():
-        ptr = v.data_ptr()
-        out[k] = v.clone() if ptr in seen else v
-        seen.add(ptr)
-    return out
+        """Restore what :meth:`save` wrote; returns ``extra``."""
+        return self.impl.load(path)  # type: ignore[no-any-return]

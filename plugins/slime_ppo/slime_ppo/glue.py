@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from slime_core.api import get_manager, resolve_dtype
+from slime_core.api import get_manager
 
-from slime_ppo.critic import Critic
+from slime_ppo.critic import Critic, build_critic
 from slime_ppo.estimator import KLFn, gae_estimate
 
 CRITIC_DIR = "critic"  # inside the trainer's checkpoint directory
@@ -30,12 +30,12 @@ class PPOState:
 STATE = PPOState()
 
 
-def init_critic(config: Any, model: torch.nn.Module) -> None:
-    """Build the critic next to the actor ``model`` (same device, ``model.dtype``)."""
+def init_critic(config: Any, model: Any) -> None:
+    """Build the critic next to the actor ``model``: the trainer backend's
+    ``critic_factory`` (same device, dtype and sharding as the actor)."""
     global STATE
     STATE = PPOState()
-    device = next(model.parameters()).device
-    STATE.critic = Critic(config, device, resolve_dtype(config.model.dtype, device), get_manager())
+    STATE.critic = build_critic(config, model)
 
 
 def reset() -> None:
@@ -139,8 +139,10 @@ def frozen_loss(log_probs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, 
 
 
 def save(path: str, rank: int) -> None:
-    """Rank 0 writes the critic under ``<trainer checkpoint>/critic`` (ranks hold equal critics)."""
-    if STATE.critic is None or rank != 0:
+    """The critic under ``<trainer checkpoint>/critic``; every rank calls the backend's
+    ``save``, which decides which ranks write (the torch backend: rank 0; megatron: the first
+    data-parallel rank of each TP shard)."""
+    if STATE.critic is None:
         return
     import os
 

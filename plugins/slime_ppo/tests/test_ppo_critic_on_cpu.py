@@ -4,11 +4,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from slime_core.trainer.critic import build_value_model, response_values
 from slime_ppo import glue
-from slime_ppo.critic import Critic
-from slime_ppo.value_model import build_value_model, response_values
+from slime_ppo.critic import build_critic, critic_spec
 
 CPU = torch.device("cpu")
+
+
+def _actor(device):
+    """Stands for the actor that slime_trainer_init gets: the critic is built on its device."""
+    return torch.nn.Linear(1, 1).to(device)
 
 
 class PositionEcho(torch.nn.Module):
@@ -49,7 +54,7 @@ def test_policy_init_copies_the_policy_backbone(make_config):
 
     cfg = make_config()
     actor = load_causal_lm(cfg.model, CPU, torch.float32, seed=cfg.run.seed)
-    critic = build_value_model(cfg, CPU, torch.float32)
+    critic = build_value_model(cfg, critic_spec(cfg), CPU, torch.float32)
     backbone = critic.backbone.state_dict()
     actor_base = actor.model.state_dict()
     assert backbone.keys() == actor_base.keys()
@@ -59,10 +64,11 @@ def test_policy_init_copies_the_policy_backbone(make_config):
     head = critic.value_head
     assert head.weight.shape == (1, 32) and torch.equal(head.bias, torch.zeros(1))
     assert 0 < float(head.weight.detach().std()) < 3 / 33
-    again = build_value_model(cfg, CPU, torch.float32)
+    again = build_value_model(cfg, critic_spec(cfg), CPU, torch.float32)
     assert torch.equal(again.value_head.weight, head.weight)  # deterministic
 
-    rand = build_value_model(make_config(ppo={"critic_init": "random"}), CPU, torch.float32)
+    rcfg = make_config(ppo={"critic_init": "random"})
+    rand = build_value_model(rcfg, critic_spec(rcfg), CPU, torch.float32)
     emb = "embed_tokens.weight"
     assert not torch.equal(rand.backbone.state_dict()[emb], actor_base[emb])
 
@@ -77,10 +83,10 @@ def test_critic_from_slime_make_model_is_used(make_config, ppo_manager):
 
     ppo_manager.register_object(Provider(), "critic_provider")
     try:
-        critic = Critic(make_config(), CPU, torch.float32, ppo_manager)
+        critic = build_critic(make_config(), _actor(CPU))
     finally:
         ppo_manager.pm.unregister(name="critic_provider")
-    assert isinstance(critic.model, PositionEcho)
+    assert isinstance(critic.impl.model, PositionEcho)
     vals = critic.values([torch.tensor([4, 5, 6])], [2])
     torch.testing.assert_close(vals[0], torch.tensor([4.0, 5.0]))  # states before 5 and 6
 
@@ -108,10 +114,10 @@ def test_critic_step_does_not_depend_on_the_micro_batch_budget(make_config, redu
         cfg = make_config(
             ppo={"critic_micro_batch_tokens": budget}, algorithm={"loss_reducer": reducer}
         )
-        critic = Critic(cfg, CPU, torch.float32)
+        critic = build_critic(cfg, _actor(CPU))
         old = critic.values(tokens, rlen)
         m = critic.train(tokens, rlen, masks, old, returns)
-        states.append((m, critic.model.state_dict()))
+        states.append((m, critic.impl.model.state_dict()))
     (m_big, s_big), (m_small, s_small) = states
     assert m_big["train/value_loss"] == pytest.approx(m_small["train/value_loss"], rel=1e-5)
     assert m_big["train/critic_grad_norm"] == pytest.approx(
@@ -126,7 +132,7 @@ def test_critic_value_loss_matches_the_op_and_decreases(make_config, ppo_manager
 
     tokens, rlen, masks, returns = _data()
     cfg = make_config(ppo={"critic_lr": 1e-2, "value_loss_coef": 1.0})
-    critic = Critic(cfg, CPU, torch.float32)
+    critic = build_critic(cfg, _actor(CPU))
     old = critic.values(tokens, rlen)
     # one step on the initial weights: v == v_old, so clipping is inactive and clipfrac is 0
     # the critic reduces with the algorithm.loss_reducer record, the actor's
@@ -149,24 +155,24 @@ def test_critic_value_loss_matches_the_op_and_decreases(make_config, ppo_manager
 
 def test_critic_takes_num_steps_per_rollout_optimizer_steps(make_config):
     tokens, rlen, masks, returns = _data()
-    critic = Critic(make_config(train={"num_steps_per_rollout": 3}), CPU, torch.float32)
+    critic = build_critic(make_config(train={"num_steps_per_rollout": 3}), _actor(CPU))
     critic.train(tokens, rlen, masks, critic.values(tokens, rlen), returns)
-    steps = {float(st["step"]) for st in critic.optimizer.state_dict()["state"].values()}
+    steps = {float(st["step"]) for st in critic.impl.optimizer.state_dict()["state"].values()}
     assert steps == {3.0}
 
 
 def test_critic_save_load_round_trip(make_config, tmp_path):
     tokens, rlen, masks, returns = _data()
     cfg = make_config()
-    critic = Critic(cfg, CPU, torch.float32)
+    critic = build_critic(cfg, _actor(CPU))
     critic.train(tokens, rlen, masks, critic.values(tokens, rlen), returns)
     critic.save(str(tmp_path / "c"), {"rewind_epoch": 3})
-    fresh = Critic(cfg, CPU, torch.float32)
+    fresh = build_critic(cfg, _actor(CPU))
     extra = fresh.load(str(tmp_path / "c"))
     assert extra["rewind_epoch"] == 3
-    for k, v in critic.model.state_dict().items():
-        assert torch.equal(fresh.model.state_dict()[k], v), k
-    a, b = critic.optimizer.state_dict(), fresh.optimizer.state_dict()
+    for k, v in critic.impl.model.state_dict().items():
+        assert torch.equal(fresh.impl.model.state_dict()[k], v), k
+    a, b = critic.impl.optimizer.state_dict(), fresh.impl.optimizer.state_dict()
     for pid, st in a["state"].items():
         assert torch.equal(st["exp_avg"], b["state"][pid]["exp_avg"])
     # identical next step from both

@@ -2,7 +2,12 @@
 
 import pytest
 import torch
-from slime_ppo.critic import Critic
+from slime_ppo.critic import build_critic
+
+
+def _actor(device):
+    return torch.nn.Linear(1, 1).to(device)
+
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -21,8 +26,8 @@ def test_critic_on_cuda_matches_cpu(make_config, tmp_path):
     cfg = make_config(model={"dtype": "float32"}, ppo={"critic_lr": 1e-2})
     out = {}
     for dev in ("cpu", "cuda"):
-        critic = Critic(cfg, torch.device(dev), torch.float32)
-        assert next(critic.model.parameters()).device.type == dev
+        critic = build_critic(cfg, _actor(torch.device(dev)))
+        assert next(critic.impl.model.parameters()).device.type == dev
         old = critic.values(tokens, rlen)
         assert all(v.device.type == "cpu" for v in old)  # values come back on the CPU
         m = critic.train(tokens, rlen, masks, old, returns)
@@ -33,7 +38,7 @@ def test_critic_on_cuda_matches_cpu(make_config, tmp_path):
     for k in m_c:
         assert m_g[k] == pytest.approx(m_c[k], rel=1e-3, abs=1e-5), k
     gpu.save(str(tmp_path / "c"))
-    cpu = Critic(cfg, torch.device("cpu"), torch.float32)
+    cpu = build_critic(cfg, _actor(torch.device("cpu")))
     cpu.load(str(tmp_path / "c"))
     for a, b in zip(cpu.values(tokens, rlen), new_g, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -16,6 +16,10 @@ LENGTHS = [3, 5, 2, 4, 6, 2]
 PROMPT = [5, 6, 7]
 
 
+def _actor(device: torch.device) -> torch.nn.Module:
+    return torch.nn.Linear(1, 1).to(device)
+
+
 def _batch(idx: list[int]) -> TrainBatch:
     g = torch.Generator().manual_seed(0)
     tokens = [torch.tensor(PROMPT + torch.randint(3, 40, (n,), generator=g).tolist())
@@ -31,23 +35,23 @@ def _batch(idx: list[int]) -> TrainBatch:
 
 def _run(make_config, num_ranks: int, idx: list[int], reducer: str) -> dict:
     """One critic update and GAE on ``idx``: advantages, metrics, critic weights."""
-    from slime_ppo.critic import Critic
+    from slime_ppo.critic import build_critic
     from slime_ppo.estimator import gae_estimate
 
     cfg = make_config(train={"num_ranks": num_ranks, "num_steps_per_rollout": 2},
                       algorithm={"advantage_estimator": "gae", "loss_reducer": reducer},
                       ppo={"critic_lr": 1e-2})
     torch.manual_seed(0)
-    critic = Critic(cfg, torch.device("cpu"), torch.float32)
+    critic = build_critic(cfg, _actor(torch.device("cpu")))
     batch = _batch(idx)
     values = critic.values(batch.tokens, batch.response_lengths)
     adv, ret, metrics = gae_estimate(cfg, batch, values)
     metrics.update(critic.train(batch.tokens, batch.response_lengths, batch.loss_masks,
                                 values, ret))
-    state = critic.optimizer.state_dict()["state"]
+    state = critic.impl.optimizer.state_dict()["state"]
     return {"adv": [a.tolist() for a in adv], "metrics": metrics,
             "weights": {k: v.flatten()[:64].tolist()
-                        for k, v in critic.model.state_dict().items()},
+                        for k, v in critic.impl.model.state_dict().items()},
             "exp_avg": {str(i): s["exp_avg"].flatten()[:64].tolist() for i, s in state.items()}}
 
 
@@ -107,8 +111,8 @@ def test_critic_and_gae_across_ranks_equal_one_process(make_config, tokenizer_di
                                        rtol=0, atol=1e-4)
     # the check can fail: the critic's weights did change in the step
     torch.manual_seed(0)
-    from slime_ppo.critic import Critic
+    from slime_ppo.critic import build_critic
 
-    init = Critic(make_config(), torch.device("cpu"), torch.float32).model.state_dict()
+    init = build_critic(make_config(), _actor(torch.device("cpu"))).impl.model.state_dict()
     assert any(not torch.allclose(init[k].flatten()[:64], torch.tensor(w))
                for k, w in whole["weights"].items())
