@@ -1,0 +1,71 @@
+"""Entry point of ``slime-agent``: with ``[agent] entrypoint`` set, every sample (train and
+eval) is rolled out by the decorated agent function through the run's agent API.
+
+* ``slime_add_config``: the ``[agent]`` section;
+* ``slime_run_start`` (driver): imports the entry point, so a wrong name fails before step 1;
+* ``slime_generate`` (rollout manager, ``tryfirst``): :func:`slime_agent.episode.run_episode`;
+* ``slime_reward`` (rollout manager, ``tryfirst``): the function's returned reward; a sample
+  whose function returned ``None`` goes on to ``rollout.reward``.
+
+Nothing heavy is imported here (openai loads with the first episode).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from slime_hookspecs import ConfigSection, hookimpl
+
+from slime_agent.config import AgentSection
+
+
+def _entry(config: Any) -> str:
+    sec = getattr(config, "agent", None)
+    return sec.entrypoint if sec is not None else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _load(spec: str) -> Any:
+    from slime_agent.entrypoint import load_entrypoint
+
+    return load_entrypoint(spec)
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> ConfigSection:
+    return ConfigSection(name="agent", schema=AgentSection,
+                         summary="agent SDK: the @rollout_entrypoint function that rolls out "
+                                 "each sample against the agent API, episode timeout")
+
+
+@hookimpl
+def slime_run_start(config: Any, run_dir: str) -> None:
+    spec = _entry(config)
+    if not spec:
+        return
+    tools = getattr(config, "tools", None)
+    if tools is not None and list(tools.enabled):
+        raise ValueError(f"agent.entrypoint = {spec!r} and tools.enabled = {list(tools.enabled)} "
+                         "both generate the rollout; the agent runs its own tools, so empty "
+                         "tools.enabled (or unset agent.entrypoint)")
+    _load(spec)
+
+
+@hookimpl(tryfirst=True)
+def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+    spec = _entry(config)
+    if not spec:
+        return None
+    from slime_agent.episode import run_episode
+
+    return run_episode(config, sample, sampling_params, _load(spec), config.agent.timeout_s)
+
+
+@hookimpl(tryfirst=True)
+def slime_reward(config: Any, sample: Any) -> Any:
+    from slime_agent.episode import REWARD_KEY
+
+    if not _entry(config):
+        return None
+    return sample.metadata.get(REWARD_KEY)
