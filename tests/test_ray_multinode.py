@@ -15,10 +15,10 @@ real machines is only the network. Select with ``-m ray``.
 
 from __future__ import annotations
 
-import copy
-from collections import Counter
+import atexit
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,6 @@ class SimCluster:
 
     def __init__(self) -> None:
         from ray.cluster_utils import Cluster
-
         from slime_core.executors.ray_cluster import loopback_only
 
         self.loopback_only = loopback_only
@@ -61,8 +60,19 @@ class SimCluster:
                 "node_ip_address": "127.0.0.1", "include_dashboard": False}
 
     def add(self, role: str) -> None:
-        with self.loopback_only():
-            self.nodes[role] = self.cluster.add_node(**self._args(role))
+        # a node started off the main thread (a test's watcher) cannot install Ray's SIGTERM
+        # handler (signal.signal needs the main thread): start it without, and clean it up
+        # at exit ourselves
+        on_main = threading.current_thread() is threading.main_thread()
+        self.cluster._shutdown_at_exit = on_main
+        try:
+            with self.loopback_only():
+                node = self.cluster.add_node(**self._args(role))
+        finally:
+            self.cluster._shutdown_at_exit = True
+        if not on_main:
+            atexit.register(node.kill_all_processes, check_alive=False, allow_graceful=False)
+        self.nodes[role] = node
 
     def remove(self, role: str) -> str:
         node = self.nodes.pop(role)
@@ -126,19 +136,34 @@ def _pids(marks: Path, role: str) -> set[int]:
     return {int(p.name.split("-")[3]) for p in marks.glob(f"node-{role}-*")}
 
 
-def _after(marks: Path, pattern: str, action: Any, timeout: float = 900) -> threading.Thread:
-    """Run ``action()`` on a thread as soon as a marker matching ``pattern`` exists."""
-    def watch() -> None:
-        deadline = time.monotonic() + timeout
+class Watcher(threading.Thread):
+    """Runs ``action()`` as soon as a marker matching ``pattern`` exists; ``check()`` re-raises
+    what it raised (a failure on the thread must fail the test, not hang it)."""
+
+    def __init__(self, marks: Path, pattern: str, action: Any, timeout: float = 900) -> None:
+        super().__init__(daemon=True)
+        self.marks, self.pattern, self.action, self.timeout = marks, pattern, action, timeout
+        self.error: BaseException | None = None
+        self.fired = False
+        self.start()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            if any(marks.glob(pattern)):
-                action()
+            if any(self.marks.glob(self.pattern)):
+                try:
+                    self.action()
+                    self.fired = True
+                except BaseException as exc:  # noqa: BLE001 - handed to the test by check()
+                    self.error = exc
                 return
             time.sleep(0.05)
 
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    return t
+    def check(self) -> None:
+        self.join(timeout=60)
+        if self.error is not None:
+            raise self.error
+        assert self.fired, f"no marker {self.pattern} in {self.marks}: the action never ran"
 
 
 class Samples:
@@ -159,8 +184,9 @@ class Samples:
 @pytest.fixture(scope="module")
 def one_node(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> list[dict]:
     """The same 2-step run with the local executor: the metrics the cluster runs must match."""
-    from tests.conftest import ARITH
     from slime_core.testing import TINY_QWEN2
+
+    from tests.conftest import ARITH
 
     run_dir = tmp_path_factory.mktemp("one_node") / "run"
     cfg = {
@@ -222,11 +248,10 @@ def test_engine_node_lost_mid_rollout_waits_for_a_replacement(sim_cluster, base_
         time.sleep(2.0)  # the loss is seen with no engine node in the cluster
         sim_cluster.add("engine")
 
-    watcher = _after(gens, "gen-v1-*", lose_engine_node)
+    watcher = Watcher(gens, "gen-v1-*", lose_engine_node)
     seen = Samples()
     m = read_metrics(run(cfg, [seen]))
-    watcher.join(timeout=5)
-    assert lost, "the engine was never seen generating with weight version 1"
+    watcher.check()
     assert [x["step"] for x in m] == [1, 2, 3]
     # nothing lost, nothing twice: 8 distinct samples of 2 groups a step, all from the weights
     # of their step (the restarted engine got version 1 before it generated)
@@ -238,6 +263,12 @@ def test_engine_node_lost_mid_rollout_waits_for_a_replacement(sim_cluster, base_
     assert all(x["perf/weight_sync_verified"] == 1.0 for x in m)
     assert _where(marks)["engine"] == {lost[0], sim_cluster.node_of("engine")}
     assert len(_pids(marks, "engine")) == 2
+    lost_n = sum(8 - len(set(ix)) for ix in seen.indices.values())
+    doubled = sum(len(ix) - len(set(ix)) for ix in seen.indices.values())
+    print(f"node-failure figures (engine node lost in step 2, fault tolerance): steps "
+          f"{len(m)}/3, samples {[int(x['rollout/samples']) for x in m]}, lost {lost_n}, "
+          f"doubled {doubled}, restarts {[int(x['rollout/engine_restarts']) for x in m]}, "
+          f"rollout seconds {[round(x['perf/rollout_time'], 1) for x in m]}")
 
 
 def test_engine_node_lost_without_fault_tolerance_stops_and_resume_continues(
@@ -248,18 +279,20 @@ def test_engine_node_lost_without_fault_tolerance_stops_and_resume_continues(
                   weights={"transport": "broadcast"},
                   ray_test={"marker_dir": str(gens), "delay_s": 1.0})
     run_dir = Path(cfg["run"]["run_dir"])
-    watcher = _after(gens, "gen-v1-*", lambda: sim_cluster.remove("engine"))
+    watcher = Watcher(gens, "gen-v1-*", lambda: sim_cluster.remove("engine"))
     with pytest.raises(Exception, match="rollout engine 0 died.*run.fault_tolerance = true"):
         run(cfg)
-    watcher.join(timeout=5)
+    watcher.check()
     ckpts = run_dir / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step_000001"
     assert [x["step"] for x in read_metrics(run_dir)] == [1]
     sim_cluster.add("engine")
-    cfg["ray_test"]["delay_s"] = 0.0
-    run(copy.deepcopy(cfg), resume=str(run_dir))
+    run(cfg, resume=str(run_dir))  # the same config: resume refuses changed keys
     assert [x["step"] for x in read_metrics(run_dir)] == [1, 2, 3]
     assert (ckpts / "latest").read_text().strip() == "step_000003"
+    print("node-failure figures (engine node lost in step 2, no fault tolerance): stopped "
+          "after step 1 (checkpoint step_000001); resumed: one metrics row each for steps "
+          "[1, 2, 3]")
 
 
 def test_trainer_node_lost_stops_cleanly_and_resume_continues(sim_cluster, base_config,
@@ -272,18 +305,19 @@ def test_trainer_node_lost_stops_cleanly_and_resume_continues(sim_cluster, base_
                   run={"num_rollouts": 3, "save_interval": 1, "fault_tolerance": True},
                   train={"num_ranks": 2}, ray_test={"train_delay_s": 1.0})
     run_dir = Path(cfg["run"]["run_dir"])
-    watcher = _after(marks, "train-1-*", lambda: sim_cluster.remove("trainer"))
+    watcher = Watcher(marks, "train-1-*", lambda: sim_cluster.remove("trainer"))
     with pytest.raises(RuntimeError, match="train_step of rollout 1 .trainer ranks."):
         run(cfg)
-    watcher.join(timeout=5)
+    watcher.check()
     ckpts = run_dir / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step_000001"
     assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step_")) == ["step_000001"]
     assert [x["step"] for x in read_metrics(run_dir)] == [1]
     sim_cluster.add("trainer")
-    cfg["ray_test"]["train_delay_s"] = 0.0
-    run(copy.deepcopy(cfg), resume=str(run_dir))
+    run(cfg, resume=str(run_dir))  # the same config: resume refuses changed keys
     assert [x["step"] for x in read_metrics(run_dir)] == [1, 2, 3]
     assert (ckpts / "latest").read_text().strip() == "step_000003"
+    print("node-failure figures (trainer node lost in step 2): stopped after step 1 "
+          "(checkpoint step_000001); resumed: one metrics row each for steps [1, 2, 3]")
     # the resumed ranks ran on the replacement node
     assert sim_cluster.node_of("trainer") in _where(marks)["trainer"]
