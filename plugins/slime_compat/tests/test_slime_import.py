@@ -65,6 +65,7 @@ def test_translation_table() -> None:
     assert c["rollout"]["reward"] == "deepscaler" and c["rollout"]["max_new_tokens"] == 8192
     assert c["train"]["adam_betas"] == [0.9, 0.98] and c["train"]["num_steps_per_rollout"] == 2
     assert c["algorithm"]["kl_estimator"] == "low_var_kl" and c["algorithm"]["eps_clip_high"] == 0.28
+    assert c["algorithm"]["numerics"] == "slime"  # a slime script: slime's conventions
     assert c["slime"]["custom_rm_path"] == "slime_user.arith_rm.custom_rm"
     dropped = {f: reason for f, _, reason in tr.dropped}
     assert set(dropped) == {"ref-load", "balance-data", "optimizer", "actor-num-gpus-per-node",
