@@ -31,7 +31,7 @@ from typing import Any
 from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 
 from slime_core.context import set_manager, set_rollout_manager
-from slime_core.executors.base import engine_weights, weights_digest
+from slime_core.executors.base import EngineLostError, engine_weights, weights_digest
 from slime_core.plugins import PluginSelection, SlimePluginManager
 
 
@@ -191,9 +191,10 @@ class RemoteEngine:
                 return self._call("generate", prompts, params)
             except RayActorError as exc:
                 if self.supervisor is None:
-                    raise RuntimeError(
-                        f"rollout engine {self.index} died ({type(exc).__name__}); set "
-                        "run.fault_tolerance = true to restart dead engines"
+                    raise EngineLostError(
+                        f"rollout engine {self.index} died ({type(exc).__name__}: its process "
+                        "or its node is gone); set run.fault_tolerance = true to restart dead "
+                        "engines, or continue with core run --resume RUN_DIR"
                     ) from exc
                 self.supervisor.recover(self.index, seen, exc)
                 if self._abort_epoch != epoch:  # the batch filled up meanwhile

@@ -35,6 +35,7 @@ from slime_hookspecs import (
 from slime_core.algo.opd import build_teacher_engine, score_with_teacher, teacher_in_engine
 from slime_core.context import get_manager
 from slime_core.evaluation.settings import EvalSettings
+from slime_core.executors.base import EngineLostError
 from slime_core.observe.trace import span
 from slime_core.rewards.routing import RewardFunctions, row_reward_name
 from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
@@ -343,8 +344,8 @@ class RolloutManager:
             call = custom or self.pm.hook.slime_generate
             res = call(config=self.config, sample=sample, sampling_params=params, engine=client)
             res = await _maybe_await(res)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, EngineLostError):
+            raise  # a lost engine (no fault tolerance) stops the rollout, not just its samples
         except Exception as exc:  # noqa: BLE001 - one bad sample must not kill the step
             sample.status, sample.error = Status.FAILED, f"generate: {type(exc).__name__}: {exc}"
             return sample
