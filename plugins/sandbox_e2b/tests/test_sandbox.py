@@ -93,3 +93,18 @@ def test_probe_needs_only_the_sdk(monkeypatch):
     assert probe() is None
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert "e2b SDK is not installed" in probe()
+
+
+def test_connection_options_pass_only_what_is_set(monkeypatch):
+    from sandbox_e2b.config import E2BSection
+
+    monkeypatch.setenv("MY_KEY", "k1")
+    opts = E2BSandbox(E2BSection(domain="e2b.example.org", api_key_env="MY_KEY",
+                                 request_timeout_s=5)).connection_options()
+    assert opts == {"api_key": "k1", "request_timeout": 5, "domain": "e2b.example.org"}
+    # the SDK itself then addresses that domain: REST at api.<domain>, envd over https
+    from e2b import ConnectionConfig
+
+    cc = ConnectionConfig(**opts)
+    assert cc.api_url == "https://api.e2b.example.org"
+    assert cc.get_sandbox_url("sbx1", "e2b.example.org").startswith("https://")
