@@ -5,7 +5,6 @@ package's, pointed at slime's agent API, which records every turn for training.
 """
 
 from openai import AsyncOpenAI
-
 from slime_agent import rollout_entrypoint
 
 

@@ -20,9 +20,10 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # what an entry point may ask for, by parameter name
 PARAMETERS: dict[str, str] = {

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 TOKENIZER = REPO / "examples" / "openai_agent" / "tokenizer"
@@ -60,7 +59,7 @@ def test_core_run_trains_on_the_recorded_turns_and_the_agents_reward(tmp_path: P
         assert len(batch["tokens"]) == 16  # 4 prompts x 4 samples, one segment each
         for tokens, mask, lps, n, reward in zip(batch["tokens"], batch["loss_masks"],
                                                 batch["rollout_log_probs"],
-                                                batch["response_lengths"], batch["raw_rewards"]):
+                                                batch["response_lengths"], batch["raw_rewards"], strict=True):
             tokens = [int(t) for t in tokens]
             prompt = tok.decode(tokens[: len(tokens) - n])
             assert prompt.count("+") == 1 and prompt.endswith("=")
@@ -76,7 +75,7 @@ def test_core_run_trains_on_the_recorded_turns_and_the_agents_reward(tmp_path: P
             expected = ([] if response[first - 1] == EOS else [EOS]) + tok.encode(
                 prompt, add_special_tokens=False)
             assert observed == expected
-            assert all(lp == 0.0 for lp, m in zip(lps, mask) if m == 0)
+            assert all(lp == 0.0 for lp, m in zip(lps, mask, strict=True) if m == 0)
             assert all(lp <= 0.0 for lp in lps) and any(lp < 0.0 for lp in lps)
     rows = [json.loads(line) for line in
             next(tmp_path.glob("r-*")).joinpath("metrics.jsonl").read_text().splitlines()]

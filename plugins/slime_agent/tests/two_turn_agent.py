@@ -2,7 +2,6 @@
 can be recomputed from the batch's prompt tokens alone."""
 
 from openai import AsyncOpenAI
-
 from slime_agent import rollout_entrypoint
 
 
