@@ -83,3 +83,29 @@ def test_merge_keeps_the_dataset_sample_and_takes_the_recorded_tokens():
     two = merge(orig, [rec, rec], None, "m:f")
     assert len(two) == 2 and "agent_reward" not in two[0].metadata
     assert [s.metadata["agent"]["segment"] for s in two] == [0, 1]
+
+
+def test_run_start_fails_early_on_a_wrong_name_or_a_tools_clash(tmp_path):
+    from types import SimpleNamespace
+
+    from slime_agent import plugin
+
+    (tmp_path / "not_an_agent.py").write_text("async def rollout(sample):\n    return 1.0\n")
+
+    def cfg(entry, tools=()):
+        return SimpleNamespace(agent=SimpleNamespace(entrypoint=entry, timeout_s=0.0),
+                               tools=SimpleNamespace(enabled=list(tools)))
+
+    plugin.slime_run_start(cfg(""), str(tmp_path))  # off: nothing to check
+    assert plugin.slime_generate(cfg(""), Sample(), SamplingParams(), None) is None
+    with pytest.raises(TypeError, match="not decorated"):
+        plugin.slime_run_start(cfg(f"{tmp_path / 'not_an_agent.py'}:rollout"), str(tmp_path))
+    good = f"{HERE / 'two_turn_agent.py'}:rollout"
+    with pytest.raises(ValueError, match="tools.enabled"):
+        plugin.slime_run_start(cfg(good, ["python"]), str(tmp_path))
+    plugin.slime_run_start(cfg(good), str(tmp_path))
+    # the reward hook answers only with the agent's reward, and only when the plugin is on
+    s = Sample(metadata={"agent_reward": 0.3})
+    assert plugin.slime_reward(cfg(good), s) == 0.3
+    assert plugin.slime_reward(cfg(""), s) is None
+    assert plugin.slime_reward(cfg(good), Sample()) is None
