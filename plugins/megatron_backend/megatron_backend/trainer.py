@@ -30,8 +30,11 @@ from slime_core.api import (
     lr_schedule,
     micro_batches,
     needs_ref,
+    opd_enabled,
     resolve_dtype,
     step_indices,
+    teacher_in_trainer,
+    teacher_model_config,
     to_tensor_list,
 )
 from slime_hookspecs import TrainBatch
@@ -100,6 +103,9 @@ class MegatronTrainer:
         self.model.train()
         self.models = ModelList([self.model])  # slime's model list: a chunk per virtual stage
         self.ref_model: Any = None
+        # [opd] mode = "trainer": the frozen teacher and its own layout, built on first use
+        self.teacher_model: Any = None
+        self.teacher_layout: Layout | None = None
         self.tokenizer = load_tokenizer(config.model, required=False)
         tok = self.tokenizer
         self.pad_id = 0 if tok is None else int(
@@ -122,15 +128,18 @@ class MegatronTrainer:
             tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
     # -- models ------------------------------------------------------------------------------
-    def _build(self, role: str) -> Any:
-        """GPTModel (or the ``slime_make_model`` answer) with this rank's shard of the HF weights."""
+    def _build(self, role: str, model_cfg: Any = None, layout: Layout | None = None) -> Any:
+        """GPTModel (or the ``slime_make_model`` answer) with this rank's shard of the HF weights
+        of ``model_cfg`` (default ``[model]``) in ``layout`` (default the policy's)."""
+        model_cfg = self.config.model if model_cfg is None else model_cfg
+        layout = self.layout if layout is None else layout
         model = self.pm.hook.slime_make_model(config=self.config, role=role)
         st = self.stages
         if model is None:
-            model = build_gpt(self.layout, self.dtype, self.mg, self.device, st.first, st.last)
-        hf = load_causal_lm(self.config.model, torch.device("cpu"), torch.float32, role=role,
+            model = build_gpt(layout, self.dtype, self.mg, self.device, st.first, st.last)
+        hf = load_causal_lm(model_cfg, torch.device("cpu"), torch.float32, role=role,
                             seed=self.config.run.seed)
-        shard = to_megatron(hf.state_dict(), self.layout, parallel.tp_rank(), parallel.tp_size(),
+        shard = to_megatron(hf.state_dict(), layout, parallel.tp_rank(), parallel.tp_size(),
                             st.rank, st.size)
         del hf
         load_local_state(model, {k: v.to(self.dtype) for k, v in shard.items()})
@@ -145,9 +154,29 @@ class MegatronTrainer:
             self.ref_model.eval().requires_grad_(False)
         return self.ref_model
 
+    def _teacher(self) -> tuple[Any, Layout]:
+        """The frozen OPD teacher (``[opd] mode = "trainer"``) and its layout: a GPTModel of the
+        teacher's own architecture from ``opd.teacher_path`` (or ``slime_make_model(role=
+        "teacher")``), TP-sharded and split into stages as the policy is."""
+        if self.teacher_model is None or self.teacher_layout is None:
+            cfg = teacher_model_config(self.config)
+            # the teacher may differ from the student in size (same vocabulary): its own
+            # layout, checked for this TP size like the policy's
+            layout = layout_of(hf_config_of(cfg), self.mg.tensor_model_parallel_size,
+                               self.mg.make_vocab_size_divisible_by)
+            state = torch.get_rng_state()
+            model = self._build("teacher", cfg, layout)
+            torch.set_rng_state(state)  # as for ref: building must not shift the sampling stream
+            self.teacher_model = model.eval().requires_grad_(False)
+            self.teacher_layout = layout
+        return self.teacher_model, self.teacher_layout
+
     # -- log-probs ---------------------------------------------------------------------------
     def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
-        model = self._ref() if role == "ref" else self.model
+        if role == "teacher":  # its own architecture, so its own layout
+            model, layout = self._teacher()
+        else:
+            model, layout = (self._ref() if role == "ref" else self.model), self.layout
         self.pm.hook.slime_before_log_prob(config=self.config, model=ModelList([model]),
                                            role=role)
         tokens = to_tensor_list(batch.tokens, torch.long)
@@ -157,18 +186,20 @@ class MegatronTrainer:
                                     self.config.train.micro_batch_tokens):
                 p = pack([tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
                          self.pad_id, self.device)
-                logits = self._stage_pass(model).forward(p.ids, p.positions, p.mask)
+                logits = self._stage_pass(model, layout.hidden).forward(p.ids, p.positions,
+                                                                        p.mask)
                 if logits is None:  # not the last pipeline stage
                     continue
                 lps, _ = from_logits(logits, p, self.config.rollout.temperature,
-                                     self.layout.vocab)
+                                     layout.vocab)
                 for i, lp in zip(mb, lps, strict=True):
                     out[i] = lp.float().cpu()
         # the last stage's answer on every stage (the trainer group reads the first)
         return self.stages.broadcast_from_last(out)  # type: ignore[no-any-return]
 
-    def _stage_pass(self, model: Any) -> StagePass:
-        return StagePass(self.stages, model, self.layout.hidden, self.dtype)
+    def _stage_pass(self, model: Any, hidden: int | None = None) -> StagePass:
+        return StagePass(self.stages, model, self.layout.hidden if hidden is None else hidden,
+                         self.dtype)
 
     # -- training ----------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
@@ -180,7 +211,12 @@ class MegatronTrainer:
         if self.config.train.loss != "sft":
             if needs_ref(self.config) and batch.ref_log_probs is None:
                 batch.ref_log_probs = self.compute_log_probs(batch, "ref")
-            if self.config.train.num_steps_per_rollout > 1 and batch.old_log_probs is None:
+            if teacher_in_trainer(self.config) and batch.teacher_log_probs is None:
+                batch.teacher_log_probs = self.compute_log_probs(batch, "teacher")
+            # OPD needs the student's log-probs before the update (the d_t of
+            # slime_core.algo.opd), as several optimizer steps per rollout do
+            if (self.config.train.num_steps_per_rollout > 1 or opd_enabled(self.config)) \
+                    and batch.old_log_probs is None:
                 batch.old_log_probs = self.compute_log_probs(batch, "actor")
         compute_advantages(self.config, batch)
 
