@@ -18,6 +18,7 @@ from typing import Any, Callable
 from slime_compat.config import FLAGS
 
 Value = list[str]
+_DEFAULT = re.compile(r"^\$\{\w+:?-([^}$]*)\}$")
 Apply = Callable[[dict[str, dict[str, Any]], Value], None]
 
 
@@ -205,12 +206,80 @@ def _tokens(line: str) -> list[str]:
         return []
 
 
+_SOURCE = re.compile(r"^\s*(?:source|\.)\s+(.+)$")
+_VAR = re.compile(r"\$\{[^}]*\}|\$\w+|^~")
+
+
+def _source_candidates(raw: str, script_dir: Path) -> list[Path]:
+    """Where the file of ``source RAW`` may be, found without running bash: RAW itself, then
+    its path with the variable prefix (``${SCRIPT_DIR}``, ``${SLIME_DIR}``) or an absolute
+    prefix (``/root/slime/``) removed, under the script's directory and each directory above it
+    (slime's scripts source ``scripts/models/X.sh`` from the checkout's root)."""
+    words = _tokens(raw)
+    if not words:
+        return []
+    path = words[0]
+    out: list[Path] = []
+    if not _VAR.search(path):
+        p = Path(path)
+        out.append(p if p.is_absolute() else script_dir / p)
+    tail = _VAR.split(path)[-1].lstrip("/")
+    parts = Path(tail).parts
+    bases = [script_dir, *script_dir.parents]
+    for i in range(len(parts)):
+        rel = Path(*parts[i:])
+        out += [b / rel for b in bases]
+    return out
+
+
+@dataclass
+class Script:
+    text: str
+    sourced: list[Path] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+
+def read_script(path: Path, extra_sources: list[Path] | None = None) -> Script:
+    """The script's text with every file it ``source``s inlined where the ``source`` line is
+    (so a later array still wins, as in bash). A file in ``extra_sources`` stands in for the
+    ``source`` line naming a file of the same name (a path not on this machine); one that no
+    line names is read before the script. A ``source`` whose file is not found is
+    listed in ``unresolved`` (its flags are then missing from the translation)."""
+    sc = Script(text="")
+    given = [Path(p) for p in extra_sources or []]
+
+    def inline(file: Path, depth: int) -> str:
+        lines = []
+        for ln in file.read_text(encoding="utf-8").splitlines():
+            m = _SOURCE.match(ln)
+            if not m:
+                lines.append(ln)
+                continue
+            raw = m.group(1).strip()
+            name = Path(_VAR.split(_tokens(raw)[0] if _tokens(raw) else raw)[-1]).name
+            found = next((g for g in given if g.name == name), None)  # given with --source
+            found = found or next((c for c in _source_candidates(raw, file.parent) if c.is_file()), None)
+            if found is None or depth > 8:
+                sc.unresolved.append(raw)
+                continue
+            sc.sourced.append(found)
+            lines.append(inline(found, depth + 1))
+        return "\n".join(lines)
+
+    body = inline(Path(path), 0)
+    # given files that no source line named: read before the script
+    rest = [g for g in given if g not in sc.sourced]
+    sc.sourced += rest
+    sc.text = "\n".join([g.read_text(encoding="utf-8") for g in rest] + [body])
+    return sc
+
+
 def parse_script(text: str) -> list[tuple[str, str | None]]:
     """``(flag, value)`` pairs (value ``None`` for a switch; several values joined by NUL) from
     the script's flag arrays and ``train.py`` command, or from every line of a flag list."""
     text = re.sub(r"\\\n", " ", text)
     lines = text.splitlines()
-    scripted = any(re.match(r"\s*\w+=\($", ln.strip()) or "train.py" in ln or
+    scripted = any(re.match(r"\s*\w+=\(", ln.strip()) or "train.py" in ln or
                    "train_async.py" in ln for ln in lines)
     tokens: list[str] = []
     in_array = False
@@ -221,6 +290,10 @@ def parse_script(text: str) -> list[tuple[str, str | None]]:
             continue
         if re.match(r"^\w+=\($", s):
             in_array = True
+            continue
+        one = re.match(r"^\w+=\((.*)\)$", s)
+        if one:  # NAME=( --flag value ) on one line
+            tokens += _tokens(one.group(1))
             continue
         if in_array:
             if s.startswith(")"):
@@ -255,7 +328,16 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
     for flag, raw in flags:
         value = raw.split("\0") if raw is not None else []
         shown = " ".join(value)
-        if any("$" in v for v in value):
+        rule = RULES.get(flag)
+        if rule is None and flag != "global-batch-size":
+            # the reason the flag has no equivalent, whether its value is a variable or not
+            tr.dropped.append((flag, shown, DROPPED.get(flag, "no equivalent known to slime-import")))
+            continue
+        defaults = [_DEFAULT.match(v) for v in value]
+        if value and all(defaults):  # ${VAR:-default}: bash's value when VAR is unset
+            value = [m.group(1) for m in defaults]  # type: ignore[union-attr]
+            tr.warnings.append(f"{flag}: took the script's default {' '.join(value)} (--set {flag}=VALUE overrides)")
+        elif any("$" in v for v in value):
             tr.dropped.append((flag, shown, "its value comes from a shell variable; give it "
                                             f"with --set {flag}=VALUE"))
             continue
@@ -263,17 +345,21 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
             gbs = int(value[0])
             tr.mapped.append(flag)
             continue
-        rule = RULES.get(flag)
-        if rule is None:
-            tr.dropped.append((flag, shown, DROPPED.get(flag, "no equivalent known to slime-import")))
-            continue
+        assert rule is not None
         try:
             rule(tr.config, value)
             tr.mapped.append(flag)
         except (ValueError, IndexError) as exc:
             tr.dropped.append((flag, shown, f"cannot translate the value: {exc}"))
+    # a flag given later (--set after a shell-variable value) is translated, not dropped
+    tr.dropped = [d for d in tr.dropped if d[0] not in set(tr.mapped)]
     if model_path:
         tr.config.setdefault("model", {})["path"] = model_path
+        if tr.config.get("data", {}).get("apply_chat_template") and not _has_chat_template(Path(model_path)):
+            # the script's model had a template; the stand-in (e.g. a tiny test model) has none
+            tr.config["data"]["apply_chat_template"] = False
+            tr.warnings.append(f"apply-chat-template: {model_path} has no chat template; "
+                               "data.apply_chat_template = false")
     if gbs:
         r = tr.config.get("rollout", {})
         total = r.get("batch_size", 8) * r.get("n_samples_per_prompt", 8)
@@ -285,6 +371,16 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
     if tr.config.get("slime", {}).get("custom_loss_function_path") is None and "loss-type" in dict(flags):
         tr.warnings.append("loss-type: only custom_loss (with custom-loss-function-path) is mapped")
     return tr
+
+
+def _has_chat_template(model: Path) -> bool:
+    """Whether the tokenizer at ``model`` has a chat template (unknown, e.g. a hub id: yes)."""
+    cfg = model / "tokenizer_config.json"
+    if not cfg.is_file():
+        return not model.is_dir()
+    if (model / "chat_template.jinja").is_file() or (model / "chat_template.json").is_file():
+        return True
+    return bool(json.loads(cfg.read_text(encoding="utf-8")).get("chat_template"))
 
 
 def render_report(dropped: list[tuple[str, str, str]]) -> str:

@@ -4,12 +4,24 @@ from pathlib import Path
 
 from run_support import ARITH, calls, core, metrics
 
-from slime_compat.importer import parse_script, to_config
+from slime_compat.importer import parse_script, read_script, to_config
+
+# the shape of slime's scripts/models/*.sh: one array of Megatron architecture flags
+MODEL = r"""MODEL_ARGS=(
+   --swiglu
+   --num-layers 36
+   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-1000000}"
+   --qk-layernorm
+)
+"""
 
 # the shape of slime's scripts/run-*.sh: flag arrays, a sourced model file, ray job submit
 SCRIPT = r"""#!/bin/bash
 set -ex
 NUM_GPUS=${NUM_GPUS:-8}
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)"
+source "${SCRIPT_DIR}/models/qwen3-4B.sh"
+source ~/.no-such-rc-file
 CKPT_ARGS=(
    --hf-checkpoint /root/Qwen3-4B
    --ref-load /root/Qwen3-4B_torch_dist
@@ -19,10 +31,11 @@ ROLLOUT_ARGS=(
    --prompt-data /root/dapo-math-17k/dapo-math-17k.jsonl
    --input-key prompt
    --label-key label
+   --apply-chat-template
    --rollout-shuffle
    --rm-type deepscaler
-   --num-rollout 3000
-   --rollout-batch-size 32
+   --num-rollout ${NUM_ROLLOUT}
+   --rollout-batch-size ${RBS:-32}
    --n-samples-per-prompt 8
    --rollout-max-response-len 8192
    --rollout-temperature 1
@@ -51,17 +64,48 @@ ray job submit --address="http://127.0.0.1:8265" \
    -- python3 train.py \
    --actor-num-gpus-per-node ${NUM_GPUS} \
    --tensor-model-parallel-size 2 \
-   ${CKPT_ARGS[@]} ${ROLLOUT_ARGS[@]} ${GRPO_ARGS[@]} ${OPTIMIZER_ARGS[@]} ${CUSTOM_ARGS[@]}
+   ${MODEL_ARGS[@]} ${CKPT_ARGS[@]} ${ROLLOUT_ARGS[@]} ${GRPO_ARGS[@]} ${OPTIMIZER_ARGS[@]} ${CUSTOM_ARGS[@]}
 """
 
 
-def test_translation_table() -> None:
-    flags = parse_script(SCRIPT)
+def _write(tmp_path: Path) -> Path:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "qwen3-4B.sh").write_text(MODEL)
+    script = tmp_path / "run-qwen3-4B.sh"
+    script.write_text(SCRIPT)
+    return script
+
+
+def test_sourced_model_file_is_followed(tmp_path: Path) -> None:
+    sc = read_script(_write(tmp_path))
+    assert sc.sourced == [tmp_path / "models" / "qwen3-4B.sh"]
+    assert sc.unresolved == ["~/.no-such-rc-file"]
+    names = [f for f, _ in parse_script(sc.text)]
+    assert {"swiglu", "num-layers", "rotary-base", "qk-layernorm"} <= set(names)
+    # a path that does not resolve here: the file given with --source stands in for it
+    (tmp_path / "elsewhere").mkdir()
+    given = tmp_path / "elsewhere" / "qwen3-4B.sh"  # same name: it stands in for that source line
+    given.write_text("MODEL_ARGS=( --num-layers 2 --vocab-size 64 )\n")
+    (tmp_path / "models" / "qwen3-4B.sh").unlink()
+    sc = read_script(tmp_path / "run-qwen3-4B.sh", [given])
+    assert sc.unresolved == ["~/.no-such-rc-file"]  # qwen3-4B.sh is covered by --source
+    assert ("vocab-size", "64") in parse_script(sc.text)
+    # slime's root-relative form (source scripts/models/X.sh, run from the checkout's root)
+    (tmp_path / "scripts" / "models").mkdir(parents=True)
+    (tmp_path / "scripts" / "models" / "m.sh").write_text(MODEL)
+    sub = tmp_path / "scripts" / "run.sh"
+    sub.write_text('source "/root/slime/scripts/models/m.sh"\npython3 train.py ${MODEL_ARGS[@]}\n')
+    assert read_script(sub).sourced == [tmp_path / "scripts" / "models" / "m.sh"]
+
+
+def test_translation_table(tmp_path: Path) -> None:
+    flags = parse_script(read_script(_write(tmp_path)).text)
     names = [f for f, _ in flags]
     assert "use-tis" not in names and "address" not in names  # comments and ray's own flags
     tr = to_config(flags)
     c = tr.config
-    assert c["model"]["path"] == "/root/Qwen3-4B" and c["run"]["num_rollouts"] == 3000
+    assert c["model"]["path"] == "/root/Qwen3-4B" and "num_rollouts" not in c["run"]
+    assert c["rollout"]["batch_size"] == 32  # ${RBS:-32}: bash's default
     assert c["rollout"]["reward"] == "deepscaler" and c["rollout"]["max_new_tokens"] == 8192
     assert c["train"]["adam_betas"] == [0.9, 0.98] and c["train"]["num_steps_per_rollout"] == 2
     assert c["algorithm"]["kl_estimator"] == "low_var_kl" and c["algorithm"]["eps_clip_high"] == 0.28
@@ -69,16 +113,27 @@ def test_translation_table() -> None:
     assert c["slime"]["custom_rm_path"] == "slime_user.arith_rm.custom_rm"
     dropped = {f: reason for f, _, reason in tr.dropped}
     assert set(dropped) == {"ref-load", "balance-data", "optimizer", "actor-num-gpus-per-node",
-                            "tensor-model-parallel-size"}
-    assert "shell variable" in dropped["actor-num-gpus-per-node"]
+                            "tensor-model-parallel-size", "num-rollout", "swiglu", "num-layers",
+                            "rotary-base", "qk-layernorm"}
+    assert "shell variable" in dropped["num-rollout"] and "--set num-rollout=" in dropped["num-rollout"]
+    # an unmapped flag names its own reason, not the variable in its value
+    assert dropped["actor-num-gpus-per-node"].startswith("cluster layout")
+    assert dropped["rotary-base"].startswith("model architecture")
+    # --set supplies the variable: translated, and no longer listed as dropped
+    tr = to_config(flags + [("num-rollout", "7")])
+    assert tr.config["run"]["num_rollouts"] == 7 and "num-rollout" not in {f for f, _, _ in tr.dropped}
 
 
 def test_imported_config_runs(tmp_path: Path) -> None:
-    script, out, log = tmp_path / "run-qwen3-4B.sh", tmp_path / "imported.toml", tmp_path / "calls.jsonl"
-    script.write_text(SCRIPT)
+    script, out, log = _write(tmp_path), tmp_path / "imported.toml", tmp_path / "calls.jsonl"
     proc = core(["slime-import", str(script), "-o", str(out), "--model-path", str(ARITH / "model"),
-                 "--set", f"prompt-data={ARITH / 'train.jsonl'}", "--set", "rm-type=exact"], log)
+                 "--set", f"prompt-data={ARITH / 'train.jsonl'}", "--set", "rm-type=exact",
+                 "--set", "num-rollout=5", "--set", f"eval-prompt-data=arith {ARITH / 'eval.jsonl'}"], log)
     assert "not translated:" in proc.stdout and "--tensor-model-parallel-size" in proc.stdout
+    assert "--num-layers" in proc.stdout and "(sourced)" in proc.stdout  # from the model file
+    assert "--num-rollout " not in proc.stdout  # given with --set
+    text = out.read_text()
+    assert "num_rollouts = 5" in text and f'eval_path = "{ARITH / "eval.jsonl"}"' in text
     run_dir = tmp_path / "run"
     core(["run", "--plugins", "slime_grpo,slime_compat", "--config", str(out),
           "-o", "run.num_rollouts=1", "-o", "rollout.batch_size=2", "-o", "rollout.n_samples_per_prompt=4",
