@@ -20,9 +20,10 @@ Groups:
   :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`, :func:`needs_ref`,
   :func:`whiten`, ``WHITEN_EPS``; on-policy distillation: :func:`opd_enabled`,
   :func:`teacher_in_trainer`, :func:`teacher_model_config`.
-* **data parallelism** (default ``torch.distributed`` group): :func:`dp_active`,
+* **data parallelism** (default ``torch.distributed`` group, or the ``group`` given): :func:`dp_active`,
   :func:`global_totals`, :func:`all_reduce_gradients`, :func:`float_all_sum`,
-  :func:`sum_metrics`.
+  :func:`sum_metrics`; :func:`data_parallel_group` / :func:`set_data_parallel_group` (the
+  group the trainer of this process reduces over).
 * **training steps**: :class:`Accumulation`, :func:`step_indices`, :func:`micro_batches`,
   :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
@@ -63,6 +64,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "all_reduce_gradients": ("slime_core.trainer.data_parallel", "all_reduce_gradients"),
     "float_all_sum": ("slime_core.trainer.data_parallel", "float_all_sum"),
     "sum_metrics": ("slime_core.trainer.data_parallel", "sum_metrics"),
+    "data_parallel_group": ("slime_core.trainer.data_parallel", "data_parallel_group"),
+    "set_data_parallel_group": ("slime_core.trainer.data_parallel", "set_data_parallel_group"),
     # training steps
     "Accumulation": ("slime_core.trainer.accumulate", "Accumulation"),
     "step_indices": ("slime_core.trainer.accumulate", "step_indices"),

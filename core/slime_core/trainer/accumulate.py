@@ -29,13 +29,16 @@ class Accumulation:
     """Weighted backward passes of one optimizer step, then the (all-reduced, clipped) step.
 
     ``samples`` and ``tokens`` are this rank's mini-batch totals (samples, loss-masked
-    tokens); with ``data_parallel`` they are summed over ranks here, a collective every rank
-    must join."""
+    tokens); with ``data_parallel`` they are summed over the ranks of ``group`` (``None``:
+    the default group) here, a collective every rank of it must join; the step sums
+    gradients and metrics over the same group."""
 
-    def __init__(self, samples: float, tokens: float, data_parallel_: bool, device: Any) -> None:
+    def __init__(self, samples: float, tokens: float, data_parallel_: bool, device: Any,
+                 group: Any = None) -> None:
         self.data_parallel = data_parallel_
+        self.group = group
         if data_parallel_:
-            samples, tokens = data_parallel.global_totals(samples, tokens, device)
+            samples, tokens = data_parallel.global_totals(samples, tokens, device, group)
         self.total_samples = samples
         self.total_tokens = tokens or 1.0
         self.metrics: dict[str, float] = {}
@@ -59,8 +62,8 @@ class Accumulation:
         params = list(model.parameters())
         metrics = self.metrics
         if self.data_parallel:
-            data_parallel.all_reduce_gradients(params)
-            metrics = data_parallel.sum_metrics(metrics)
+            data_parallel.all_reduce_gradients(params, self.group)
+            metrics = data_parallel.sum_metrics(metrics, self.group)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip or float("inf"))
         optimizer.step()
         return metrics, float(grad_norm)

@@ -176,10 +176,11 @@ class TorchCritic:
     def train_step(self, tokens: list[torch.Tensor], response_lengths: list[int],
                    loss_masks: list[torch.Tensor], loss_fn: CriticLossFn,
                    weighting: str) -> tuple[dict[str, float], float]:
-        dp = data_parallel.active(self.config.train.num_ranks)
+        group = data_parallel.data_parallel_group()
+        dp = data_parallel.active(self.config.train.num_ranks, group)
         self.optimizer.zero_grad(set_to_none=True)
         acc = Accumulation(len(tokens), sum(float(m.sum()) for m in loss_masks), dp,
-                           self.device)
+                           self.device, group)
         for mb in micro_batches([int(t.numel()) for t in tokens], self._budget()):
             values = response_values(self.model, [tokens[i] for i in mb],
                                      [response_lengths[i] for i in mb])

@@ -10,8 +10,12 @@ same batch, two things must hold:
 
 Then the sum over ranks of ``w_mb * grad(loss_mb)`` is exactly the single-process sum; only
 floating-point summation order differs. Metrics weighted the same way are summed likewise.
-The default process group (``torch.distributed.init_process_group``) is used; the ray
-executor creates it with the accelerator record's backend (gloo on CPU, nccl on GPU).
+The default process group (``torch.distributed.init_process_group``) is used unless a helper
+is given a ``group``; the ray executor creates it with the accelerator record's backend
+(gloo on CPU, nccl on GPU). A backend whose ranks are not all data-parallel peers (megatron:
+tensor-parallel peers hold the same samples) sets its data-parallel group for the process
+(:func:`set_data_parallel_group`); algorithm plugins pass :func:`data_parallel_group` to
+these helpers, so a batch statistic counts every sample once.
 """
 
 from __future__ import annotations
@@ -21,13 +25,32 @@ from typing import Any
 
 import torch
 
+_DP_GROUP: Any = None
 
-def active(world_size: int) -> bool:
-    """True when ``world_size > 1``; then the default process group must exist."""
+
+def set_data_parallel_group(group: Any) -> None:
+    """Set this process's data-parallel group (``None``: the default group, all ranks). The
+    trainer backend calls it in its rank's process, before any hook that reduces over
+    data-parallel ranks (``slime_trainer_init``, each ``train_step``)."""
+    global _DP_GROUP
+    _DP_GROUP = group
+
+
+def data_parallel_group() -> Any:
+    """The data-parallel group the trainer of this process set (``None``: the default group)."""
+    return _DP_GROUP
+
+
+def active(world_size: int, group: Any = None) -> bool:
+    """True when ``world_size > 1`` and (with ``group``) that group has more than one rank;
+    then the default process group must exist (and, without ``group``, have ``world_size``
+    ranks)."""
     if world_size <= 1:
         return False
     import torch.distributed as dist
 
+    if group is not None:
+        return int(dist.get_world_size(group)) > 1
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             f"a trainer with world_size={world_size} needs torch.distributed initialised "
@@ -41,17 +64,19 @@ def active(world_size: int) -> bool:
     return True
 
 
-def global_totals(samples: float, tokens: float, device: Any) -> tuple[float, float]:
-    """``(samples, tokens)`` summed over ranks (float64, so token counts stay exact)."""
+def global_totals(samples: float, tokens: float, device: Any,
+                  group: Any = None) -> tuple[float, float]:
+    """``(samples, tokens)`` summed over the ranks of ``group`` (``None``: the default group;
+    float64, so token counts stay exact)."""
     import torch.distributed as dist
 
     t = torch.tensor([samples, tokens], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
     return float(t[0]), float(t[1])
 
 
-def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Sum ``.grad`` over ranks, one flat buffer per dtype (a missing grad counts as zero, so
+def all_reduce_gradients(params: list[torch.nn.Parameter], group: Any = None) -> None:
+    """Sum ``.grad`` over the ranks of ``group`` (``None``: the default group), one flat buffer per dtype (a missing grad counts as zero, so
     a rank whose share did not touch a parameter still joins the collective). A parameter
     that has no gradient on any rank keeps ``grad = None``, as on one process, so the
     optimizer skips it (no moment update, no weight decay)."""
@@ -63,7 +88,7 @@ def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
     device = trainable[0].device
     present = torch.tensor([p.grad is not None for p in trainable], dtype=torch.float32,
                            device=device)
-    dist.all_reduce(present, op=dist.ReduceOp.SUM)
+    dist.all_reduce(present, op=dist.ReduceOp.SUM, group=group)
     by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
     for p, seen in zip(trainable, present.tolist(), strict=True):
         if not seen:
@@ -73,37 +98,39 @@ def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
             p.grad = torch.zeros_like(p)
         by_dtype.setdefault(p.grad.dtype, []).append(p)
     for dtype in sorted(by_dtype, key=str):  # same order on every rank
-        group = by_dtype[dtype]
-        flat = torch.cat([p.grad.reshape(-1) for p in group])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        same = by_dtype[dtype]
+        flat = torch.cat([p.grad.reshape(-1) for p in same])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
         offset = 0
-        for p in group:
+        for p in same:
             n = p.grad.numel()
             p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
             offset += n
 
 
-def float_all_sum(world_size: int) -> Callable[[list[float]], list[float]] | None:
-    """A callback summing a list of floats over the ranks (None on one rank), for batch-wide
-    statistics such as advantage whitening. Like :func:`sum_metrics` it gathers Python objects,
-    so it works on every backend without naming a device; every rank must call it equally
-    often."""
-    if not active(world_size):
+def float_all_sum(world_size: int,
+                  group: Any = None) -> Callable[[list[float]], list[float]] | None:
+    """A callback summing a list of floats over the ranks of ``group`` (``None``: the default
+    group; the callback is ``None`` on one rank), for batch-wide statistics such as advantage
+    whitening. Like :func:`sum_metrics` it gathers Python objects, so it works on every
+    backend without naming a device; every rank of the group must call it equally often."""
+    if not active(world_size, group):
         return None
 
     def all_sum(values: list[float]) -> list[float]:
-        totals = sum_metrics({str(i): float(v) for i, v in enumerate(values)})
+        totals = sum_metrics({str(i): float(v) for i, v in enumerate(values)}, group)
         return [totals[str(i)] for i in range(len(values))]
 
     return all_sum
 
 
-def sum_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Sum each key over ranks (keys missing on a rank count as 0: an empty share)."""
+def sum_metrics(metrics: dict[str, float], group: Any = None) -> dict[str, float]:
+    """Sum each key over the ranks of ``group`` (``None``: the default group; keys missing on
+    a rank count as 0: an empty share)."""
     import torch.distributed as dist
 
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, metrics)
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, metrics, group=group)
     out: dict[str, float] = {}
     for m in gathered:
         for k, v in (m or {}).items():

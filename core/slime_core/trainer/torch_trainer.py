@@ -60,6 +60,9 @@ class TorchTrainer:
         self.config = config
         self.rank, self.world_size = rank, world_size
         self.data_parallel = data_parallel.active(world_size)
+        #: the group data-parallel reductions use: the default one (every rank is a replica)
+        self.data_parallel_group: Any = None
+        data_parallel.set_data_parallel_group(self.data_parallel_group)
         self.accelerator = accelerator
         self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
         self.dtype = resolve_dtype(config.model.dtype, self.device)
@@ -179,6 +182,7 @@ class TorchTrainer:
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
         t0 = time.perf_counter()
+        data_parallel.set_data_parallel_group(self.data_parallel_group)
         # A data-parallel rank may get an empty share (fewer groups than ranks); it still
         # prepares it, so estimators that sum batch statistics over ranks see every rank.
         if len(batch) or self.data_parallel:
@@ -208,7 +212,7 @@ class TorchTrainer:
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
-                           self.data_parallel, self.device)
+                           self.data_parallel, self.device, self.data_parallel_group)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         options = self._head_options(self.model)
         for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):

@@ -138,7 +138,7 @@ class MegatronCritic:
                    loss_masks: list[torch.Tensor], loss_fn: CriticLossFn,
                    weighting: str) -> tuple[dict[str, float], float]:
         self.optimizer.zero_grad(set_to_none=True)
-        acc = Accumulation(len(tokens), sum(float(m.sum()) for m in loss_masks))
+        acc = Accumulation(len(tokens), sum(float(m.sum()) for m in loss_masks), self.device)
         for mb in micro_batches([int(t.numel()) for t in tokens], self._budget()):
             sp, vals = self._forward([tokens[i] for i in mb], [response_lengths[i] for i in mb])
             if vals is not None:

@@ -16,25 +16,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from slime_core.api import all_reduce_gradients, global_totals, sum_metrics
 
 from megatron_backend import parallel
-
-
-def _all_sum(values: list[float], group: Any) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, group=group)
-    return [float(x) for x in t]
-
-
-def _sum_metrics(metrics: dict[str, float], group: Any) -> dict[str, float]:
-    """Each key summed over ``group`` (a key missing on a rank, an empty share, counts 0)."""
-    gathered: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, metrics, group=group)
-    out: dict[str, float] = {}
-    for m in gathered:
-        for k, v in (m or {}).items():
-            out[k] = out.get(k, 0.0) + float(v)
-    return out
 
 
 def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
@@ -68,10 +52,10 @@ def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
 class Accumulation:
     """Weighted backward passes of one optimizer step, then the reduced, clipped step."""
 
-    def __init__(self, samples: float, tokens: float) -> None:
+    def __init__(self, samples: float, tokens: float, device: Any = "cpu") -> None:
         self.dp = parallel.dp_size() > 1
-        if self.dp:
-            samples, tokens = _all_sum([samples, tokens], parallel.dp_group())
+        if self.dp:  # on the rank's device: an nccl group reduces device tensors only
+            samples, tokens = global_totals(samples, tokens, device, parallel.dp_group())
         self.total_samples = samples
         self.total_tokens = tokens or 1.0
         self.metrics: dict[str, float] = {}
@@ -109,12 +93,11 @@ class Accumulation:
             if stages.last:
                 skip = frozenset({tied})
         if self.dp:
+            # the core's reduction over the data-parallel group: one flat buffer per dtype,
+            # a parameter no rank has a gradient for keeps None (AdamW skips it)
             group = parallel.dp_group()
-            for p in params:
-                if p.grad is None:  # a rank whose share never reached p: zeros, so sums agree
-                    p.grad = torch.zeros_like(p)
-                dist.all_reduce(p.grad, group=group)
-            metrics = _sum_metrics(metrics, group)
+            all_reduce_gradients(params, group)
+            metrics = sum_metrics(metrics, group)
         norm = grad_norm(named, sharded_names, skip, stages.group if piped else None)
         if grad_clip and grad_clip > 0:
             coef = grad_clip / (float(norm) + 1e-6)

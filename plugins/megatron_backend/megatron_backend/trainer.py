@@ -32,6 +32,7 @@ from slime_core.api import (
     needs_ref,
     opd_enabled,
     resolve_dtype,
+    set_data_parallel_group,
     step_indices,
     teacher_in_trainer,
     teacher_model_config,
@@ -85,6 +86,11 @@ class MegatronTrainer:
         #: what the trainer group shards by: ranks of one data-parallel index get the same share
         self.data_parallel_rank = parallel.dp_rank()
         self.data_parallel_size = parallel.dp_size()
+        #: Megatron's data-parallel group: what the core's data-parallel helpers reduce over in
+        #: this process (slime_core.api.data_parallel_group), so plugins' batch statistics
+        #: count the samples of tensor- and pipeline-parallel peers once
+        self.data_parallel_group = parallel.dp_group()
+        set_data_parallel_group(self.data_parallel_group)
         self.stages = Stages()
         self.dtype = resolve_dtype(config.model.dtype, self.device)
         self.pm = get_manager()
@@ -223,6 +229,7 @@ class MegatronTrainer:
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
         t0 = time.perf_counter()
+        set_data_parallel_group(self.data_parallel_group)
         if len(batch) or self.data_parallel_size > 1:
             self.prepare(batch)
         sums: dict[str, float] = {}
@@ -248,7 +255,7 @@ class MegatronTrainer:
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
-        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks))
+        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks), self.device)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         for mb_idx in micro_batches([int(len(t)) for t in mini.tokens],
                                     self.config.train.micro_batch_tokens):

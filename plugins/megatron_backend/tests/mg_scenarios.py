@@ -195,3 +195,37 @@ def ppo_resume(rank: int, world_size: int, data: dict[str, Any], ckpt: str) -> d
             "values_equal": all(torch.equal(x, y) for x, y in zip(v_a, v_b, strict=True)),
             "fresh_differs": not all(torch.equal(x, y)
                                      for x, y in zip(v_a, v_fresh, strict=True))}
+
+
+def whiten_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """REINFORCE++ with batch-wide whitening: the advantages and one step of the torch
+    backend on one process against the megatron backend over every rank; and the megatron
+    advantages when the plugins reduce over the default group (as before the trainer set its
+    data-parallel group), which double-counts TP peers."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_core.api import set_data_parallel_group
+    from slime_core.trainer.torch_trainer import TorchTrainer
+
+    one = {**data, "train": {**data["train"], "num_ranks": 1}, "megatron": {}}
+    torch_cfg = make_config(one)
+    torch_tr = TorchTrainer(torch_cfg, 0, 1, None)
+    batch = grpo_batch(260)
+    off_policy(batch, torch_tr.compute_log_probs(copy_batch(batch), "actor"))
+    b_t = copy_batch(batch)
+    torch_tr.prepare(b_t)
+    m_t = torch_tr.train_step(copy_batch(batch), 0)
+    mg = MegatronTrainer(make_config(data), rank, world_size, None)
+    set_data_parallel_group(None)  # the default group: what the plugins reduced over before
+    b_default = copy_batch(batch)
+    mg.prepare(b_default)
+    set_data_parallel_group(mg.data_parallel_group)
+    b_m = copy_batch(batch)
+    mg.prepare(b_m)
+    m_m = mg.train_step(copy_batch(batch), 0)
+    return {
+        "dp": (mg.data_parallel_rank, mg.data_parallel_size),
+        "adv_diff": _max_diff(b_t.advantages, b_m.advantages),
+        "adv_diff_default_group": _max_diff(b_t.advantages, b_default.advantages),
+        "loss": (m_t["train/loss"], m_m["train/loss"]),
+        "grad_norm": (m_t["train/grad_norm"], m_m["train/grad_norm"]),
+    }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mg_scenarios import compare, data_parallel
+from mg_scenarios import compare, data_parallel, whiten_compare
 from mg_support import TINY_LLAMA, base_data, spawn
 
 LOGPROB_TOL = 1e-5
@@ -87,3 +87,24 @@ def test_data_parallel_2_matches_one_process() -> None:
             a, b = result[key]
             assert abs(a - b) < STEP_TOL, (key, result)
         assert result["update_cosine"] > 0.999, result
+
+
+def _whiten_tp2(rank: int, world_size: int) -> dict[str, Any]:
+    data = base_data(algorithm={"advantage_estimator": "reinforce_plus_plus",
+                                "whiten_advantages": True, "gamma": 0.9},
+                     megatron={"tensor_model_parallel_size": 2}, train={"num_ranks": 2})
+    return whiten_compare(rank, world_size, data)
+
+
+def test_tp2_batch_whitening_counts_each_sample_once() -> None:
+    # REINFORCE++ whitens over the batch's loss-masked tokens; both TP ranks hold the whole
+    # batch, so sums over the default group double and the variance's n - 1 does not
+    # (biased); over the trainer's data-parallel group (one rank here) they equal the torch
+    # backend's on one process
+    for result in spawn(_whiten_tp2, 2):
+        assert result["dp"] == (0, 1)
+        assert result["adv_diff"] < LOGPROB_TOL, result
+        assert result["adv_diff_default_group"] > 1e-4, result  # the bias this guards against
+        for key in ("loss", "grad_norm"):
+            a, b = result[key]
+            assert abs(a - b) < STEP_TOL, (key, result)

@@ -29,10 +29,12 @@ Estimate = Callable[[Any], tuple[list[Any], list[Any]]]
 
 def _all_sum(config: Any) -> Any:
     """Under data parallelism, sums over the trainer ranks, so batch-wide whitening uses the
-    whole batch's statistics (each rank holds only its share of groups); None on one rank."""
-    from slime_core.api import float_all_sum
+    whole batch's statistics (each rank holds only its share of groups); None on one rank.
+    Over the trainer's data-parallel group: ranks that hold the same samples (tensor-parallel
+    peers) must not count them twice."""
+    from slime_core.api import data_parallel_group, float_all_sum
 
-    return float_all_sum(config.train.num_ranks)
+    return float_all_sum(config.train.num_ranks, group=data_parallel_group())
 
 
 def _rewards(batch: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from slime_core.api import dp_active, get_registries, step_indices
+from slime_core.api import data_parallel_group, dp_active, get_registries, step_indices
 from slime_hookspecs import CriticModel, CriticSpec
 
 from slime_ppo import ops
@@ -78,7 +78,7 @@ class Critic:
         reducer_rec = get_registries().loss_reducer.get(cfg.algorithm.loss_reducer)
         weighting = reducer_rec.extra.get("weighting", "samples")
         clip = cfg.ppo.value_clip or None
-        dp = dp_active(cfg.train.num_ranks)
+        dp = dp_active(cfg.train.num_ranks, data_parallel_group())
         sums: dict[str, float] = {}
         done = 0
         for idx in step_indices(len(tokens), cfg.train.num_steps_per_rollout):

@@ -63,12 +63,13 @@ def gae_estimate(
 
     Under data parallelism (``train.num_ranks > 1``) the whitening statistics and the metrics
     are those of the whole batch: their sums are added over the trainer ranks
-    (:func:`slime_core.api.float_all_sum`); every rank must call this, also
-    with an empty share.
+    (:func:`slime_core.api.float_all_sum` over the trainer's data-parallel group, so
+    tensor-parallel peers holding the same samples count them once); every rank must call
+    this, also with an empty share.
     """
-    from slime_core.api import float_all_sum
+    from slime_core.api import data_parallel_group, float_all_sum
 
-    dp_sum = float_all_sum(config.train.num_ranks)  # None on one rank
+    dp_sum = float_all_sum(config.train.num_ranks, group=data_parallel_group())  # None: one rank
     alg = config.algorithm
     masks = [torch.as_tensor(m).float() for m in batch.loss_masks]
     values = [v.detach().float().cpu() for v in values]
