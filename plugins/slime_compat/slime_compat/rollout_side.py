@@ -100,7 +100,13 @@ async def reward_group(config: Any, samples: list[Sample]) -> list[Any]:
 def dynamic_filter(config: Any, group: list[Sample]) -> FilterResult:
     rt = runtime(config)
     fn = load_flag("dynamic_sampling_filter_path", rt.section.dynamic_sampling_filter_path)
-    out = fn(rt.args, [wrap(s) for s in group])
+    # slime stops on a failed generate or reward; here the sample is marked failed (reward None,
+    # masked out of training) and the run goes on. slime's filters read every reward, so they
+    # see the group's other samples only.
+    scored = [s for s in group if s.status != Status.FAILED]
+    if not scored:
+        return FilterResult(keep=True)
+    out = fn(rt.args, [wrap(s) for s in scored])
     keep = getattr(out, "keep", out)  # slime accepts a bare bool (its "legacy version")
     reason = getattr(out, "reason", None)
     return FilterResult(keep=bool(keep), reason=str(reason) if reason else "slime_filter")

@@ -45,7 +45,24 @@ class Runtime:
                 self.args.sglang_router_port = self.server.port
                 print(f"slime_compat: SGLang-compatible /generate at {self.server.url} "
                       "(args.sglang_router_ip/port)", file=sys.stderr, flush=True)
+                self._init_real_http_client()
         return self.server
+
+    def _init_real_http_client(self) -> None:
+        """With THUDM/slime installed, its ``http_utils.post`` goes through a module-level
+        client that slime's RolloutManager creates at start (``init_http_client(args)``);
+        nothing else here would, and every POST would fail on ``None.post``."""
+        from slime_compat.shim import mode
+
+        if mode() != "real":
+            return
+        try:
+            from slime.utils import http_utils
+        except ImportError:
+            return
+        init = getattr(http_utils, "init_http_client", None)
+        if init is not None:
+            init(self.args)
 
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
