@@ -270,6 +270,35 @@ def test_engine_node_lost_mid_rollout_waits_for_a_replacement(sim_cluster, base_
           f"rollout seconds {[round(x['perf/rollout_time'], 1) for x in m]}")
 
 
+def test_engine_node_lost_while_the_trainer_trains(sim_cluster, base_config,
+                                                  tmp_path: Path) -> None:
+    """run.fault_tolerance: the engine node dies during step 1's training (no generate in
+    flight); the next rollout waits for the replacement node, gets a re-synced engine and
+    completes with all its samples."""
+    marks = tmp_path / "marks"
+    cfg = _config(base_config, marks, run={"num_rollouts": 2, "fault_tolerance": True},
+                  ray={"health_check_interval_s": 30.0},  # the driver's check meets it first
+                  weights={"transport": "ray", "verify": True},
+                  ray_test={"train_delay_s": 2.0})
+    lost: list[str] = []
+
+    def lose_engine_node() -> None:
+        lost.append(sim_cluster.remove("engine"))
+        time.sleep(2.0)
+        sim_cluster.add("engine")
+
+    watcher = Watcher(marks, "train-0-*", lose_engine_node)
+    seen = Samples()
+    m = read_metrics(run(cfg, [seen]))
+    watcher.check()
+    assert [x["step"] for x in m] == [1, 2]
+    assert [x["rollout/samples"] for x in m] == [8.0, 8.0]
+    assert all(len(set(ix)) == 8 for ix in seen.indices.values())
+    assert seen.versions == {0: [0] * 8, 1: [1] * 8}
+    assert all(x["perf/weight_sync_verified"] == 1.0 for x in m)
+    assert _where(marks)["engine"] == {lost[0], sim_cluster.node_of("engine")}
+
+
 def test_engine_node_lost_without_fault_tolerance_stops_and_resume_continues(
         sim_cluster, base_config, tmp_path: Path) -> None:
     marks, gens = tmp_path / "marks", tmp_path / "gens"

@@ -267,6 +267,10 @@ class RayExecutor:
     def send_weights(self, version: int) -> dict[str, float]:
         cfg = self.config
         if cfg.run.fault_tolerance:
+            # an engine lost since the last rollout (its node died while the ranks trained)
+            # is restarted and re-synced by the rollout manager before weights go out to it
+            ray.get([self.manager_actor.engine_version.remote(i)
+                     for i in range(len(self.engine_handles))])
             restarts = int(ray.get(self.manager_actor.restarts.remote()))
             if restarts != self._restarts_seen:  # a restarted engine left the broadcast group
                 ray.get(self.ranks[0].reset_weight_group.remote())

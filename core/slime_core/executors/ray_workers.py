@@ -277,9 +277,17 @@ class EngineSupervisor:
 
     def weight_version(self, index: int) -> int:
         import ray
+        from ray.exceptions import RayActorError
 
-        with self._locks[index]:  # not while a recovery of this engine is under way
-            return int(ray.get(self.handles[index].weight_version.remote()))
+        while True:
+            seen = self.generation[index]
+            try:
+                with self._locks[index]:  # not while a recovery of this engine is under way
+                    return int(ray.get(self.handles[index].weight_version.remote()))
+            except RayActorError as exc:
+                # lost between rollouts (its node died while the trainer trained) and not yet
+                # seen by the health thread: recover here, as a generate would
+                self.recover(index, seen, exc)
 
     def recover(self, index: int, seen_generation: int, cause: BaseException) -> None:
         import ray
