@@ -79,9 +79,12 @@ async def run_episode(config: Any, sample: Sample, params: SamplingParams, ep: E
         body = await root.post(f"/sessions/{quote(sid, safe='')}/finish", cast_to=object,
                                body={"rollout_id": rollout_id(sample)})
     except openai.APIStatusError as exc:
-        if exc.status_code == 409:  # nothing recorded
+        # 404: the session never existed (no request reached it) or was evicted / expired;
+        # 409: it exists without a completion. Either way there is nothing to train on.
+        if exc.status_code in (404, 409):
             raise RuntimeError(f"agent {ep.name} made no chat completion through the client / "
-                               "base_url it was given, so there is nothing to train on") from None
+                               f"base_url it was given, so there is nothing to train on (agent "
+                               f"API: {exc.message})") from None
         raise
     recorded = [Sample.from_dict(d) for d in body["samples"]]  # type: ignore[index]
     return merge(sample, recorded, reward, ep.name)
