@@ -182,15 +182,15 @@ class Sample:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Sample:
-        return Sample(**dict(data))
+        return _view_cls(**dict(data))
 
     def __copy__(self) -> Sample:
-        out = Sample(copy.copy(self.__dict__["_core"]))
+        out = _view_cls(copy.copy(self.__dict__["_core"]))
         out.__dict__["_extra"].update(self.__dict__["_extra"])
         return out
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Sample:
-        out = Sample(copy.deepcopy(self.__dict__["_core"], memo))
+        out = _view_cls(copy.deepcopy(self.__dict__["_core"], memo))
         out.__dict__["_extra"].update(copy.deepcopy(self.__dict__["_extra"], memo))
         return out
 
@@ -201,6 +201,43 @@ class Sample:
         core = self.__dict__["_core"]
         return (f"Sample(group_index={core.group_index}, index={core.index}, "
                 f"status={core.status.name}, response={core.response!r}, reward={core.reward!r})")
+
+
+_view_cls: type = Sample  # what wrap() builds: Sample, or RealSampleView with THUDM/slime
+
+
+class RealSampleView(Sample):
+    """Placeholder until :func:`set_real_sample` rebuilds it over the real class."""
+
+
+def set_real_sample(real_cls: type) -> None:
+    """Make the views instances of THUDM/slime's ``Sample`` too, so that slime code checking
+    ``isinstance(sample, Sample)`` (its tracing, retool's and search-r1's rewards) accepts them.
+
+    The real class is a dataclass whose field defaults are class attributes; they would
+    shadow the forwarding (``__getattr__`` runs only when lookup fails), so field names are
+    forwarded in ``__getattribute__``. Identity equality and hashing, as for the shim's views
+    (the dataclass would compare field tuples and make views unhashable)."""
+    global _view_cls, RealSampleView
+
+    class _View(Sample, real_cls):  # type: ignore[misc, valid-type]
+        __hash__ = object.__hash__
+        __eq__ = object.__eq__
+        Status = getattr(real_cls, "Status", Status)
+
+        def __getattribute__(self, name: str) -> Any:
+            if name in SHARED:
+                return Sample.__getattr__(self, name)
+            if not name.startswith("_"):
+                extra = object.__getattribute__(self, "__dict__").get("_extra", {})
+                if name in extra:
+                    return extra[name]
+            return object.__getattribute__(self, name)
+
+    _View.__name__ = _View.__qualname__ = "RealSampleView"  # pickle finds it by this name
+    _View.__module__ = __name__
+    RealSampleView = _View
+    _view_cls = _View
 
 
 def _rebuild(core: CoreSample, extra: dict[str, Any]) -> Sample:
@@ -227,7 +264,7 @@ def wrap(core: CoreSample) -> Sample:
     view = _views.get(id(core))
     if view is not None and view.__dict__["_core"] is core:
         return view
-    return Sample(core)
+    return _view_cls(core)
 
 
 def unwrap(sample: Any) -> CoreSample:

@@ -46,6 +46,7 @@ def adopt_real_status() -> None:
     """Report real ``slime.utils.types.Sample.Status`` members from the sample views."""
     from slime.utils.types import Sample  # the real package
 
-    from slime_compat.samples import set_real_status
+    from slime_compat.samples import set_real_sample, set_real_status
 
     set_real_status(Sample.Status)
+    set_real_sample(Sample)

@@ -66,3 +66,42 @@ def test_real_slime_http_client_is_initialised(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(shim, "_mode", "real")
     rt._init_real_http_client()
     assert inits == [rt.args]
+
+
+def test_views_are_real_slime_samples_when_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+    import pickle
+    from dataclasses import dataclass
+    from enum import Enum
+
+    from slime_compat import samples
+
+    @dataclass
+    class RealSample:  # THUDM/slime's shape: a dataclass whose defaults are class attributes
+        class Status(Enum):
+            PENDING = "pending"
+            COMPLETED = "completed"
+
+        reward: float | None = None
+        status: "RealSample.Status" = Status.PENDING
+        multimodal_inputs: dict | None = None
+
+    monkeypatch.setattr(samples, "_view_cls", samples._view_cls)
+    monkeypatch.setattr(samples, "RealSampleView", samples.RealSampleView)
+    monkeypatch.setattr(samples, "_views", {})
+    monkeypatch.setattr(samples, "_real_status", None)
+    samples.set_real_status(RealSample.Status)
+    samples.set_real_sample(RealSample)
+    core = CoreSample(tokens=[1, 2], prompt="1+1=")
+    core.reward, core.status = 1.0, Status.COMPLETED
+    v = samples.wrap(core)
+    assert isinstance(v, RealSample) and isinstance(v, samples.Sample)
+    # the fields read through to the project's sample, not the dataclass defaults
+    assert v.reward == 1.0 and v.status is RealSample.Status.COMPLETED and v.tokens == [1, 2]
+    v.multimodal_inputs = {"images": []}
+    assert v.multimodal_inputs == {"images": []}
+    v.reward = 0.5
+    assert core.reward == 0.5 and {v: 1}[v] == 1 and v != samples.wrap(CoreSample(tokens=[1, 2]))
+    c = copy.deepcopy(v)
+    assert isinstance(c, RealSample) and c.reward == 0.5 and c.multimodal_inputs == {"images": []}
+    assert pickle.loads(pickle.dumps(v)).reward == 0.5
