@@ -17,7 +17,12 @@ from slime_hookspecs.records import RECORD_TYPES
 def _example(rt: type) -> str:
     doc = inspect.getdoc(rt) or ""
     assert "Example" in doc and "::\n" in doc, f"{rt.__name__}: no worked example"
-    return textwrap.dedent(doc.split("::\n", 1)[1])
+    block = []
+    for line in doc.split("::\n", 1)[1].splitlines():
+        if line.strip() and not line[0].isspace():  # the prose after the literal block
+            break
+        block.append(line)
+    return textwrap.dedent("\n".join(block))
 
 
 def _register_examples() -> Records:
