@@ -28,6 +28,7 @@ class MegatronSection:
     recompute: str = "none"  # activation recomputation: none | selective (core attention) | full (whole layers)
     recompute_num_layers: int = 1  # recompute = full: layers per recomputed chunk (uniform method)
     make_vocab_size_divisible_by: int = 128  # the embedding is padded to a multiple of this x TP (padded rows never reach the log-probs)
+    vocab_parallel_logprobs: bool = True  # each TP rank keeps its vocabulary slice of the logits (parallel_output) and log-probs/entropy reduce over the TP group; false: gather the full logits on every rank
     save_hf: bool = True  # checkpoints also hold hf/ (config.json + model.safetensors + tokenizer) that transformers loads
 
     def __post_init__(self) -> None:

@@ -2,9 +2,12 @@
 
 Same convention as ``slime_core.api.response_log_probs``: right-padded rows, position p
 predicts token p + 1, ``log_softmax(logits / T)`` of the full vocabulary in fp32 with
-``T = temperature`` (1 when greedy). The model is built with ``parallel_output=False``, so
-every TP rank holds the whole vocabulary's logits; the rows Megatron pads the vocabulary with
-are dropped before the softmax. With pipeline parallelism only the last stage has logits
+``T = temperature`` (1 when greedy). By default the model is built with
+``parallel_output=True``: each TP rank holds its slice of the vocabulary's logits and the
+softmax's statistics are reduced over the TP group (:mod:`megatron_backend.vocab_parallel`);
+with ``megatron.vocab_parallel_logprobs = false`` every rank holds the gathered logits and
+takes the plain log-softmax. Either way the rows Megatron pads the vocabulary with take no
+probability. With pipeline parallelism only the last stage has logits
 (:mod:`megatron_backend.pipeline` moves activations between stages).
 """
 
@@ -56,10 +59,29 @@ def pack(tokens: list[torch.Tensor], response_lengths: list[int], pad_id: int,
 
 def from_logits(logits: torch.Tensor, p: Packed, temperature: float, vocab: int,
                 with_entropy: bool = False, entropy_grad: bool = True,
+                padded_vocab: int | None = None,
                 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-    """Per-sample response log-probs (and entropies) from ``[b, s, padded vocab]`` logits."""
-    lg = logits[p.rows, p.cols, :vocab].float()
+    """Per-sample response log-probs (and entropies) from ``[b, s, padded vocab]`` logits, or
+    from this TP rank's ``[b, s, padded vocab / tp]`` slice of them (``parallel_output=True``;
+    a collective over the TP group)."""
     temp = temperature if temperature > 0 else 1.0
+    width = int(logits.shape[-1])
+    if padded_vocab is not None and width != padded_vocab:
+        from megatron_backend import parallel
+        from megatron_backend.vocab_parallel import log_probs_and_entropy
+
+        start = parallel.tp_rank() * width
+        z = logits[p.rows, p.cols].float()  # fp32 on the slice only
+        if temp != 1.0:
+            z = z / temp
+        want_grad = entropy_grad and torch.is_grad_enabled()
+        lp, ent = log_probs_and_entropy(z, p.target, start, vocab - start, with_entropy,
+                                        parallel.tp_group())
+        ents = None
+        if with_entropy and ent is not None:
+            ents = list((ent if want_grad else ent.detach()).split(p.resp))
+        return list(lp.split(p.resp)), ents
+    lg = logits[p.rows, p.cols, :vocab].float()
     if temp != 1.0:
         lg = lg / temp
     logp = torch.log_softmax(lg, dim=-1)

@@ -82,7 +82,10 @@ def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
         # optim.Accumulation), as Megatron does, but without Megatron's set-up of that copy,
         # which moves it with `.cuda()`.
         share_embeddings_and_output_weights=layout.tied and first and last,
-        # the full vocabulary's logits on every TP rank: log-softmax as the torch backend does
-        parallel_output=False, pre_process=first, post_process=last,
+        # vocab_parallel_logprobs: each TP rank keeps its slice of the logits (the softmax is
+        # reduced over the TP group, megatron_backend.vocab_parallel); else the full
+        # vocabulary's logits on every rank, log-softmax as the torch backend does
+        parallel_output=bool(getattr(mg, "vocab_parallel_logprobs", True)),
+        pre_process=first, post_process=last,
     )
     return model.to(device)

@@ -197,7 +197,7 @@ class MegatronTrainer:
                 if logits is None:  # not the last pipeline stage
                     continue
                 lps, _ = from_logits(logits, p, self.config.rollout.temperature,
-                                     layout.vocab)
+                                     layout.vocab, padded_vocab=layout.padded_vocab)
                 for i, lp in zip(mb, lps, strict=True):
                     out[i] = lp.float().cpu()
         # the last stage's answer on every stage (the trainer group reads the first)
@@ -269,7 +269,8 @@ class MegatronTrainer:
             if logits is not None:  # the last pipeline stage: the loss
                 lps, ents = from_logits(logits, p, self.config.rollout.temperature,
                                         self.layout.vocab, with_entropy=True,
-                                        entropy_grad=want_entropy_grad)
+                                        entropy_grad=want_entropy_grad,
+                                        padded_vocab=self.layout.padded_vocab)
                 if ents is not None and not want_entropy_grad:
                     ents = [e.detach() for e in ents]
                 if mb.old_log_probs is None:
