@@ -79,7 +79,17 @@ async def _apply_hook(key: str, path: str, args: Any, value: Any, kwargs: dict[s
 
 
 def _reward_value(value: Any) -> Any:
-    if hasattr(value, "item") and not isinstance(value, dict):
+    if isinstance(value, dict):
+        # slime keeps a reward dict as returned (retool's {"score", "acc", "pred"}) and reads
+        # args.reward_key from it; the project's rewards hold numbers only, so booleans become
+        # 0/1 and non-numeric entries ("pred": the extracted answer) are left out
+        out = {}
+        for key, v in value.items():
+            v = v.item() if hasattr(v, "item") else v
+            if isinstance(v, (bool, int, float)):
+                out[key] = float(v)
+        return out
+    if hasattr(value, "item"):
         return value.item()  # a torch / numpy scalar
     return value
 

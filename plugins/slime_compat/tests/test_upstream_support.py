@@ -105,3 +105,12 @@ def test_views_are_real_slime_samples_when_it_is_installed(monkeypatch: pytest.M
     c = copy.deepcopy(v)
     assert isinstance(c, RealSample) and c.reward == 0.5 and c.multimodal_inputs == {"images": []}
     assert pickle.loads(pickle.dumps(v)).reward == 0.5
+
+
+def test_reward_dicts_keep_their_numbers() -> None:
+    import torch
+
+    # retool's reward_func returns DAPO's result: a score, a bool and the extracted answer
+    got = rollout_side._reward_value({"score": -1.0, "acc": False, "pred": "", "t": torch.tensor(2.0)})
+    assert got == {"score": -1.0, "acc": 0.0, "t": 2.0}
+    assert rollout_side._reward_value(torch.tensor(0.5)) == 0.5 and rollout_side._reward_value(1) == 1
