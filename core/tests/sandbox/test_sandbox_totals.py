@@ -29,25 +29,29 @@ def _require(kind: str) -> None:
 
 
 HOLD = (
-    "import sys, time\n"
+    "import os, sys, time\n"
     "b = bytearray({mib} * 1024 * 1024)\n"
     "b[::4096] = b'x' * len(b[::4096])  # touch every page: resident, not only reserved\n"
-    "print('held', time.time(), flush=True)\n"
+    "print('held', os.getpid(), time.time(), flush=True)\n"
     "time.sleep(8)\n"
-    "print('done', time.time(), flush=True)\n"
+    "print('done', os.getpid(), time.time(), flush=True)\n"
 )
 
 
 def _max_overlap(stdout: str) -> int:
-    """Most processes holding their memory at one instant (from their held/done times): under
-    load the processes start staggered, so a count of 'held' lines alone over-counts."""
-    events = []
+    """Most *surviving* processes (those that printed ``done``) that held their memory at one
+    instant. Under load the processes start staggered, so a count of 'held' lines over-counts,
+    and the kernel may let a process hold its pages for a moment before killing it, so only
+    survivors prove the limit was exceeded."""
+    held: dict[str, float] = {}
+    done: dict[str, float] = {}
     for line in stdout.splitlines():
-        word, _, stamp = line.partition(" ")
-        if word in ("held", "done"):
-            events.append((float(stamp), 1 if word == "held" else -1))
+        parts = line.split()
+        if len(parts) == 3 and parts[0] in ("held", "done"):
+            (held if parts[0] == "held" else done)[parts[1]] = float(parts[2])
+    events = [(held[p], 1) for p in done if p in held] + [(t, -1) for t in done.values()]
     now = best = 0
-    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+    for _, step in sorted(events):
         now += step
         best = max(best, now)
     return best
