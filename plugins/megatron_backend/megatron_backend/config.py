@@ -29,6 +29,7 @@ class MegatronSection:
     recompute_num_layers: int = 1  # recompute = full: layers per recomputed chunk (uniform method)
     make_vocab_size_divisible_by: int = 128  # the embedding is padded to a multiple of this x TP (padded rows never reach the log-probs)
     vocab_parallel_logprobs: bool = True  # each TP rank keeps its vocabulary slice of the logits (parallel_output) and log-probs/entropy reduce over the TP group; false: gather the full logits on every rank
+    export_bucket_mb: float = 512.0  # weight export gathers TP shards in buckets of this many MiB (one all-gather each, per dtype); 0: one all-gather per tensor
     save_hf: bool = True  # checkpoints also hold hf/ (config.json + model.safetensors + tokenizer) that transformers loads
 
     def __post_init__(self) -> None:

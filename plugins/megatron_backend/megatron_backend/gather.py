@@ -34,21 +34,51 @@ def load_local_state(model: Any, state: dict[str, torch.Tensor]) -> None:
             p.copy_(state[k])
 
 
-def gather_shards(model: Any, layout: Layout, stage: int = 0,
-                  stages: int = 1) -> dict[str, list[torch.Tensor]]:
+def gather_shards(model: Any, layout: Layout, stage: int = 0, stages: int = 1,
+                  bucket_mb: float = 0.0) -> dict[str, list[torch.Tensor]]:
     """Name -> the shards of every TP rank, in rank order (replicated tensors: this rank's).
 
-    A collective over the tensor-parallel group: every rank of it must call it.
+    ``bucket_mb > 0``: the sharded tensors go in buckets of one dtype and at most that many
+    MiB of this rank's shards (a tensor larger than a bucket gets its own), one all-gather of
+    the flattened bucket each; ``0``: one all-gather per tensor. The result is the same.
+    A collective over the tensor-parallel group: every rank of it must call it (the bucket
+    plan depends only on names, shapes and dtypes, equal on every rank).
     """
     local = local_state(model)
     size = parallel.tp_size()
     out: dict[str, list[torch.Tensor]] = {}
+    pending: dict[torch.dtype, list[str]] = {}
+    limit = bucket_mb * 2**20
+
+    def flush(dtype: torch.dtype) -> None:
+        names = pending.pop(dtype, [])
+        if not names:
+            return
+        flat = torch.cat([local[n].reshape(-1) for n in names])
+        parts = [torch.empty_like(flat) for _ in range(size)]
+        dist.all_gather(parts, flat, group=parallel.tp_group())
+        offset = 0
+        for n in names:
+            t = local[n]
+            k = t.numel()
+            out[n] = [p[offset:offset + k].view(t.shape) for p in parts]
+            offset += k
+
     for name, split in megatron_names(layout, stage, stages).items():
         t = local[name].contiguous()
         if split is None or size == 1:
             out[name] = [t]
             continue
-        parts = [torch.empty_like(t) for _ in range(size)]
-        dist.all_gather(parts, t, group=parallel.tp_group())
-        out[name] = parts
-    return out
+        if bucket_mb <= 0:
+            parts = [torch.empty_like(t) for _ in range(size)]
+            dist.all_gather(parts, t, group=parallel.tp_group())
+            out[name] = parts
+            continue
+        bucket = pending.setdefault(t.dtype, [])
+        held = sum(local[n].numel() for n in bucket) * t.element_size()
+        if bucket and held + t.numel() * t.element_size() > limit:
+            flush(t.dtype)
+        pending.setdefault(t.dtype, []).append(name)
+    for dtype in sorted(pending, key=str):  # the same order on every rank
+        flush(dtype)
+    return {n: out[n] for n in megatron_names(layout, stage, stages)}

@@ -293,7 +293,8 @@ class MegatronTrainer:
         if parallel.tp_size() == 1:
             shards = {k: [v] for k, v in local_state(self.model).items()}
         else:
-            shards = gather_shards(self.model, self.layout, st.rank, st.size)
+            shards = gather_shards(self.model, self.layout, st.rank, st.size,
+                                   float(self.mg.export_bucket_mb))
         mine = to_hf(shards, self.layout, st.rank, st.size)
         if st.size == 1:
             return mine
