@@ -6,7 +6,6 @@ cause: the runs use a ~50k-parameter Qwen2 for two steps, so each takes a few se
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest

@@ -6,12 +6,11 @@ of different shapes, and leave parameter names (checkpoints, weight export) unch
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from slime_core.context import set_manager
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.plugins import PluginSelection
 from slime_core.testing import TINY_QWEN2, write_char_tokenizer
 from slime_core.trainer.torch_trainer import TorchTrainer
 from slime_hookspecs import TrainBatch

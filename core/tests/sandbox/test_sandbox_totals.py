@@ -61,7 +61,7 @@ def test_memory_limit_is_for_all_processes_together() -> None:
     _require("memory")
     # four processes of 100 MiB in a 256 MiB sandbox: each fits its RLIMIT_AS, the sum does not
     code = HOLD.format(mib=100)
-    script = "".join(f"python -c \"$C\" & " for _ in range(4)) + "wait"
+    script = "".join("python -c \"$C\" & " for _ in range(4)) + "wait"
 
     async def scenario():  # type: ignore[no-untyped-def]
         async with LocalSandbox(memory_mb=256) as box:
