@@ -21,6 +21,7 @@ pytestmark = pytest.mark.ray
 CHILD = r"""
 import json, os, socket, time
 from slime_core.executors.ray_cluster import start_local_ray
+EXPECTED = ("gcs_server", "raylet", "DashboardAgent", "RuntimeEnvAgent", "autoscaler")
 
 def listeners():
     out = {}
@@ -63,22 +64,35 @@ def ping():
     return 1
 
 ray.get(ping.remote())  # a worker process with its own gRPC server
-time.sleep(3)  # the agents start their exporters after registering
-table, found = listeners(), []
-for pid in descendants(os.getpid()):
-    try:
-        name = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:80]
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        continue
-    for fd in fds:
+
+def collect():
+    table, found = listeners(), []
+    for pid in descendants(os.getpid()):
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            name = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:80]
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
-        inode = target[8:-1] if target.startswith("socket:[") else None
-        if inode in table:
-            found.append([pid, name, *table[inode]])
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            inode = target[8:-1] if target.startswith("socket:[") else None
+            if inode in table:
+                found.append([pid, name, *table[inode]])
+    return found
+
+# the agents and the autoscaler monitor start their exporters after registering, later on
+# a loaded machine: wait until every expected server listens (at most 90 s)
+time.sleep(3)  # exporters open after their process's own server: give them that much first
+deadline = time.time() + 90
+while True:
+    found = collect()
+    names = " ".join(f[1] for f in found)
+    if all(p in names for p in EXPECTED) or time.time() > deadline:
+        break
+    time.sleep(1)
 node = ray.util.get_node_ip_address()
 ray.shutdown()
 print("RESULT " + json.dumps({"node": node, "sockets": found,
