@@ -17,7 +17,8 @@ Groups:
 * **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
   hooks, ``.registries`` for records), :func:`get_registries`.
 * **algorithm composition** (what every trainer backend calls so hooks fire identically):
-  :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`, :func:`needs_ref`,
+  :func:`prepare_batch`, :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`,
+  :func:`needs_ref`,
   :func:`whiten`, ``WHITEN_EPS``; on-policy distillation: :func:`opd_enabled`,
   :func:`teacher_in_trainer`, :func:`teacher_model_config`.
 * **data parallelism** (default ``torch.distributed`` group, or the ``group`` given): :func:`dp_active`,
@@ -50,6 +51,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # algorithm composition
     "compute_advantages": ("slime_core.algo.compose", "compute_advantages"),
     "compute_loss": ("slime_core.algo.compose", "compute_loss"),
+    "prepare_batch": ("slime_core.algo.compose", "prepare_batch"),
     "make_reducer": ("slime_core.algo.compose", "make_reducer"),
     "needs_ref": ("slime_core.algo.compose", "needs_ref"),
     "opd_enabled": ("slime_core.algo.opd", "opd_enabled"),

@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-
-from slime_core.algo.opd import apply_opd, zero_task_rewards
-from slime_core.context import get_manager
 from slime_hookspecs import TrainBatch
+
+from slime_core.algo.opd import apply_opd, opd_enabled, teacher_in_trainer, zero_task_rewards
+from slime_core.context import get_manager
 
 Reducer = Callable[[list[torch.Tensor]], torch.Tensor]
 
@@ -64,6 +64,35 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     if batch.returns is None:
         batch.returns = list(adv)
     apply_opd(config, batch)  # on-policy distillation, after any estimator (algo/opd.py)
+
+
+def prepare_batch(config: Any, batch: TrainBatch,
+                  compute_log_probs: Callable[[TrainBatch, str], list[torch.Tensor]]) -> None:
+    """What every trainer backend does to a step's batch before its optimizer steps.
+
+    Turns tokens, loss masks and rollout log-probs into tensors; computes, through the
+    backend's ``compute_log_probs(batch, role)``, the reference log-probs when
+    :func:`needs_ref`, the teacher's when on-policy distillation runs its teacher in the
+    trainer, and the pre-update actor log-probs (``old_log_probs``) when a rollout takes
+    several optimizer steps or OPD needs them; then :func:`compute_advantages`. Log-probs
+    already on the batch are kept. SFT computes none of them.
+    """
+    from slime_core.trainer.batching import to_tensor_list
+
+    batch.tokens = to_tensor_list(batch.tokens, torch.long)
+    batch.loss_masks = to_tensor_list(batch.loss_masks, torch.float32)
+    if batch.rollout_log_probs is not None:
+        batch.rollout_log_probs = to_tensor_list(batch.rollout_log_probs, torch.float32)
+    if config.train.loss != "sft":
+        if needs_ref(config) and batch.ref_log_probs is None:
+            batch.ref_log_probs = compute_log_probs(batch, "ref")
+        if teacher_in_trainer(config) and batch.teacher_log_probs is None:
+            batch.teacher_log_probs = compute_log_probs(batch, "teacher")
+        # OPD needs the student's log-probs before the update, as several steps do
+        if (config.train.num_steps_per_rollout > 1 or opd_enabled(config)) \
+                and batch.old_log_probs is None:
+            batch.old_log_probs = compute_log_probs(batch, "actor")
+    compute_advantages(config, batch)
 
 
 def make_reducer(config: Any, batch: TrainBatch) -> tuple[Reducer, str]:

@@ -18,8 +18,8 @@ import torch
 from slime_hookspecs import TrainBatch
 from slime_hookspecs.batch import TENSOR_KEYS
 
-from slime_core.algo.compose import compute_advantages, compute_loss, needs_ref
-from slime_core.algo.opd import opd_enabled, teacher_in_trainer, teacher_model_config
+from slime_core.algo.compose import compute_loss, prepare_batch
+from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
@@ -28,7 +28,6 @@ from slime_core.trainer.batching import (
     micro_batches,
     response_log_probs,
     shared_micro_batches,
-    to_tensor_list,
 )
 from slime_core.trainer.shared_prefix import prompt_groups
 
@@ -163,21 +162,8 @@ class TorchTrainer:
 
     # -- training --------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
-        """Tensors, ref/old log-probs and advantages for a step's batch."""
-        batch.tokens = to_tensor_list(batch.tokens, torch.long)
-        batch.loss_masks = to_tensor_list(batch.loss_masks, torch.float32)
-        if batch.rollout_log_probs is not None:
-            batch.rollout_log_probs = to_tensor_list(batch.rollout_log_probs, torch.float32)
-        if self.config.train.loss != "sft":
-            if needs_ref(self.config) and batch.ref_log_probs is None:
-                batch.ref_log_probs = self.compute_log_probs(batch, "ref")
-            if teacher_in_trainer(self.config) and batch.teacher_log_probs is None:
-                batch.teacher_log_probs = self.compute_log_probs(batch, "teacher")
-            # OPD needs the student's log-probs before the update, as several steps do
-            if (self.config.train.num_steps_per_rollout > 1 or opd_enabled(self.config)) \
-                    and batch.old_log_probs is None:
-                batch.old_log_probs = self.compute_log_probs(batch, "actor")
-        compute_advantages(self.config, batch)
+        """Tensors, ref/teacher/old log-probs and advantages for a step's batch."""
+        prepare_batch(self.config, batch, self.compute_log_probs)
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""

@@ -22,19 +22,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from slime_core.api import (
-    compute_advantages,
     compute_loss,
     get_manager,
     load_causal_lm,
     load_tokenizer,
     lr_schedule,
     micro_batches,
-    needs_ref,
-    opd_enabled,
+    prepare_batch,
     resolve_dtype,
     set_data_parallel_group,
     step_indices,
-    teacher_in_trainer,
     teacher_model_config,
     to_tensor_list,
 )
@@ -209,22 +206,8 @@ class MegatronTrainer:
 
     # -- training ----------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
-        """Tensors, ref/old log-probs and advantages for a step's batch."""
-        batch.tokens = to_tensor_list(batch.tokens, torch.long)
-        batch.loss_masks = to_tensor_list(batch.loss_masks, torch.float32)
-        if batch.rollout_log_probs is not None:
-            batch.rollout_log_probs = to_tensor_list(batch.rollout_log_probs, torch.float32)
-        if self.config.train.loss != "sft":
-            if needs_ref(self.config) and batch.ref_log_probs is None:
-                batch.ref_log_probs = self.compute_log_probs(batch, "ref")
-            if teacher_in_trainer(self.config) and batch.teacher_log_probs is None:
-                batch.teacher_log_probs = self.compute_log_probs(batch, "teacher")
-            # OPD needs the student's log-probs before the update (the d_t of
-            # slime_core.algo.opd), as several optimizer steps per rollout do
-            if (self.config.train.num_steps_per_rollout > 1 or opd_enabled(self.config)) \
-                    and batch.old_log_probs is None:
-                batch.old_log_probs = self.compute_log_probs(batch, "actor")
-        compute_advantages(self.config, batch)
+        """Tensors, ref/teacher/old log-probs and advantages for a step's batch."""
+        prepare_batch(self.config, batch, self.compute_log_probs)
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
