@@ -69,7 +69,8 @@ def collect():
     table, found = listeners(), []
     for pid in descendants(os.getpid()):
         try:
-            name = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:80]
+            # the whole command line: a long venv path pushes "autoscaler" past any prefix
+            name = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue

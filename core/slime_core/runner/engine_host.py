@@ -60,12 +60,20 @@ class CallerThreadHost:
         thread.start()
         while (item := self._calls.get()) is not None:
             fn, args, fut, loop = item
+            if loop.is_closed():  # the rollout ended (or failed) with this call still queued
+                continue
             value, error = None, None
             try:
                 value = fn(*args)
             except Exception as exc:  # noqa: BLE001 - delivered to the awaiting coroutine
                 error = exc
-            loop.call_soon_threadsafe(_resolve, fut, value, error)
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, value, error)
+            except RuntimeError:
+                # the loop closed while fn ran: nobody awaits the result any more, and the
+                # rollout's own error (raised below) is the one to report
+                if not loop.is_closed():
+                    raise
         thread.join()
         if "error" in box:
             raise box["error"]

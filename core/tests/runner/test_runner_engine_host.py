@@ -100,3 +100,24 @@ def test_builtin_rewards_of_a_main_thread_rollout_run_on_the_main_thread(tmp_pat
     set_rollout_manager(rollouts)
     result = rollouts.rollout(0)
     assert len(list(result.samples())) == 4 and threads == [True] * 4
+
+
+def test_a_rollout_that_fails_during_an_engine_call_reports_its_own_error() -> None:
+    # the loop closes while the main thread still runs the call: the rollout's error is the
+    # one raised, not "Event loop is closed" from delivering the call's result
+    import time
+
+    host = CallerThreadHost()
+
+    def slow_engine_call() -> int:
+        time.sleep(0.5)
+        return 1
+
+    async def rollout() -> None:
+        task = asyncio.ensure_future(host.call(slow_engine_call))
+        await asyncio.sleep(0.05)
+        raise ValueError("engine 1 died")
+        await task  # pragma: no cover
+
+    with pytest.raises(ValueError, match="engine 1 died"):
+        host.run(rollout)
