@@ -31,7 +31,7 @@ Groups:
   :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
   ``critic_factory`` converts so every backend starts from the same critic).
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
-  :func:`rollout_engine_clients` (this process's rollout manager's clients),
+  :func:`rollout_engine_clients` (the clients of this process's rollout engines),
   :func:`run_agent_api` (the run's OpenAI-compatible agent API on those engines).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
@@ -83,7 +83,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # engines
     "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
-    "run_agent_api": ("slime_core.agent.buffer.rollout", "run_agent_api"),
+    "run_agent_api": ("slime_core.agent.buffer.services", "run_agent_api"),
     # errors
     "UnknownRecordError": ("slime_core.plugins.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.plugins.registry", "UnavailableRecordError"),

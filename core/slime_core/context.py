@@ -34,24 +34,18 @@ def get_registries() -> Any:
     return get_manager().registries
 
 
-_ROLLOUT_MANAGER: object | None = None
+_ENGINE_CLIENTS: list[Any] = []
 
 
-def set_rollout_manager(manager: object | None) -> None:
-    """The rollout manager of this process (the built-in ``slime_rollout`` uses it)."""
-    global _ROLLOUT_MANAGER
-    _ROLLOUT_MANAGER = manager
-
-
-def get_rollout_manager() -> object:
-    if _ROLLOUT_MANAGER is None:
-        raise RuntimeError("no rollout manager in this process")
-    return _ROLLOUT_MANAGER
+def set_rollout_engine_clients(clients: list[Any]) -> None:
+    """The engine clients of this process's rollout manager (set by the manager when it is
+    built; what the agent API and plugins that generate outside ``slime_generate`` serve)."""
+    global _ENGINE_CLIENTS
+    _ENGINE_CLIENTS = list(clients)
 
 
 def rollout_engine_clients() -> list[Any]:
     """The :class:`~slime_core.runner.engine_client.EngineClient` of each rollout engine of this
     process's rollout manager (empty where there is none: trainer ranks, listing commands).
     For plugins that generate outside ``slime_generate`` (e.g. an HTTP front of the engines)."""
-    manager = _ROLLOUT_MANAGER
-    return list(getattr(manager, "clients", None) or []) if manager is not None else []
+    return list(_ENGINE_CLIENTS)

@@ -2,10 +2,12 @@
 
 * config sections ``[tools]``, ``[agent_api]``, ``[rollout_buffer]``;
 * tools ``calculator`` and ``python`` (``slime_register_tools``), the ``hermes`` tool parser
-  (``slime_register_tool_parsers``), the ``rollout_buffer`` data source;
+  (``slime_register_tool_parsers``), the ``rollout_buffer`` data source (its groups come
+  finished: the rollout manager fetches them instead of generating);
+* ``slime_run_start`` / ``slime_run_end``: the agent API and the buffer task
+  (:mod:`slime_core.agent.buffer.services`);
 * ``slime_generate``: multi-turn generation with tools while ``tools.enabled`` is non-empty
   (``None`` otherwise, so the single-turn default runs);
-* ``slime_rollout``: batches from the rollout-buffer service when the data source is one;
 * ``slime_log_rollout`` / ``slime_log_eval``: the ``tool_*`` metrics;
 * ``core rollout-buffer``: the service as a stand-alone process.
 
@@ -88,7 +90,7 @@ def slime_run_start(config: Any, run_dir: str) -> None:
 
         get_runtime(config)  # fail now on a wrong tool / parser / sandbox name
     if config.data.source == "rollout_buffer":
-        from slime_core.agent.buffer.rollout import prepare_services
+        from slime_core.agent.buffer.services import prepare_services
 
         prepare_services(config, run_dir)  # workers can start before the first step
 
@@ -103,17 +105,8 @@ def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) 
 
 
 @hookimpl
-def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
-    if not getattr(data_source, "delivers_finished_samples", False):
-        return None
-    from slime_core.agent.buffer.rollout import buffer_rollout
-
-    return buffer_rollout(config, rollout_id, data_source)
-
-
-@hookimpl
 def slime_run_end(config: Any, run_dir: str, status: str) -> None:
-    from slime_core.agent.buffer.rollout import shutdown_services
+    from slime_core.agent.buffer.services import shutdown_services
 
     shutdown_services()
 

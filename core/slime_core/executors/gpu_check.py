@@ -77,9 +77,10 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
         init_data_parallel,
         new_group,
     )
-    from slime_core.executors.transports import make_buckets, pack, unpack
     from slime_core.trainer.sharding import shard_by_tokens
     from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_core.weights.broadcast import pack, unpack
+    from slime_core.weights.buckets import make_buckets
 
     torch.backends.cuda.matmul.allow_tf32 = False
     manager, config = _config(Path(tmp))

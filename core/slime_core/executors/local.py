@@ -16,7 +16,6 @@ from typing import Any
 
 from slime_hookspecs import AcceleratorRecord
 
-from slime_core.context import set_rollout_manager
 from slime_core.executors.base import (
     check_weight_agreement,
     engine_weights,
@@ -60,7 +59,6 @@ class LocalExecutor:
         self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
         attach_buffer_filter(manager, config, self.train_source)
         self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
-        set_rollout_manager(self.rollouts)
         self._pool: ThreadPoolExecutor | None = None
 
     def send_weights(self, version: int) -> dict[str, float]:

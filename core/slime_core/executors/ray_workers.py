@@ -30,7 +30,7 @@ from typing import Any
 
 from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 
-from slime_core.context import set_manager, set_rollout_manager
+from slime_core.context import set_manager
 from slime_core.executors.base import EngineLostError, engine_weights, weights_digest
 from slime_core.plugins import PluginSelection, SlimePluginManager
 
@@ -90,50 +90,33 @@ class EngineWorker:
     def update_weights(self, weights: Any, version: int) -> None:
         self.engine.update_weights(weights, version)
 
+    # -- the engine side of the weight transports (slime_core.weights) -----------------------
     def update_weights_from_refs(self, refs: list[Any], version: int) -> None:
         """``ray`` transport and fault-tolerant re-sync: fetch every bucket, load once."""
-        import ray
+        from slime_core.weights import ray_store
 
-        merged: dict[str, Any] = {}
-        for part in ray.get(list(refs)):
-            merged.update(part)
-        self.engine.update_weights(merged, version)
+        ray_store.receive(self.engine, refs, version)
 
-    def update_weights_from_disk(self, version_dir: str, version: int) -> None:
-        if hasattr(self.engine, "update_weights_from_disk"):
-            self.engine.update_weights_from_disk(version_dir, version)
-            return
-        from slime_core.builtin.weights_plugin import read_version_dir
+    def receive_from_disk(self, version_dir: str, version: int) -> None:
+        """``disk`` transport: ``slime_before_weights_read`` in this process, then load."""
+        from slime_core.weights import disk
 
-        self.engine.update_weights(read_version_dir(version_dir, version), version)
+        disk.receive(self.engine, version_dir, version)
 
     def join_weight_group(self, host: str, port: int, prefix: str, rank: int, size: int,
                           backend: str, timeout_s: float) -> None:
-        from slime_core.executors.dist_group import connect_store, new_group, pin_interface
+        from slime_core.weights import broadcast
 
-        pin_interface(host)
-        store = connect_store(host, port, size, timeout_s)
-        self._group = new_group(backend, store, prefix, rank, size, host, timeout_s)
+        self._group = broadcast.join(host, port, prefix, rank, size, backend, timeout_s)
         self._backend = backend
 
     def receive_weights(self, metas: list[Any], version: int) -> None:
         """``broadcast`` transport: every bucket from rank 0, then one ``update_weights``."""
-        import torch
-
-        from slime_core.executors.dist_group import broadcast
-        from slime_core.executors.transports import unpack
+        from slime_core.weights import broadcast
 
         if self._group is None:
             raise RuntimeError(f"engine {self.index}: no weight broadcast group joined")
-        device = getattr(self.engine, "device", None)
-        if device is None or self._backend == "gloo":  # gloo moves host tensors
-            device = torch.device("cpu")
-        merged: dict[str, Any] = {}
-        for meta in metas:
-            buf = torch.empty(sum(m[3] for m in meta), dtype=torch.uint8, device=device)
-            broadcast(self._group, buf, root=0)
-            merged.update(unpack(buf, meta))
-        self.engine.update_weights(merged, version)
+        broadcast.receive(self.engine, self._group, self._backend, metas, version)
 
     def weight_version(self) -> int:
         return int(self.engine.weight_version())
@@ -205,8 +188,9 @@ class RemoteEngine:
     def update_weights(self, weights: Any, version: int) -> None:
         self._call("update_weights", weights, version)
 
-    def update_weights_from_disk(self, version_dir: str, version: int) -> None:
-        self._call("update_weights_from_disk", version_dir, version)
+    def receive_from_disk(self, version_dir: str, version: int) -> None:
+        """The ``disk`` transport's engine side, run in the actor."""
+        self._call("receive_from_disk", version_dir, version)
 
     def weight_version(self) -> int:
         if self.supervisor is not None:
@@ -380,7 +364,6 @@ class RolloutManagerWorker:
         attach_buffer_filter(manager, config, self.sources["train"])
         self.rollouts = RolloutManager(config, self.engines, self.sources["train"],
                                        self.sources.get("eval"))
-        set_rollout_manager(self.rollouts)
         if self.supervisor is not None:
             self.supervisor.start()
 

@@ -94,7 +94,14 @@ class Driver:
             self._heap_frozen = False  # see _freeze_heap
             self.version = 0  # trainer weight version: optimizer rollouts applied so far
             self.synced_version = -1  # version the engines hold
-            self._async = OneStepOff(self) if config.run.async_rollout else None
+            self._async = OneStepOff(
+                submit=ex.submit_rollout, prepare=self._prepare_rollout,
+                source_state=self.train_source.state_dict,
+                before=lambda step: self.pm.slime_before_rollout(config=config, rollout_id=step),
+                after=lambda step, result: self.pm.slime_after_rollout(
+                    config=config, rollout_id=step, result=result),
+                num_rollouts=config.run.num_rollouts,
+            ) if config.run.async_rollout else None
             if resume_dir:
                 self._resume()
         except BaseException:
@@ -201,6 +208,11 @@ class Driver:
                     f"{self.synced_version} was synced last (trainer at {self.version})"
                 )
 
+    def _prepare_rollout(self, step: int) -> None:
+        """Before a rollout is started: the engines hold the synced weights; reseed them."""
+        self.check_versions()
+        self._reseed(step)
+
     def _reseed(self, salt: int) -> None:
         for i, e in enumerate(self.engines):
             if hasattr(e, "reseed"):
@@ -227,8 +239,7 @@ class Driver:
         if self._async is not None:  # submitted during the previous step
             result, timings["perf/rollout_wait_time"] = self._async.take(step)
         else:
-            self.check_versions()
-            self._reseed(step)
+            self._prepare_rollout(step)
             t = time.perf_counter()
             self.pm.slime_before_rollout(config=cfg, rollout_id=step)
             result = self.rollouts.rollout(step)

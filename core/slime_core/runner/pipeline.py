@@ -19,6 +19,7 @@ rollout at its final checkpoint: its next rollout is generated with the newest w
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -26,38 +27,53 @@ from slime_hookspecs import RolloutResult
 
 
 class OneStepOff:
-    def __init__(self, driver: Any) -> None:
-        self.driver = driver
+    """The in-flight rollout of an async run, driven through the callables it is given:
+
+    * ``submit(step)`` starts the rollout of ``step`` (the executor's ``submit_rollout``) and
+      returns its future;
+    * ``prepare(step)`` runs before each submission (the driver checks the engines' weight
+      versions and reseeds them);
+    * ``source_state()`` is the train data source's state (kept for a checkpoint while a
+      rollout is in flight);
+    * ``before(step)`` / ``after(step, result)`` fire ``slime_before_rollout`` /
+      ``slime_after_rollout``;
+    * ``num_rollouts``: no rollout is submitted for a step at or past it.
+    """
+
+    def __init__(self, *, submit: Callable[[int], Future[RolloutResult]],
+                 prepare: Callable[[int], None], source_state: Callable[[], dict[str, Any]],
+                 before: Callable[[int], None], after: Callable[[int, RolloutResult], None],
+                 num_rollouts: int) -> None:
+        self._submit, self._prepare, self._source_state = submit, prepare, source_state
+        self._before, self._after = before, after
+        self.num_rollouts = num_rollouts
         self.pending: tuple[int, Any, dict[str, Any]] | None = None  # step, future, source state
         self.restored = False
 
     def _start(self, step: int) -> None:
-        d = self.driver
-        d.check_versions()
-        d._reseed(step)
-        state = d.train_source.state_dict()
-        d.pm.slime_before_rollout(config=d.config, rollout_id=step)
-        self.pending = (step, d.executor.submit_rollout(step), state)
+        self._prepare(step)
+        state = self._source_state()
+        self._before(step)
+        self.pending = (step, self._submit(step), state)
 
     def take(self, step: int) -> tuple[RolloutResult, float]:
         """The rollout of ``step`` (submitted earlier or now) and the seconds waited for it;
         then submits the rollout of ``step + 1``."""
-        d = self.driver
         if self.pending is None:
             self._start(step)
         elif self.pending[0] != step:
             raise RuntimeError(f"async rollout: step {step} wanted, step {self.pending[0]} in flight")
         assert self.pending is not None
         if self.restored:  # read from a checkpoint: its submission was in the previous process
-            d.pm.slime_before_rollout(config=d.config, rollout_id=step)
+            self._before(step)
             self.restored = False
         _, future, _ = self.pending
         t = time.perf_counter()
         result = future.result()
         waited = time.perf_counter() - t
         self.pending = None
-        d.pm.slime_after_rollout(config=d.config, rollout_id=step, result=result)
-        if step + 1 < d.config.run.num_rollouts:
+        self._after(step, result)
+        if step + 1 < self.num_rollouts:
             self._start(step + 1)
         return result, waited
 
@@ -80,8 +96,7 @@ class OneStepOff:
 
     def restore(self, step: int, result: RolloutResult) -> None:
         """Make ``result`` (read from a checkpoint) the in-flight rollout of ``step``."""
-        d = self.driver
         future: Future[RolloutResult] = Future()
         future.set_result(result)
-        self.pending = (step, future, d.train_source.state_dict())
+        self.pending = (step, future, self._source_state())
         self.restored = True  # take() fires its slime_before_rollout (after slime_run_start)

@@ -11,6 +11,11 @@ Default rollout of one training step (``slime_rollout`` trylast implementation):
    are aborted through the engine and their groups go back to the data source (with their
    partial responses when ``rollout.partial_rollout``);
 5. sample filter (``slime_rollout_sample_filter``) and ``slime_rollout_all_samples``.
+
+A data source whose groups come back already generated (``delivers_finished_samples``: the
+rollout buffer, where agent workers run the episodes) replaces steps 1-2: complete groups are
+fetched until ``rollout.batch_size`` are kept, samples without a reward are scored as in step
+3, and steps 3-5 run unchanged; the source's own ``metrics()`` join the step's metrics.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from slime_hookspecs import (
 )
 
 from slime_core.algo.opd import build_teacher_engine, score_with_teacher, teacher_in_engine
-from slime_core.context import get_manager
+from slime_core.context import get_manager, set_rollout_engine_clients
 from slime_core.evaluation.settings import EvalSettings
 from slime_core.executors.base import EngineLostError
 from slime_core.observe.trace import span
@@ -110,6 +115,7 @@ class RolloutManager:
         self.pm.pm.register(_DefaultRollout(self), name=DEFAULT_ROLLOUT_PLUGIN)
         batch = config.rollout.generate_batch_size
         self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
+        set_rollout_engine_clients(self.clients)  # the agent API's engines (api.py)
         self._host: CallerThreadHost | None = None  # set while a main-thread rollout runs
         self.train_source = train_source
         self.eval_source = eval_source
@@ -205,7 +211,10 @@ class RolloutManager:
             kept = list(done)
             all_groups = kept
         else:
-            kept, all_groups = await self._train_groups(rollout_id, source, params, metrics)
+            if getattr(source, "delivers_finished_samples", False):
+                kept, all_groups = await self._finished_groups(rollout_id, source, metrics)
+            else:
+                kept, all_groups = await self._train_groups(rollout_id, source, params, metrics)
             if self._teacher is not None:
                 t_score = time.perf_counter()
                 await score_with_teacher(self, self._teacher, kept)
@@ -254,15 +263,8 @@ class RolloutManager:
                 for task in done:
                     group = task.result()
                     everything.append(group)
-                    keep, reason = self._keep(group)
-                    if not keep:
-                        dropped[reason] = dropped.get(reason, 0) + 1
-                        for s in group:
-                            s.metadata["dropped_reason"] = reason
-                    elif len(kept) < target:
-                        kept.append(group)
-                    else:
-                        surplus.append(group)
+                    if self._sort(group, dropped):
+                        (kept if len(kept) < target else surplus).append(group)
             if pending:
                 aborted += await self._abort(pending, source)
         if surplus:
@@ -272,11 +274,49 @@ class RolloutManager:
             metrics["rollout/surplus_groups"] = float(len(surplus))
         if aborted:
             metrics["rollout/aborted_groups"] = float(aborted)
-        metrics["rollout/sampling_rounds"] = float(rounds)
-        metrics["rollout/groups_generated"] = float(len(everything))
-        for reason, n in dropped.items():
-            metrics[f"rollout/dropped/{reason}"] = float(n)
+        _count(metrics, rounds, everything, dropped)
         return kept, everything
+
+    async def _finished_groups(self, rollout_id: int, source: DataSource,
+                               metrics: dict[str, float]) -> tuple[list[list[Sample]], list[list[Sample]]]:
+        """Groups generated elsewhere (``delivers_finished_samples``): fetched until
+        ``rollout.batch_size`` are kept; a sample without a reward is scored here."""
+        cfg = self.config.rollout
+        target = cfg.batch_size
+        kept: list[list[Sample]] = []
+        everything: list[list[Sample]] = []
+        dropped: dict[str, int] = {}
+        rounds = 0
+        while len(kept) < target:
+            rounds += 1
+            if rounds > cfg.max_sampling_rounds:
+                raise RuntimeError(
+                    f"{getattr(source, 'kind', 'data source')}: kept {len(kept)} of {target} "
+                    f"groups after {cfg.max_sampling_rounds} fetches "
+                    f"(rollout.max_sampling_rounds); dropped: {dropped}")
+            for group in source.get_samples(target - len(kept)):
+                for s in group:
+                    s.rollout_id = rollout_id
+                await self._reward([s for s in group if s.reward is None], False)
+                self._after_generate(group, rollout_id, False)
+                everything.append(group)
+                if self._sort(group, dropped):
+                    kept.append(group)
+        source_metrics = getattr(source, "metrics", None)
+        if source_metrics is not None:
+            metrics.update(source_metrics())
+        _count(metrics, rounds, everything, dropped)
+        return kept, everything
+
+    def _sort(self, group: list[Sample], dropped: dict[str, int]) -> bool:
+        """Whether the dynamic-sampling filters keep ``group``; a dropped group is counted in
+        ``dropped`` and its samples carry ``metadata["dropped_reason"]``."""
+        keep, reason = self._keep(group)
+        if not keep:
+            dropped[reason] = dropped.get(reason, 0) + 1
+            for s in group:
+                s.metadata["dropped_reason"] = reason
+        return keep
 
     async def _abort(self, pending: set[asyncio.Future[Any]], source: DataSource) -> int:
         """Batch is full: abort surplus requests; their groups return to the data source.
@@ -331,11 +371,14 @@ class RolloutManager:
         if any(s.status == Status.ABORTED for s in samples):
             return samples
         await self._reward(samples, evaluation)
+        self._after_generate(samples, rollout_id, evaluation)
+        return samples
+
+    def _after_generate(self, samples: list[Sample], rollout_id: int, evaluation: bool) -> None:
         for s in samples:
             self.pm.hook.slime_after_generate(
                 config=self.config, sample=s, rollout_id=rollout_id, evaluation=evaluation
             )
-        return samples
 
     async def _generate(self, sample: Sample, params: SamplingParams,
                         client: EngineClient) -> Sample | list[Sample]:
@@ -427,6 +470,14 @@ class RolloutManager:
                 f"(group={samples[0].group_index})"
             )
         return [check_reward(r, source, s) for s, r in zip(samples, rewards, strict=True)]
+
+
+def _count(metrics: dict[str, float], rounds: int, everything: list[list[Sample]],
+           dropped: dict[str, int]) -> None:
+    metrics["rollout/sampling_rounds"] = float(rounds)
+    metrics["rollout/groups_generated"] = float(len(everything))
+    for reason, n in dropped.items():
+        metrics[f"rollout/dropped/{reason}"] = float(n)
 
 
 async def _cancel(tasks: set[asyncio.Future[Any]]) -> None:

@@ -7,10 +7,11 @@ import torch
 from slime_core.executors.dist_group import is_loopback
 from slime_core.executors.placement import plan_placement
 from slime_core.executors.ray_cluster import address_host, check_token_auth
-from slime_core.executors.transports import make_buckets, pack, unpack
 from slime_core.runner import staleness
 from slime_core.testing import build_test_config
 from slime_core.trainer.sharding import imbalance, shard_by_tokens
+from slime_core.weights.broadcast import pack, unpack
+from slime_core.weights.buckets import make_buckets
 from slime_hookspecs import Sample
 
 
@@ -72,7 +73,7 @@ def test_placement_puts_each_role_on_nodes_with_its_resources() -> None:
 
 
 def test_broadcast_refuses_a_loopback_store_across_machines() -> None:
-    from slime_core.executors.transports import check_reachable
+    from slime_core.weights.broadcast import check_reachable
 
     check_reachable("127.0.0.1", "127.0.0.1", ["127.0.0.1", "127.0.0.1"])  # raylets of one box
     check_reachable("10.0.0.1", "10.0.0.1", ["10.0.0.2"])  # a routable store
@@ -122,7 +123,7 @@ def test_addresses_and_token_policy(monkeypatch) -> None:
 
 
 def test_local_executor_refuses_ray_transports() -> None:
-    from slime_core.executors.transports import RayObjectTransport
+    from slime_core.weights.ray_store import RayObjectTransport
 
     cfg = build_test_config(weights={"transport": "ray"})
     with pytest.raises(RuntimeError, match="needs run.executor = 'ray'"):

@@ -47,12 +47,10 @@ def _manager_and_config(tmp_path: Path) -> tuple[Any, Any]:
 
 
 def test_the_default_rollout_is_the_managers_own(tmp_path: Path) -> None:
-    import slime_core.context as context
     from slime_core.runner.rollout import DEFAULT_ROLLOUT_PLUGIN, RolloutManager
 
     manager, config = _manager_and_config(tmp_path)
     source = manager.registries.data_source.get("jsonl").factory(config, "train")
-    context.set_rollout_manager(None)  # nothing to find through the process global
     first = RolloutManager(config, [_Engine(5)], source, None)
     newest = RolloutManager(config, [_Engine(7)], source, None)
     # one default per plugin manager: the newest manager's, called last (trylast)

@@ -6,7 +6,7 @@ import json
 
 
 def test_a_mixed_task_file_routes_each_row(tmp_path) -> None:
-    from slime_core.context import set_manager, set_rollout_manager
+    from slime_core.context import set_manager
     from slime_core.plugins import PluginSelection, SlimePluginManager
     from slime_core.runner.rollout import RolloutManager
     from slime_core.testing import build_test_config, write_char_tokenizer
@@ -47,7 +47,6 @@ def test_a_mixed_task_file_routes_each_row(tmp_path) -> None:
                                         "n_samples_per_prompt": 1})
     source = manager.registries.data_source.get("jsonl").factory(config, "train")
     rollouts = RolloutManager(config, [Engine()], source, None)
-    set_rollout_manager(rollouts)
     samples = {s.prompt: s for s in rollouts.rollout(0).samples()}
     assert set(samples) == set(rows)
     for prompt, (_, _, want) in rows.items():

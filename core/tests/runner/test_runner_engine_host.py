@@ -56,7 +56,7 @@ def test_an_engine_error_reaches_the_coroutine_and_a_loop_error_the_caller() -> 
 def test_builtin_rewards_of_a_main_thread_rollout_run_on_the_main_thread(tmp_path) -> None:
     """math-verify's timeouts use signal.alarm (main thread only): registry reward functions
     of a rollout driven from the main thread run there, not on the loop's helper thread."""
-    from slime_core.context import set_manager, set_rollout_manager
+    from slime_core.context import set_manager
     from slime_core.plugins import PluginSelection, SlimePluginManager
     from slime_core.runner.rollout import RolloutManager
     from slime_core.testing import build_test_config, write_char_tokenizer
@@ -97,7 +97,6 @@ def test_builtin_rewards_of_a_main_thread_rollout_run_on_the_main_thread(tmp_pat
 
     source = manager.registries.data_source.get("jsonl").factory(config, "train")
     rollouts = RolloutManager(config, [Engine()], source, None)
-    set_rollout_manager(rollouts)
     result = rollouts.rollout(0)
     assert len(list(result.samples())) == 4 and threads == [True] * 4
 

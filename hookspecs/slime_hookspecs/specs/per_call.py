@@ -404,8 +404,10 @@ def slime_after_weights_written(config: Config, version_dir: str, engines: list[
 def slime_before_weights_read(version_dir: str, target_version: int) -> None:
     """Called on the engine side before it reads a weight version from disk.
 
-    **When**: once per engine per disk weight sync.
-    **Process**: the engine's process. **Returns**: nothing (e.g. fetch the directory).
+    **When**: once per engine per disk weight sync, fired by the ``disk`` transport's engine
+    side (engines do not fire it) before the engine is told to load ``version_dir``.
+    **Process**: the engine's process (its actor under the ray executor).
+    **Returns**: nothing (e.g. fetch the directory).
 
     .. versionadded:: 0.1
     """

@@ -30,7 +30,6 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from slime_hookspecs import GenerateOutput, SamplingParams
@@ -159,8 +158,8 @@ class SGLangEngine:
     def update_weights_from_disk(self, version_dir: str, version: int,
                                  load_format: str | None = None) -> None:
         """The server reloads ``version_dir`` (safetensors files; the model config is the one
-        it was started with). ``slime_before_weights_read`` fires here first (engine side)."""
-        _fire_before_weights_read(version_dir, version)
+        it was started with). The core's ``disk`` transport fires ``slime_before_weights_read``
+        in this process before it calls this."""
         body = api.update_weights_from_disk_body(version_dir, version, load_format)
         self._weight_update("/update_weights_from_disk", body, version)
 
@@ -302,15 +301,3 @@ class SGLangEngine:
             raise api.SGLangResponseError(f"SGLang server {self.url}: {method} {endpoint} "
                                           f"reported failure: {api.clip(repr(data))}")
         return data
-
-
-def _fire_before_weights_read(version_dir: str, version: int) -> None:
-    """``slime_before_weights_read`` in this (the engine's) process, if a manager is set."""
-    try:
-        from slime_core.api import get_manager
-
-        manager = get_manager()
-    except (ImportError, RuntimeError):  # engine used without the core's runtime
-        return
-    manager.hook.slime_before_weights_read(version_dir=str(Path(version_dir)),
-                                           target_version=int(version))

@@ -152,7 +152,9 @@ def test_update_from_disk_pauses_flushes_loads_and_checks_the_version(
 
 def test_before_weights_read_fires_in_the_engine_process(fake_server, make_engine, tmp_path,
                                                          monkeypatch, resolve) -> None:
+    """The disk transport's engine side fires the hook, then the server reloads."""
     import slime_core.context as context
+    from slime_core.weights.disk import receive
 
     calls: list[tuple[str, int]] = []
 
@@ -167,8 +169,9 @@ def test_before_weights_read_fires_in_the_engine_process(fake_server, make_engin
     srv = fake_server()
     eng = make_engine([srv.url], pause_during_weight_update=False)
     _write_weights(tmp_path / "v1", 0.0)
-    eng.update_weights_from_disk(str(tmp_path / "v1"), 1)
+    receive(eng, str(tmp_path / "v1"), 1)
     assert calls == [(str(tmp_path / "v1"), 1)]
+    assert "/update_weights_from_disk" in srv.paths()
     assert "/pause_generation" not in srv.paths()
 
 

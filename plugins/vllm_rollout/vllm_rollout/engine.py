@@ -333,13 +333,9 @@ class VllmEngine:
             self._weights_changed(llm, version)
 
     def update_weights_from_disk(self, version_dir: str, version: int) -> None:
-        """Reload every weight from the safetensors files in ``version_dir`` (disk transport).
-
-        Fires ``slime_before_weights_read`` in this process first, as the engine side of the
-        ``disk`` transport does for every engine.
+        """Reload every weight from the safetensors files in ``version_dir`` (disk transport;
+        the transport fires ``slime_before_weights_read`` in this process before it calls this).
         """
-        from slime_core.api import get_manager
-
         files = sorted(f for f in os.listdir(version_dir) if f.endswith(".safetensors")) \
             if os.path.isdir(version_dir) else []
         if not files:
@@ -349,8 +345,6 @@ class VllmEngine:
         shapes, _ = checkpoint_shapes(version_dir)
         for name, shape in shapes.items():
             self._check_tensor(name, shape, version)
-        get_manager().hook.slime_before_weights_read(version_dir=version_dir,
-                                                     target_version=version)
         with self._lock:
             llm = self._llm_or_raise()
             llm.collective_rpc("slime_reload_weights", kwargs={"path": str(version_dir)})

@@ -5,9 +5,10 @@
 queues them in the buffer service as jobs, agent workers run the episodes (usually through
 the agent API in front of the engines) and write the trajectories back, and
 :meth:`RolloutBufferSource.get_samples` returns complete groups. Because its groups are already
-generated (``delivers_finished_samples``), the rollout of ``core_tools`` takes them instead of
-generating (see :mod:`slime_core.agent.buffer.rollout`); the eval split is the prompt source's
-own eval split, generated locally.
+generated (``delivers_finished_samples``), the rollout manager takes them instead of
+generating (see :mod:`slime_core.runner.rollout`); the eval split is the prompt source's own
+eval split, generated locally. The first fetch starts the task with the agent API's address
+(:mod:`slime_core.agent.buffer.services`) unless ``slime_run_start`` did.
 
 With ``rollout_buffer.url`` empty the service runs in this process (``host``/``port``, a
 random token unless ``token`` is set); otherwise the source connects to that URL with
@@ -134,8 +135,10 @@ class RolloutBufferSource:
         """``num_groups`` complete groups from the workers (see the module docstring)."""
         if num_groups is None or num_groups < 1:
             raise ValueError("the rollout_buffer source hands out a positive number of groups")
-        if not self.started:
-            self.start(self.engine)
+        if not self.started:  # not started at slime_run_start (the source is not the driver's)
+            from slime_core.agent.buffer.services import start_task
+
+            start_task(self.config, self)
         cfg = self.settings
         want = num_groups + cfg.prefetch_groups - len(self.queued)
         fresh: list[list[Sample]] = []

@@ -1,19 +1,12 @@
-"""The ``ray`` and ``broadcast`` weight transports (registered by ``core_weights``).
+"""The ``broadcast`` weight transport: torch.distributed from trainer rank 0 (ray executor only).
 
-Both run where the trainer's rank 0 runs and talk to engine actors (objects with a
-``handle``: :class:`~slime_core.executors.ray_workers.RemoteEngine`), so they need the ray
-executor. Tensors travel in buckets of ``weights.bucket_mb``; an engine applies a version
-only once every bucket has arrived, in one ``update_weights`` call, so it never serves a
-half-updated model.
-
-* ``ray``: rank 0 ``ray.put``s each bucket once (host memory); every engine fetches the
-  buckets from the object store (zero-copy on the same node) and loads them.
-* ``broadcast``: a process group of rank 0 (root) and the engines, built directly over a
-  loopback-only store (see :mod:`~slime_core.executors.dist_group`), gloo on CPU and nccl on
-  GPU; each bucket is one flat byte tensor broadcast from rank 0. The group is rebuilt when
-  the set of engines changes (an engine restarted by fault tolerance).
-
-``bytes`` in the stats is what the engines received in total (payload x engines).
+A process group of rank 0 (root) and the engine actors, built directly over a loopback-only
+store (see :mod:`~slime_core.executors.dist_group`), gloo on CPU and nccl on GPU; each bucket
+of ``weights.bucket_mb`` is one flat byte tensor broadcast from rank 0, and an engine applies
+the version only once every bucket has arrived, in one ``update_weights`` call
+(:func:`receive`), so it never serves a half-updated model. The group is rebuilt when the set
+of engines changes (an engine restarted by fault tolerance). ``bytes`` in the stats is what
+the engines received in total (payload x engines).
 """
 
 from __future__ import annotations
@@ -22,62 +15,9 @@ import secrets
 import time
 from typing import Any
 
+from slime_core.weights.buckets import actor_handles, actor_ids, make_buckets
+
 BucketMeta = list[tuple[str, str, tuple[int, ...], int]]  # name, dtype, shape, nbytes
-
-
-def _handles(engines: list[Any], transport: str) -> list[Any]:
-    handles = [getattr(e, "handle", None) for e in engines]
-    if any(h is None for h in handles):
-        raise RuntimeError(
-            f"weights.transport = {transport!r} sends to Ray engine actors; it needs "
-            "run.executor = 'ray' (use 'inprocess' or 'disk' with the local executor)"
-        )
-    return handles
-
-
-def _ids(handles: list[Any]) -> list[str]:
-    return [h._actor_id.hex() for h in handles]
-
-
-def make_buckets(weights: dict[str, Any], bucket_mb: int) -> list[dict[str, Any]]:
-    """Consecutive tensors up to ``bucket_mb`` MiB each (a larger tensor is its own bucket)."""
-    limit = bucket_mb * 2**20
-    out: list[dict[str, Any]] = []
-    cur: dict[str, Any] = {}
-    size = 0
-    for name, t in weights.items():
-        n = int(t.numel()) * int(t.element_size())
-        if cur and size + n > limit:
-            out.append(cur)
-            cur, size = {}, 0
-        cur[name] = t
-        size += n
-    if cur:
-        out.append(cur)
-    return out
-
-
-def _nbytes(weights: dict[str, Any]) -> int:
-    return sum(int(t.numel()) * int(t.element_size()) for t in weights.values())
-
-
-class RayObjectTransport:
-    def __init__(self, config: Any, accelerator: Any = None) -> None:
-        self.config = config
-        self.last_refs: list[Any] = []  # the newest version's buckets (fault-tolerant re-sync)
-
-    def send(self, weights: dict[str, Any], version: int, engines: list[Any]) -> dict[str, float]:
-        import ray
-
-        handles = _handles(engines, "ray")
-        t0 = time.perf_counter()
-        host = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
-        refs = [ray.put(b) for b in make_buckets(host, self.config.weights.bucket_mb)]
-        # a list of refs is not resolved by Ray: each engine fetches the buckets itself
-        ray.get([h.update_weights_from_refs.remote(refs, version) for h in handles])
-        self.last_refs = refs
-        return {"bytes": float(_nbytes(host) * len(handles)),
-                "seconds": time.perf_counter() - t0, "buckets": float(len(refs))}
 
 
 def pack(bucket: dict[str, Any], device: Any) -> tuple[Any, BucketMeta]:
@@ -166,16 +106,16 @@ class BroadcastTransport:
                  for i, h in enumerate(handles)]
         self.group = new_group(backend, self._server.store, prefix, 0, size, host, timeout)
         ray.get(joins)
-        self._members = _ids(handles)
+        self._members = actor_ids(handles)
 
     def send(self, weights: dict[str, Any], version: int, engines: list[Any]) -> dict[str, float]:
         import ray
 
         from slime_core.executors.dist_group import broadcast
 
-        handles = _handles(engines, "broadcast")
+        handles = actor_handles(engines, "broadcast")
         t0 = time.perf_counter()
-        if self.group is None or self._members != _ids(handles):
+        if self.group is None or self._members != actor_ids(handles):
             self._setup(handles)
         device = self._device(self._backend())
         packed = [pack(b, device) for b in make_buckets(weights, self.config.weights.bucket_mb)]
@@ -187,3 +127,30 @@ class BroadcastTransport:
         ray.get(receiving)
         return {"bytes": float(total * len(handles)), "seconds": time.perf_counter() - t0,
                 "buckets": float(len(packed))}
+
+
+def join(host: str, port: int, prefix: str, rank: int, size: int, backend: str,
+         timeout_s: float) -> Any:
+    """Engine side (in the engine actor): join rank 0's broadcast group; returns the group."""
+    from slime_core.executors.dist_group import connect_store, new_group, pin_interface
+
+    pin_interface(host)
+    store = connect_store(host, port, size, timeout_s)
+    return new_group(backend, store, prefix, rank, size, host, timeout_s)
+
+
+def receive(engine: Any, group: Any, backend: str, metas: list[BucketMeta], version: int) -> None:
+    """Engine side (in the engine actor): every bucket from rank 0, then one ``update_weights``."""
+    import torch
+
+    from slime_core.executors.dist_group import broadcast
+
+    device = getattr(engine, "device", None)
+    if device is None or backend == "gloo":  # gloo moves host tensors
+        device = torch.device("cpu")
+    merged: dict[str, Any] = {}
+    for meta in metas:
+        buf = torch.empty(sum(m[3] for m in meta), dtype=torch.uint8, device=device)
+        broadcast(group, buf, root=0)
+        merged.update(unpack(buf, meta))
+    engine.update_weights(merged, version)
