@@ -97,6 +97,7 @@ class RolloutConfig(Protocol):
     fused_decoder: bool
     cuda_graphs: bool
     compile_decode: bool
+    decode_attention: str
     async_threads: int
 
 
@@ -135,6 +136,7 @@ class TrainConfig(Protocol):
     compile: bool
     fused_head: bool
     shared_prefix: bool
+    head_kernel: str
 
 
 class AlgorithmConfig(Protocol):

@@ -131,6 +131,7 @@ class RolloutSection:
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
     compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
+    decode_attention: str = "auto"  # with cuda_graphs: one-token attention over the static cache: "triton" (one kernel that skips unwritten columns), "sdpa", or "auto" (triton on CUDA when triton imports)
     async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
 
     def __post_init__(self) -> None:
@@ -138,6 +139,8 @@ class RolloutSection:
         _need(self.n_samples_per_prompt >= 1, "rollout.n_samples_per_prompt", "must be >= 1")
         _need(self.num_engines >= 1, "rollout.num_engines", "must be >= 1")
         _need(self.temperature >= 0, "rollout.temperature", "must be >= 0")
+        _need(self.decode_attention in ("auto", "triton", "sdpa"), "rollout.decode_attention",
+              "must be auto, triton or sdpa")
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
@@ -183,6 +186,7 @@ class TrainSection:
     compile: bool = False  # torch.compile the policy forward (dynamic shapes)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
+    head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
 
     def __post_init__(self) -> None:
         _need(self.lr >= 0, "train.lr", "must be >= 0")
@@ -190,6 +194,8 @@ class TrainSection:
               "must be constant, linear or cosine")
         _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")
         _need(self.micro_batch_tokens >= 1, "train.micro_batch_tokens", "must be >= 1")
+        _need(self.head_kernel in ("auto", "triton", "torch"), "train.head_kernel",
+              "must be auto, triton or torch")
         _need(self.num_steps_per_rollout >= 1, "train.num_steps_per_rollout", "must be >= 1")
         _need(self.num_ranks >= 1, "train.num_ranks", "must be >= 1")
         _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from slime_hookspecs import GenerateOutput, SamplingParams
 
+from slime_core import kernels
 from slime_core.engine.decoding import Request, decode
 from slime_core.engine.fused_decoder import FusedDecoder, unsupported
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
@@ -97,8 +98,12 @@ class LocalEngine:
         # than the longest row)
         self._static: StaticDecoders | None = None
         if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
+            setting = str(getattr(config.rollout, "decode_attention", "auto"))
+            triton = kernels.choose(setting, torch.empty(0, device=self.device),
+                                    "rollout.decode_attention")
             self._static = StaticDecoders(
-                capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)))
+                capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)),
+                decode_attention="triton" if triton else "sdpa")
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the

@@ -16,6 +16,8 @@ prompt with the [B, 1, W, L] causal-and-padding mask transformers itself builds 
 Attention of a decode step: grouped-query heads are computed as ``n_rep`` queries against
 their key/value head (one SDPA call over [B, H_kv, n_rep, D]) instead of transformers'
 ``repeat_kv`` copy of the whole cache per layer and step; the same sums, without the copy.
+With ``rollout.decode_attention`` = ``triton`` (``auto`` on CUDA with triton) that call is
+one Triton kernel which also skips the unwritten columns (:mod:`slime_core.kernels`).
 
 Rows are never dropped (a graph has a fixed batch): finished rows keep computing and their
 extra tokens are discarded by the caller. Graphs are kept per (batch, L) and reused across
@@ -41,6 +43,7 @@ from typing import Any
 import torch
 
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
+TRITON_ATTENTION_NAME = "slime_grouped_decode_triton"
 BUCKET = 64
 
 
@@ -67,10 +70,32 @@ def grouped_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor
     return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
 
 
+def triton_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
+                            value: torch.Tensor, attention_mask: torch.Tensor | None,
+                            dropout: float = 0.0, scaling: float | None = None,
+                            **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """:func:`grouped_decode_attention` with the one-token case as one Triton kernel
+    (:mod:`slime_core.kernels.decode_attention`), which reads only the cache columns a row
+    has written; anything else (prefill, a non-boolean mask) goes the SDPA way."""
+    from slime_core.kernels.decode_attention import decode_attention
+
+    b, h, q_len, d = query.shape
+    if (q_len != 1 or dropout or attention_mask is None or attention_mask.dtype != torch.bool
+            or kwargs.get("position_bias") is not None):
+        return grouped_decode_attention(module, query, key, value, attention_mask,
+                                        dropout=dropout, scaling=scaling, **kwargs)
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    scale = float(scaling) if scaling is not None else d ** -0.5
+    q = query.view(b, h // groups, groups, d)
+    out = decode_attention(q, key, value, attention_mask[..., : key.shape[2]], scale)
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+
+
 def _register_attention() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_NAME, grouped_decode_attention)
+    AttentionInterface.register(TRITON_ATTENTION_NAME, triton_decode_attention)
 
 
 @contextlib.contextmanager
@@ -93,11 +118,12 @@ class StaticDecoder:
     """One batch size and cache length: static buffers, the cache and (on CUDA) the graph."""
 
     def __init__(self, model: Any, batch: int, length: int, capture: bool,
-                 compile_step: bool = False) -> None:
+                 compile_step: bool = False, attention: str = ATTENTION_NAME) -> None:
         from transformers import StaticCache
 
         self.model, self.batch, self.length = model, batch, length
         self.capture = capture
+        self.attention = attention  # the attention function of decode steps
         # the decode forward, compiled when asked (prefill has other shapes and stays eager)
         self._step_forward = (torch.compile(self._forward, dynamic=False) if compile_step
                               else self._forward)
@@ -143,7 +169,7 @@ class StaticDecoder:
         self.pos.copy_(pos)
         self.mask[..., column] = True
         if not self.capture:
-            with _attention(self.model, ATTENTION_NAME):
+            with _attention(self.model, self.attention):
                 return self._step_forward(self.ids, self.mask, self.pos)
         if self.graph is None:
             self._capture(column)
@@ -156,7 +182,7 @@ class StaticDecoder:
         replay overwrites), rewind the write position, then capture one step."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), _attention(self.model, ATTENTION_NAME):
+        with torch.cuda.stream(stream), _attention(self.model, self.attention):
             for _ in range(2):  # (the first compiles, when compiling)
                 self._set_written(column)
                 self._step_forward(self.ids, self.mask, self.pos)
@@ -164,7 +190,7 @@ class StaticDecoder:
         self._set_written(column)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), \
-                _attention(self.model, ATTENTION_NAME):
+                _attention(self.model, self.attention):
             self.logits = self._step_forward(self.ids, self.mask, self.pos)
         self.graph = graph
 
@@ -172,9 +198,12 @@ class StaticDecoder:
 class StaticDecoders:
     """The decoders of one engine, by (batch, cache length)."""
 
-    def __init__(self, capture: bool, compile_step: bool = False) -> None:
+    def __init__(self, capture: bool, compile_step: bool = False,
+                 decode_attention: str = "sdpa") -> None:
+        """``decode_attention``: ``"sdpa"`` or ``"triton"`` (resolved by the caller)."""
         self.capture = capture
         self.compile_step = compile_step
+        self.attention = TRITON_ATTENTION_NAME if decode_attention == "triton" else ATTENTION_NAME
         self._by_shape: dict[tuple[int, int], StaticDecoder] = {}
         _register_attention()
 
@@ -182,7 +211,8 @@ class StaticDecoders:
         key = (batch, cache_length(width, max_new))
         dec = self._by_shape.get(key)
         if dec is None or dec.model is not model:
-            dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step)
+            dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step,
+                                self.attention)
             self._by_shape[key] = dec
         return dec
 

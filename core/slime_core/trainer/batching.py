@@ -111,6 +111,7 @@ def response_log_probs(
     fused_head: bool = False,
     compile_head: bool = False,
     shared_prefix: bool = False,
+    head_kernel: str = "torch",
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
@@ -127,7 +128,8 @@ def response_log_probs(
     ``fused_head`` (for models :func:`logprob_head.unsupported` accepts): the decoder's hidden
     states of the response positions go through :func:`logprob_head.head_log_probs` instead,
     so no logits exist for prompt or padding positions and the fp32 work is chunked;
-    ``compile_head`` compiles its per-chunk functions. ``shared_prefix`` (with ``fused_head``):
+    ``compile_head`` compiles its per-chunk functions; ``head_kernel`` picks its statistics
+    kernels (``train.head_kernel``). ``shared_prefix`` (with ``fused_head``):
     samples with identical prompts compute them once (:mod:`shared_prefix`), when any do.
     """
     device = next(model.parameters()).device
@@ -136,7 +138,7 @@ def response_log_probs(
     if fused_head and shared_prefix and (groups := prompt_groups(tokens, resp)) is not None:
         hidden, target = shared_prefix_hidden(model.model, tokens, resp, groups, pad_id)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
-                     compile_head)
+                     compile_head, head_kernel)
     width = max(lengths)
     # Built on the host and moved in one copy each: per-row copies to a GPU each wait for the
     # device queue to drain.
@@ -154,7 +156,7 @@ def response_log_probs(
     if fused_head:
         hidden = model.model(input_ids=ids, attention_mask=attn, use_cache=False)[0]
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
-                     entropy_grad, compile_head)
+                     entropy_grad, compile_head, head_kernel)
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
@@ -173,9 +175,11 @@ def response_log_probs(
 
 def _head(model: torch.nn.Module, hidden: torch.Tensor, target: torch.Tensor, resp: list[int],
           temperature: float, with_entropy: bool, entropy_grad: bool,
-          compile_head: bool) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+          compile_head: bool,
+          head_kernel: str = "torch") -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     lp, ent = head_log_probs(hidden, model.get_output_embeddings(), target, temperature,
-                             entropy=with_entropy, entropy_grad=entropy_grad, compile=compile_head)
+                             entropy=with_entropy, entropy_grad=entropy_grad, compile=compile_head,
+                             kernel=head_kernel)
     return list(lp.split(resp)), list(ent.split(resp)) if ent is not None else None
 
 

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from slime_core import kernels
+
 CAUSAL_LMS = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
 CHUNK_BYTES = 1 << 28  # fp32 bytes of one chunk's [rows, V] temporaries (eager)
 
@@ -146,7 +148,11 @@ def _kernels(compile: bool) -> tuple[Callable[..., Any], Callable[..., Any]]:
 
 
 def _forward_stats(logits: torch.Tensor, target: torch.Tensor, inv_temp: float, entropy: bool,
-                   compile: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   compile: bool, triton: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if triton:  # one pass over the whole [R, V] logits, no fp32 temporaries to bound
+        from slime_core.kernels import logprob_stats
+
+        return logprob_stats.stats(logits, target, inv_temp, entropy)
     stats, _ = _kernels(compile)
     step = _chunk_rows(logits.shape[-1])
     parts = [stats(logits[s:s + step], target[s:s + step], inv_temp, entropy)
@@ -162,13 +168,14 @@ class _HeadLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
                 bias: torch.Tensor | None, target: torch.Tensor, inv_temp: float,
-                entropy: bool, compile: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                entropy: bool, compile: bool, triton: bool) -> tuple[torch.Tensor, torch.Tensor]:
         ctx.set_materialize_grads(False)  # an unused entropy output gets None, not zeros
         logits = F.linear(hidden, weight, bias)
-        lp, lse, ent = _forward_stats(logits, target, inv_temp, entropy, compile)
+        lp, lse, ent = _forward_stats(logits, target, inv_temp, entropy, compile, triton)
         ctx.save_for_backward(hidden, weight, target, lse, ent)
         ctx.logits = logits  # overwritten by its own gradient in backward: not a saved input
         ctx.inv_temp, ctx.compile, ctx.has_bias = inv_temp, compile, bias is not None
+        ctx.triton = triton
         return lp, ent
 
     @staticmethod
@@ -184,35 +191,44 @@ class _HeadLogProbs(torch.autograd.Function):
         ctx.logits = None
         g_lp = torch.zeros_like(lse) if g_lp is None else g_lp.float()
         g_ent = None if g_ent is None else g_ent.float()
-        _, grad_fn = _kernels(ctx.compile)
-        step = _chunk_rows(grad.shape[-1])
-        for s in range(0, grad.shape[0], step):
-            e = s + step
-            grad[s:e] = grad_fn(grad[s:e], target[s:e], lse[s:e], ent[s:e], g_lp[s:e],
-                                None if g_ent is None else g_ent[s:e], ctx.inv_temp)
+        if ctx.triton:
+            from slime_core.kernels import logprob_stats
+
+            logprob_stats.grad_(grad, target, lse, ent, g_lp, g_ent, ctx.inv_temp)
+        else:
+            _, grad_fn = _kernels(ctx.compile)
+            step = _chunk_rows(grad.shape[-1])
+            for s in range(0, grad.shape[0], step):
+                e = s + step
+                grad[s:e] = grad_fn(grad[s:e], target[s:e], lse[s:e], ent[s:e], g_lp[s:e],
+                                    None if g_ent is None else g_ent[s:e], ctx.inv_temp)
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         d_hidden = grad @ weight if need_h else None
         d_weight = grad.t() @ hidden if need_w else None
         d_bias = grad.sum(0) if need_b and ctx.has_bias else None
-        return d_hidden, d_weight, d_bias, None, None, None, None
+        return d_hidden, d_weight, d_bias, None, None, None, None, None
 
 
 def head_log_probs(hidden: torch.Tensor, head: torch.nn.Linear, target: torch.Tensor,
                    temperature: float, entropy: bool = False, entropy_grad: bool = True,
-                   compile: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   compile: bool = False,
+                   kernel: str = "torch") -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of ``target`` [R] (and the entropy, when ``entropy``) under
     ``log_softmax(head(hidden).float() / T)`` for hidden states [R, d]; ``T`` is
     ``temperature`` when > 0, else 1. Both results are fp32 [R]; the entropy carries a
     gradient only when ``entropy_grad``. Without autograd (``torch.no_grad`` or nothing that
-    requires a gradient) no logits are kept."""
+    requires a gradient) no logits are kept. ``kernel`` (``train.head_kernel``): ``"triton"``
+    runs the statistics and the gradient as :mod:`slime_core.kernels.logprob_stats`,
+    ``"torch"`` as the chunked functions here, ``"auto"`` the first where it can run."""
     inv_temp = 1.0 / temperature if temperature > 0 else 1.0
+    triton = kernels.choose(kernel, hidden, "train.head_kernel")
     args = (hidden, head.weight, head.bias)
     if not (torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in args)):
         logits = F.linear(*args)
-        lp, _, ent = _forward_stats(logits, target, inv_temp, entropy, compile)
+        lp, _, ent = _forward_stats(logits, target, inv_temp, entropy, compile, triton)
         return lp, ent if entropy else None
     lp, ent = _HeadLogProbs.apply(hidden, head.weight, head.bias, target, inv_temp, entropy,
-                                  compile)
+                                  compile, triton)
     if not entropy:
         return lp, None
     return lp, ent if entropy_grad else ent.detach()

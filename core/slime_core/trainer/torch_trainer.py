@@ -138,7 +138,7 @@ class TorchTrainer:
                     out[i] = lp.float().cpu()
         return out  # type: ignore[return-value]
 
-    def _head_options(self, model: torch.nn.Module) -> dict[str, bool]:
+    def _head_options(self, model: torch.nn.Module) -> dict[str, Any]:
         t = self.config.train
         fused = self.fused_head and (model is self.model or logprob_head.unsupported(model) is None)
         # The two-pass forward needs the decoder's key/value cache, which transformers turns
@@ -147,7 +147,7 @@ class TorchTrainer:
         # model) whose cost on a GPU run was not measured, so the two are not combined.
         shared = fused and t.shared_prefix and not t.compile and not t.gradient_checkpointing
         return {"fused_head": fused, "compile_head": fused and bool(t.compile),
-                "shared_prefix": shared}
+                "shared_prefix": shared, "head_kernel": str(getattr(t, "head_kernel", "auto"))}
 
     def _plan(self, tokens: list[torch.Tensor], response_lengths: list[int],
               shared: bool) -> list[list[int]]:

@@ -1,0 +1,51 @@
+"""Triton kernels for the GPU hot paths (decode attention, the log-prob head's statistics).
+
+Each kernel has a torch reference it must match (the CUDA tests compare them) and is used only
+where ``available(tensor)`` holds: a CUDA tensor and an importable ``triton``. Nothing here
+imports triton at module import time, so the CPU install (no triton) imports this package.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return False
+    return True
+
+
+def interpreted() -> bool:
+    """Triton's interpreter (``TRITON_INTERPRET=1``) runs kernels on CPU tensors: how the
+    kernels are checked on a machine without a GPU."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def available(t: torch.Tensor) -> bool:
+    """Whether the Triton kernels can run on ``t``'s device."""
+    if not _triton_importable():
+        return False
+    return t.is_cuda or (interpreted() and t.device.type == "cpu")
+
+
+def choose(setting: str, t: torch.Tensor, key: str) -> bool:
+    """Resolve a kernel setting (``"auto"``, ``"triton"`` or the torch name) for tensors like
+    ``t``: True when the Triton kernel is to be used. ``"triton"`` where it cannot run is an
+    error naming ``key`` (the config key that asked for it)."""
+    if setting == "auto":
+        return available(t)
+    if setting == "triton":
+        if not available(t):
+            raise RuntimeError(
+                f"{key} = \"triton\" needs a CUDA device and an importable triton "
+                f"(tensor on {t.device}, triton importable: {_triton_importable()})")
+        return True
+    return False

@@ -1,0 +1,130 @@
+"""One-token grouped-query attention against a static KV cache, as one Triton kernel.
+
+The static decode path (:mod:`slime_core.engine.static_decode`) attends one new query per row
+to a cache ``[B, H_kv, L, D]`` whose columns beyond the row's current length are masked. SDPA
+(cuDNN picked it) took 23 us a layer for the anchor's 128 rows x 320 columns, against about 5
+us to read that layer's keys and values once (``bench/README.md``). Here one program per
+(row, KV head) holds that head's ``n_rep`` queries as the rows of one small product, walks the
+cache in column tiles with an online softmax (fp32 scores and sums, probabilities rounded to
+the value dtype before the second product, as flash attention does), and skips a tile whose
+columns are all masked, so the keys and values a row has not written yet are never read.
+
+Same function as ``scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)`` with
+``q`` viewed ``[B, H_kv, n_rep, D]`` (:func:`reference`), up to float rounding; a row with no
+valid column gives zeros (SDPA gives NaN there; a decode row always has its own column).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+BLOCK_N = 64
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    """The torch form: ``q`` [B, H_kv, G, D], ``k``/``v`` [B, H_kv, L, D], ``mask`` [B, L]
+    (True = attend) -> [B, H_kv, G, D]."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask[:, None, None, :], scale=scale)
+
+
+@functools.cache
+def _kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def decode_attention_kernel(
+        q_ptr, k_ptr, v_ptr, m_ptr, o_ptr,
+        s_qb, s_qh, s_qg,
+        s_kb, s_kh, s_kl,
+        s_vb, s_vh, s_vl,
+        s_mb,
+        s_ob, s_oh, s_og,
+        length, groups, scale_log2e,
+        D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        offs_g = tl.arange(0, BLOCK_G)
+        offs_d = tl.arange(0, D)
+        offs_n = tl.arange(0, BLOCK_N)
+        g_ok = offs_g < groups
+        q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_g[:, None] * s_qg + offs_d[None, :],
+                    mask=g_ok[:, None], other=0.0)
+        m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_G,), tl.float32)
+        acc = tl.zeros((BLOCK_G, D), tl.float32)
+        k_base = k_ptr + b * s_kb + h * s_kh
+        v_base = v_ptr + b * s_vb + h * s_vh
+        for start in range(0, length, BLOCK_N):
+            cols = start + offs_n
+            in_range = cols < length
+            valid = tl.load(m_ptr + b * s_mb + cols, mask=in_range, other=0) != 0
+            if tl.max(valid.to(tl.int32), axis=0) > 0:  # a tile with nothing to attend: skipped
+                k = tl.load(k_base + cols[:, None] * s_kl + offs_d[None, :],
+                            mask=valid[:, None], other=0.0)
+                s = tl.dot(q, tl.trans(k)) * scale_log2e  # log2 domain
+                s = tl.where(valid[None, :], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, axis=1))
+                alpha = tl.exp2(m_i - m_new)
+                p = tl.exp2(s - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                v = tl.load(v_base + cols[:, None] * s_vl + offs_d[None, :],
+                            mask=valid[:, None], other=0.0)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m_i = m_new
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + b * s_ob + h * s_oh + offs_g[:, None] * s_og + offs_d[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=g_ok[:, None])
+
+    return decode_attention_kernel
+
+
+def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+            scale: float) -> torch.Tensor:
+    b, hkv, groups, d = q.shape
+    length = k.shape[2]
+    if d & (d - 1) or d < 16:
+        raise ValueError(f"decode attention kernel: head dim {d} is not a power of two >= 16")
+    if k.stride(-1) != 1 or v.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("decode attention kernel: the head dimension must be contiguous")
+    m = mask.reshape(b, -1)
+    if m.shape[1] != length:
+        raise ValueError(f"decode attention kernel: mask has {m.shape[1]} columns, cache {length}")
+    # a bool mask is read as bytes in place (no conversion kernel per layer and step)
+    m = m.view(torch.uint8) if m.dtype == torch.bool else (m != 0).to(torch.uint8)
+    out = torch.empty((b, hkv, groups, d), device=q.device, dtype=q.dtype)
+    block_g = max(16, 1 << (groups - 1).bit_length())
+    _kernel()[(b, hkv)](
+        q, k, v, m, out,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        m.stride(0),
+        out.stride(0), out.stride(1), out.stride(2),
+        length, groups, scale * 1.4426950408889634,
+        D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, num_warps=4, num_stages=2,
+    )
+    return out
+
+
+@torch.library.custom_op("slime::decode_attention", mutates_args=())
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """``q`` [B, H_kv, G, D] (the ``G = n_rep`` query heads of each KV head), ``k``/``v``
+    [B, H_kv, L, D], ``mask`` [B, L] or [B, 1, 1, L] (nonzero = attend) -> [B, H_kv, G, D].
+
+    A custom op, so ``torch.compile`` keeps it as one opaque call (the compiled decode step
+    that a CUDA graph captures)."""
+    return _launch(q, k, v, mask, scale)
+
+
+@decode_attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+      scale: float) -> torch.Tensor:
+    return q.new_empty(q.shape)

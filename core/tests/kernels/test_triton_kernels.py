@@ -1,0 +1,146 @@
+"""The Triton kernels against their torch references, where the kernels run: on CUDA, or on
+the CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton installed). Skipped
+otherwise (the CPU install has no triton); ``core/tests/kernels/test_kernel_choice.py`` covers
+what runs without triton."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from slime_core import kernels
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(
+    not kernels.available(torch.empty(0, device=DEVICE)),
+    reason="the Triton kernels need CUDA + triton (or TRITON_INTERPRET=1 with triton)")
+# bf16 on CUDA (the dtype the engines and trainers use there); the interpreter computes with
+# numpy, which has no bf16
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+
+
+def _decode_inputs(b: int, hkv: int, g: int, d: int, length: int, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hkv * g, 1, d, generator=gen).to(DEVICE, DTYPE)
+    q = q.view(b, hkv, g, d)
+    k = torch.randn(b, hkv, length, d, generator=gen).to(DEVICE, DTYPE)
+    v = torch.randn(b, hkv, length, d, generator=gen).to(DEVICE, DTYPE)
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    for i in range(b):  # left padding of i % 5 columns, written up to a row-dependent column
+        lo = i % 5
+        hi = min(length, 24 + (i * 37) % (length - 24))
+        mask[i, lo:hi] = True
+    return q, k, v, mask.to(DEVICE)
+
+
+@pytest.mark.parametrize("shape", [(8, 2, 7, 64, 320), (5, 2, 6, 128, 1088), (3, 1, 1, 16, 70),
+                                   (4, 4, 16, 64, 130)])
+def test_decode_attention_matches_sdpa(shape: tuple[int, ...]) -> None:
+    from slime_core.kernels.decode_attention import decode_attention, reference
+
+    b, hkv, g, d, length = shape
+    q, k, v, mask = _decode_inputs(b, hkv, g, d, length)
+    out = decode_attention(q, k, v, mask[:, None, None, :], d ** -0.5)
+    ref = reference(q.float(), k.float(), v.float(), mask, d ** -0.5)
+    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-5
+    assert out.shape == q.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+    # the kernel's error is the same size as SDPA's own in that dtype
+    if DTYPE == torch.bfloat16:
+        sdpa = reference(q, k, v, mask, d ** -0.5).float()
+        assert (out.float() - ref).abs().max() <= 2 * (sdpa - ref).abs().max() + 1e-3
+
+
+def test_decode_attention_never_reads_unwritten_columns() -> None:
+    # NaN in every masked column: a kernel that read (and zero-weighted) them would give NaN
+    from slime_core.kernels.decode_attention import decode_attention, reference
+
+    q, k, v, mask = _decode_inputs(6, 2, 4, 64, 256, seed=3)
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[~mask[:, None, :, None].expand_as(k)] = float("nan")
+    v_nan[~mask[:, None, :, None].expand_as(v)] = float("nan")
+    out = decode_attention(q, k_nan, v_nan, mask, 64 ** -0.5)
+    assert torch.isfinite(out).all()
+    ref = reference(q.float(), k.float(), v.float(), mask, 64 ** -0.5)
+    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
+def test_decode_attention_compiles_as_one_op() -> None:
+    if DEVICE != "cuda":
+        pytest.skip("torch.compile of the custom op is checked on CUDA")
+    from slime_core.kernels.decode_attention import decode_attention
+
+    q, k, v, mask = _decode_inputs(4, 2, 7, 64, 128)
+
+    def f(q, k, v, m):
+        return decode_attention(q * 1.0, k, v, m, 0.125) + 0
+
+    eager = f(q, k, v, mask)
+    compiled = torch.compile(f, fullgraph=True)(q, k, v, mask)
+    torch.testing.assert_close(compiled, eager)
+
+
+@pytest.mark.parametrize("entropy", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_head_kernels_match_the_torch_functions(entropy: bool, temperature: float) -> None:
+    from slime_core.trainer.logprob_head import head_log_probs
+
+    gen = torch.Generator().manual_seed(1)
+    rows, d, vocab = (300, 64, 151936) if DEVICE == "cuda" else (37, 16, 5003)
+    hidden = (3 * torch.randn(rows, d, generator=gen)).to(DEVICE, DTYPE)
+    head = torch.nn.Linear(d, vocab, bias=False).to(DEVICE, DTYPE)
+    target = torch.randint(0, vocab, (rows,), generator=gen).to(DEVICE)
+    weights = torch.linspace(-1, 1, rows, device=DEVICE)
+    results = {}
+    for kernel in ("torch", "triton"):
+        h = hidden.clone().requires_grad_(True)
+        head.weight.grad = None
+        lp, ent = head_log_probs(h, head, target, temperature, entropy=entropy, kernel=kernel)
+        loss = (lp * weights).sum() + (0.3 * ent.sum() if ent is not None else 0.0)
+        loss.backward()
+        results[kernel] = (lp.detach(), ent, h.grad, head.weight.grad.clone())
+    (lp0, e0, gh0, gw0), (lp1, e1, gh1, gw1) = results["torch"], results["triton"]
+    torch.testing.assert_close(lp1, lp0, atol=1e-4, rtol=1e-5)
+    if entropy:
+        torch.testing.assert_close(e1.detach(), e0.detach(), atol=1e-4, rtol=1e-5)
+    # the gradients are rounded to the logits' dtype by both, before the two products
+    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(gh1.float(), gh0.float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(gw1.float(), gw0.float(), atol=tol, rtol=tol)
+
+
+def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
+    """The engine's static decode path: the same prefill and steps through both attention
+    functions give the same logits (a grouped-query Qwen2, left-padded prompts)."""
+    if DEVICE != "cuda":
+        pytest.skip("the static decode path with CUDA graphs is a CUDA path")
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from slime_core.engine.static_decode import StaticDecoders
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512)
+    model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    batch, width, new = 6, 12, 20
+    ids = torch.randint(3, 512, (batch, width), device="cuda")
+    prompt_mask = torch.ones(batch, width, dtype=torch.long, device="cuda")
+    for i in range(batch):
+        prompt_mask[i, : i % 4] = 0  # left padding
+    pos = (prompt_mask.cumsum(1) - 1).clamp(min=0)
+    logits = {}
+    for name in ("sdpa", "triton"):
+        decoders = StaticDecoders(capture=True, decode_attention=name)
+        dec = decoders.get(model, batch, width, new)
+        with torch.no_grad():
+            out = [dec.prefill(ids, prompt_mask, pos)]
+            nxt = out[0].argmax(-1, keepdim=True)
+            last = pos[:, -1:]
+            for s in range(new):
+                out.append(dec.step(nxt, last + 1 + s, width + s).clone())
+                nxt = torch.randint(3, 512, (batch, 1), device="cuda",
+                                    generator=torch.Generator("cuda").manual_seed(s))
+        logits[name] = torch.stack(out)
+    torch.testing.assert_close(logits["triton"].float(), logits["sdpa"].float(), atol=5e-2,
+                               rtol=5e-2)
