@@ -26,7 +26,7 @@ def plugin_selection(extra: tuple[str, ...] = ()) -> Any:
     GPU host, which cannot pip-install)."""
     from importlib.metadata import entry_points
 
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
 
     names = ("slime_grpo", *extra)
     installed = {ep.name for ep in entry_points(group="slime")}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def main() -> None:
     from grpo_vs_trl import WORKLOADS, model_dir
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
     from slime_core.trainer.torch_trainer import TorchTrainer
     from slime_hookspecs import TrainBatch

@@ -38,7 +38,7 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 @pytest.fixture
 def run_slime() -> Callable[..., Path]:
     """``run_slime(config_dict, plugins=[obj, ...], resume=None)`` -> run dir (local executor)."""
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 

@@ -43,7 +43,7 @@ def run(data: dict[str, Any], plugins: list[Any] = (), resume: str | None = None
         selected: tuple[str, ...] = ("slime_grpo",)) -> Path:
     """Like the ``run_slime`` fixture; ``plugins`` are driver-side observers, ``selected``
     the external plugins of the run."""
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 

@@ -43,7 +43,7 @@ def fakedev_config(base: dict[str, Any], accelerator: str, **sections: dict[str,
 
 
 def test_auto_picks_the_highest_priority_record() -> None:
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.runner.components import select_accelerator
 
     manager = SlimePluginManager(PluginSelection(plugins=[], modules=[ACCEL_PLUGIN])).load()
@@ -58,7 +58,7 @@ def test_auto_picks_the_highest_priority_record() -> None:
     ({"FAKEDEV": 0}, "ray.resources.FAKEDEV: must be > 0"),
 ])
 def test_ray_resources_are_checked(resources: dict[str, float], message: str) -> None:
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     with pytest.raises(Exception, match=re.escape(message)):
@@ -103,7 +103,7 @@ def fakedev_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     torch.distributed (the variables are inherited by the Ray processes started here)."""
     pytest.importorskip("ray")
     from slime_core.executors.ray_cluster import RayConnection
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     out = tmp_path_factory.mktemp("fakedev-records")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from slime_core.plugins import PluginSelection
+from slime_core.pluginmgr import PluginSelection
 from slime_core.session import resolve
 from slime_hookspecs import Sample
 

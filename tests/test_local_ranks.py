@@ -42,7 +42,7 @@ def test_two_local_ranks_train_like_one(base_config: dict[str, Any]) -> None:
     assert m[0]["train/dp_token_imbalance"] >= 1.0
 
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
     from slime_core.trainer.torch_trainer import TorchTrainer
 

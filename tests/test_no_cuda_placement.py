@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SEARCHED = ("core", "plugins")
 NOT_SEARCHED = {
     "core/slime_core/builtin/accelerators.py": "the cpu and cuda accelerator records",
+    "core/slime_core/executors/accelerators.py": "the cpu and cuda accelerators (torch.cuda calls)",
     "plugins/ascend_npu/ascend_npu/plugin.py": "the npu accelerator record",
-    "core/slime_core/executors/gpu_check.py": "GPU-only check, run by hand on 2 CUDA devices",
+    "core/slime_core/cli/gpu_check.py": "GPU-only check, run by hand on 2 CUDA devices",
 }
 PATTERN = re.compile(r"(?i:cuda|nccl)|\bGPU\b|num_gpus")
 

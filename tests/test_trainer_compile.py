@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from slime_core.context import set_manager
-from slime_core.plugins import PluginSelection
+from slime_core.pluginmgr import PluginSelection
 from slime_core.testing import TINY_QWEN2, write_char_tokenizer
 from slime_core.trainer.torch_trainer import TorchTrainer
 from slime_hookspecs import TrainBatch

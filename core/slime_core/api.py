@@ -85,9 +85,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.agent.buffer.services", "run_agent_api"),
     # errors
-    "UnknownRecordError": ("slime_core.plugins.registry", "UnknownRecordError"),
-    "UnavailableRecordError": ("slime_core.plugins.registry", "UnavailableRecordError"),
-    "DuplicateRecordError": ("slime_core.plugins.registry", "DuplicateRecordError"),
+    "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
+    "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
+    "DuplicateRecordError": ("slime_core.pluginmgr.registry", "DuplicateRecordError"),
 }
 
 __all__ = list(_EXPORTS)

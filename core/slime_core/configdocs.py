@@ -61,7 +61,7 @@ def _default(f: dataclasses.Field[Any]) -> str:
 
 
 def render() -> str:
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.session import build_schema
 
     manager = SlimePluginManager(PluginSelection(plugins=FIRST_PARTY, autoload=False)).load()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from slime_core.plugins import SlimePluginManager
+    from slime_core.pluginmgr import SlimePluginManager
 
 _MANAGER: SlimePluginManager | None = None
 

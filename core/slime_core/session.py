@@ -14,7 +14,7 @@ from slime_core.config.names import (
     check_sections,
     remember_sources,
 )
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_hookspecs.records import ConfigSection
 
 

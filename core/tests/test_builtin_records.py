@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +37,14 @@ BUILTIN_RECORDS: dict[str, dict[str, set[str]]] = {
 
 
 def test_every_record_kind_is_listed() -> None:
-    from slime_core.plugins.registry import KINDS
+    from slime_core.pluginmgr.registry import KINDS
 
     assert set(BUILTIN_RECORDS) == set(KINDS)
 
 
 @pytest.mark.parametrize("kind", sorted(BUILTIN_RECORDS))
 def test_builtin_registration_hooks(pm, kind: str) -> None:
-    from slime_core.plugins.registry import KINDS
+    from slime_core.pluginmgr.registry import KINDS
 
     hook, _, rtype = KINDS[kind]
     got: dict[str, set[str]] = {}
@@ -60,7 +60,7 @@ def test_builtin_registration_hooks(pm, kind: str) -> None:
 
 def test_registry_hook_names_come_from_the_record_types() -> None:
     """Each record type names its registration hook; the registry reads it from there."""
-    from slime_core.plugins.registry import KINDS
+    from slime_core.pluginmgr.registry import KINDS
     from slime_hookspecs.records import RECORD_TYPES
 
     assert {rt.kind: rt.hook for rt in RECORD_TYPES} == {

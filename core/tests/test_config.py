@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slime_core.config import ConfigError, parse_override
-from slime_core.plugins import PluginSelection
+from slime_core.pluginmgr import PluginSelection
 from slime_core.session import resolve
 from slime_hookspecs import ConfigSection, hookimpl
 
@@ -73,7 +73,7 @@ class _ExtraPlugin:
 
 
 def test_plugin_contributes_a_section_and_duplicate_fails(tmp_path: Path) -> None:
-    from slime_core.plugins import SlimePluginManager
+    from slime_core.pluginmgr import SlimePluginManager
     from slime_core.session import build_schema
     from slime_core.config import load_config
 

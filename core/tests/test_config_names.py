@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from slime_core.builtin.config_sections import RECORD_KEYS as CORE_KEYS
 from slime_core.builtin.tools_plugin import RECORD_KEYS as TOOLS_KEYS
 from slime_core.config import ConfigError
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.session import resolve
 
 ARITH = Path(__file__).resolve().parents[2] / "examples" / "tiny_arith" / "grpo.toml"
@@ -120,7 +120,7 @@ def test_core_run_fails_before_any_model_loads(monkeypatch: pytest.MonkeyPatch) 
 def test_needs_ref_fails_on_an_unknown_estimator() -> None:
     from slime_core.algo.compose import needs_ref
     from slime_core.context import set_manager
-    from slime_core.plugins import UnknownRecordError
+    from slime_core.pluginmgr import UnknownRecordError
     from slime_core.testing import build_test_config
 
     set_manager(SlimePluginManager(GRPO).load())

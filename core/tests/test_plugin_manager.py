@@ -8,7 +8,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from slime_core.plugins import (
+from slime_core.pluginmgr import (
     DuplicateRecordError,
     PluginLoadError,
     PluginSelection,
@@ -17,7 +17,7 @@ from slime_core.plugins import (
     UnavailableRecordError,
     UnknownRecordError,
 )
-from slime_core.plugins import manager as manager_mod
+from slime_core.pluginmgr import manager as manager_mod
 from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 

@@ -25,7 +25,7 @@ def build(config_path: str | None, overrides: list[str]) -> Any:
 
     from slime_core.agent.api import AgentApiServer
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.components import select_accelerator
     from slime_core.session import resolve
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from slime_core.cli.options import load_manager, selection_options
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_hookspecs.specs import family_of, hook_names
 
 

@@ -30,7 +30,7 @@ cli.add_command(run_command)
 
 def _add_plugin_commands() -> None:
     """Let plugins add commands (``slime_register_commands``) unless help is all that's asked."""
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
     try:
         manager = SlimePluginManager(PluginSelection.from_cli()).load()

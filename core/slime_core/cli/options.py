@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from slime_core.plugins import (
+from slime_core.pluginmgr import (
     PluginLoadError,
     PluginSelection,
     PluginUsageError,

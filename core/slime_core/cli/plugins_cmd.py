@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from slime_core.cli.options import load_manager, selection_options
-from slime_core.plugins import PluginInfo, PluginSelection, SlimePluginManager
-from slime_core.plugins.registry import KINDS
+from slime_core.pluginmgr import PluginInfo, PluginSelection, SlimePluginManager
+from slime_core.pluginmgr.registry import KINDS
 
 
 def plugin_hooks(manager: SlimePluginManager, name: str) -> list[str]:

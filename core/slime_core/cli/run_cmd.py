@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from slime_core.cli.options import selection_options
-from slime_core.plugins import PluginLoadError, PluginSelection, PluginUsageError
+from slime_core.pluginmgr import PluginLoadError, PluginSelection, PluginUsageError
 
 
 @click.command("run")

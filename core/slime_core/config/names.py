@@ -33,7 +33,7 @@ from slime_core.config.model import ConfigError
 if TYPE_CHECKING:
     from slime_core.config.model import Config
     from slime_core.config.schema import ConfigSchema
-    from slime_core.plugins.manager import SlimePluginManager
+    from slime_core.pluginmgr.manager import SlimePluginManager
 
 DEFAULT = "default"
 

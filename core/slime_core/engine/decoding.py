@@ -185,7 +185,7 @@ def decode(
     results: dict[int, Result] = {}
     fixed = None
     if static is not None and prebuilt_mask_ok(model.config):
-        fixed = static.get(model, n, width, max_new)
+        fixed = static.get(model, n, width, max_new, fused)
         cache = None
         logits = fixed.prefill(ids, full_mask[:, :width], pos)
     elif fused is not None:

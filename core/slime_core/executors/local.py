@@ -22,7 +22,7 @@ from slime_core.executors.base import (
     local_only_plugins,
     weights_digest,
 )
-from slime_core.plugins import SlimePluginManager
+from slime_core.pluginmgr import SlimePluginManager
 from slime_core.runner.components import attach_buffer_filter, has_eval, make_data_source
 from slime_core.runner.rollout import RolloutManager
 

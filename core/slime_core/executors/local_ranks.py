@@ -26,7 +26,7 @@ from typing import Any
 from slime_hookspecs import AcceleratorRecord
 
 from slime_core.executors.trainer_group import TrainerGroup
-from slime_core.plugins import PluginSelection
+from slime_core.pluginmgr import PluginSelection
 
 _POLL_S = 0.5
 

@@ -43,7 +43,7 @@ from slime_core.executors.ray_workers import (
     RolloutManagerWorker,
     TrainerWorker,
 )
-from slime_core.plugins import SlimePluginManager
+from slime_core.pluginmgr import SlimePluginManager
 from slime_core.runner.components import has_eval
 
 _Trainer = ray.remote(TrainerWorker)

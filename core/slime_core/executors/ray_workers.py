@@ -1,7 +1,7 @@
 """What runs inside the ray executor's actors, and the engine facade the other actors use.
 
 Every actor starts with :func:`bootstrap`: it rebuilds the driver's plugin set from the
-picklable :class:`~slime_core.plugins.PluginSelection` (entry points by name plus
+picklable :class:`~slime_core.pluginmgr.PluginSelection` (entry points by name plus
 ``run.plugin_modules`` by import path), makes it this process's manager
 (``slime_core.context.set_manager``) and applies the driver's seeds and thread count. So a
 hook fires in the process its docstring names, with the same plugins as on the driver.
@@ -32,7 +32,7 @@ from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 
 from slime_core.context import set_manager
 from slime_core.executors.base import EngineLostError, engine_weights, weights_digest
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
 
 def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:

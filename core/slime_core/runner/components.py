@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from slime_core.data.rowcheck import labels_required_by
-from slime_core.plugins import SlimePluginManager
+from slime_core.pluginmgr import SlimePluginManager
 from slime_hookspecs import AcceleratorRecord
 
 

@@ -25,7 +25,7 @@ from slime_core.config.names import check_record_names
 from slime_core.context import set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
-from slime_core.plugins import SlimePluginManager
+from slime_core.pluginmgr import SlimePluginManager
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import staleness
 from slime_core.runner.components import select_accelerator

@@ -120,7 +120,7 @@ def resume_selection(run_dir: str | Path, selection: Any) -> tuple[Any, str]:
     naming it. ``run.plugin_modules`` comes back with the resolved config."""
     from dataclasses import replace
 
-    from slime_core.plugins.builtins import BUILTIN_PLUGINS, ESSENTIAL
+    from slime_core.pluginmgr.builtins import BUILTIN_PLUGINS, ESSENTIAL
 
     if selection.plugins is not None:
         return selection, (f"resume: using the plugins selected on the command line "

@@ -21,7 +21,7 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 @pytest.fixture(scope="session")
 def manager():
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
     m = SlimePluginManager(PluginSelection(autoload=False)).load()
     set_manager(m)

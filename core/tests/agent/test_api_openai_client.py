@@ -29,7 +29,7 @@ def stack(tmp_path_factory):
     from slime_core.config import load_config
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.session import build_schema
 
     tok = write_char_tokenizer(tmp_path_factory.mktemp("oai_tok"))

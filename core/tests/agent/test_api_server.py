@@ -25,7 +25,7 @@ from slime_hookspecs import Sample, Status
 def engine_and_config(tmp_path_factory):
     from slime_core.config import load_config
     from slime_core.engine.local_engine import LocalEngine
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.session import build_schema
     from slime_core.testing import write_char_tokenizer
 

@@ -127,7 +127,7 @@ class SlowTools:
 
 @pytest.fixture
 def slow_manager():
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
     m = SlimePluginManager(PluginSelection(autoload=False)).load()
     m.register_object(SlowTools(), "slow_tools")

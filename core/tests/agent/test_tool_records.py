@@ -6,7 +6,7 @@ import pytest
 
 from slime_core.agent.calculator import CalculatorError, evaluate, format_number
 from slime_core.agent.parsers import HermesParser
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_hookspecs import ToolParserRecord, ToolRecord, hookimpl
 
 

@@ -131,8 +131,8 @@ def test_local_executor_refuses_ray_transports() -> None:
 
 
 def test_snapshot_for_workers_leaves_out_failed_and_blocked_plugins() -> None:
-    from slime_core.plugins import PluginSelection, SlimePluginManager
-    from slime_core.plugins.manager import PluginInfo
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr.manager import PluginInfo
 
     m = SlimePluginManager(PluginSelection(modules=["my.mod"]))
     for name, status in (("good", "active"), ("probe", "unavailable"), ("bad", "failed"),

@@ -13,7 +13,7 @@ def group(*rewards, **kw):
 
 
 def test_records_are_registered_with_stages():
-    from slime_core.plugins import SlimePluginManager
+    from slime_core.pluginmgr import SlimePluginManager
 
     reg = SlimePluginManager().load().registries.filter
     stages = {r.name: r.stage for r in reg if r.owner == "core_filters"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from slime_core.config import ConfigError
-from slime_core.plugins import PluginSelection
+from slime_core.pluginmgr import PluginSelection
 from slime_core.session import resolve
 
 

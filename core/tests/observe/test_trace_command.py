@@ -86,7 +86,7 @@ def test_core_trace_errors_are_clear(tmp_path: Path) -> None:
 
 
 def test_trace_and_report_are_registered_through_the_hook() -> None:
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
     manager = SlimePluginManager(PluginSelection(plugins=[])).load()
     manager.hook.slime_register_commands.call_historic(kwargs={"cli": cli})

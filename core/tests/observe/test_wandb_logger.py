@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slime_core.plugins import PluginSelection, SlimePluginManager
-from slime_core.plugins.registry import UnavailableRecordError
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr.registry import UnavailableRecordError
 
 HAVE_WANDB = importlib.util.find_spec("wandb") is not None
 
@@ -28,7 +28,7 @@ def test_wandb_record_is_unavailable_with_its_reason() -> None:
 @pytest.mark.skipif(not HAVE_WANDB, reason="wandb is not installed (pip install wandb)")
 def test_wandb_offline_logs_without_network(make_config, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from slime_core.builtin.loggers import WandbLogger
+    from slime_core.observe.loggers import WandbLogger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

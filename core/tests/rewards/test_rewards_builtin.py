@@ -20,7 +20,7 @@ def sample(response: str, label=None, **kw) -> Sample:
 
 
 def test_records_are_registered():
-    from slime_core.plugins import SlimePluginManager
+    from slime_core.pluginmgr import SlimePluginManager
 
     reg = SlimePluginManager().load().registries.reward_function
     assert {"exact", "math", "reasoning_gym", "remote"} <= set(reg.names())

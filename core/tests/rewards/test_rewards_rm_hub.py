@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from slime_core.plugins import SlimePluginManager
+from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rewards.boxed import last_boxed
 from slime_core.rewards.math_grade import grade
 from slime_hookspecs import Sample

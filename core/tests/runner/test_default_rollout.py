@@ -31,7 +31,7 @@ class _Rewards:
 
 def _manager_and_config(tmp_path: Path) -> tuple[Any, Any]:
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.testing import build_test_config, write_char_tokenizer
 
     manager = SlimePluginManager(PluginSelection(autoload=False)).load()

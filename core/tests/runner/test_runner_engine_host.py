@@ -57,7 +57,7 @@ def test_builtin_rewards_of_a_main_thread_rollout_run_on_the_main_thread(tmp_pat
     """math-verify's timeouts use signal.alarm (main thread only): registry reward functions
     of a rollout driven from the main thread run there, not on the loop's helper thread."""
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.runner.rollout import RolloutManager
     from slime_core.testing import build_test_config, write_char_tokenizer
     from slime_hookspecs import GenerateOutput, RewardFunctionRecord, hookimpl

@@ -58,7 +58,7 @@ def test_engine_scores_equal_the_trainers_teacher_log_probs(make_config):
     """Engine mode and trainer mode give the teacher's log-probs of the same tokens."""
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
-    from slime_core.plugins import PluginSelection, SlimePluginManager
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.trainer.torch_trainer import TorchTrainer
 
     set_manager(SlimePluginManager(PluginSelection(autoload=False)).load())

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from slime_core.builtin.sft_chat import chat_loss_mask, split_prompt_response
+from slime_core.data.sft_chat import chat_loss_mask, split_prompt_response
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = ROOT / "examples" / "tiny_arith" / "model"

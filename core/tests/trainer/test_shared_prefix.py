@@ -99,7 +99,7 @@ def test_trainer_steps_match_with_and_without_shared_prefix(tmp_path, monkeypatc
     """Two GRPO steps (two micro-batches each) give the same loss, gradient norm, entropy and
     weights with ``train.shared_prefix`` on and off, and the shared path is taken."""
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
     from slime_core.testing import TINY_QWEN2, write_char_tokenizer
     from slime_core.trainer import batching

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 from slime_core.context import set_manager
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import TINY_QWEN2, build_test_config, write_char_tokenizer
 from slime_core.trainer.torch_trainer import TorchTrainer
 
@@ -68,7 +68,7 @@ def test_checkpoints_without_device_rng_still_load(config: Any, tmp_path: Path) 
 def test_the_accelerator_decides_the_fused_optimizer(config: Any, tmp_path: Path) -> None:
     """``fused_optimizer`` on the accelerator object (torch has a fused AdamW on the CPU too,
     so the flag's effect runs here); absent, the multi-tensor AdamW is kept."""
-    from slime_core.builtin.accelerators import CPUAccelerator
+    from slime_core.executors.accelerators import CPUAccelerator
 
     fused = RecordingAccelerator(state=0)
     fused.fused_optimizer = True  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from slime_core.plugins import PluginSelection, SlimePluginManager, UnavailableRecordError
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager, UnavailableRecordError
 
 
 def test_registers_npu_record_with_its_placement_fields() -> None:

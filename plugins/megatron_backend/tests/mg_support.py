@@ -29,7 +29,7 @@ def make_config(data: dict[str, Any], overrides: tuple[str, ...] = (),
     """A resolved config (slime_grpo + megatron_backend + ``plugins``); the manager becomes
     this process's."""
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     manager, config = resolve(PluginSelection(plugins=[*PLUGINS, *plugins]), None, overrides,

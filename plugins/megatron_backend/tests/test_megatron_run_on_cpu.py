@@ -20,7 +20,7 @@ COMPARED = ("rollout/reward_mean", "rollout/response_length_mean", "train/loss",
 
 
 def _run(data: dict[str, Any], resume: str | None = None) -> Path:
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 

@@ -28,7 +28,7 @@ def rlve_data(**rlve: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def make_config():
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     def make(**rlve: Any) -> Any:

@@ -18,7 +18,7 @@ from sglang_rollout.fake_server import FakeSGLangServer, ScriptedEngine  # noqa:
 
 def resolve_config(data: dict[str, dict[str, Any]], plugins: tuple[str, ...] = ("sglang_rollout",)) -> Any:
     """A resolved config (``slime_configure`` fired) with the plugin's ``[sglang]`` section."""
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     return resolve(PluginSelection(plugins=list(plugins)), None, (), data)

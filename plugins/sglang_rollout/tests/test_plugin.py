@@ -82,7 +82,7 @@ def test_entry_point_module_is_light() -> None:
 
 
 def test_a_run_without_urls_fails_with_the_probe_reason(resolve, base_config) -> None:
-    from slime_core.plugins.registry import UnavailableRecordError
+    from slime_core.pluginmgr.registry import UnavailableRecordError
     from slime_core.runner.driver import run_training
 
     why = probe.launch_unavailable_reason()

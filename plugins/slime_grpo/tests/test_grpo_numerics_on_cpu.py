@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import torch
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import build_test_config
 from slime_hookspecs import TrainBatch
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from slime_core.plugins import PluginSelection, SlimePluginManager
+from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import build_test_config
 from slime_hookspecs import TrainBatch
 

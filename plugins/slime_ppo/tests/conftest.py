@@ -50,7 +50,7 @@ def ppo_config(tokenizer_dir: Path, tmp_path: Path) -> dict[str, dict[str, Any]]
 @pytest.fixture
 def run_slime() -> Callable[..., Path]:
     """``run_slime(config_dict, plugins=[obj, ...], resume=None)`` -> run dir (local executor)."""
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
@@ -72,7 +72,7 @@ def run_slime() -> Callable[..., Path]:
 def ppo_manager() -> Any:
     """A plugin manager with slime_grpo and slime_ppo, set as this process's manager."""
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     manager, _ = resolve(PluginSelection(plugins=list(PLUGINS)), None, (), {})

@@ -59,7 +59,7 @@ def _rank(rank: int, world: int, init: str, reducer: str, tok_dir: str, out: str
     import torch.distributed as dist
     from slime_core.config import load_config
     from slime_core.context import set_manager
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import build_schema, resolve
     from slime_core.testing import TINY_QWEN2
 

@@ -111,7 +111,7 @@ def test_tiny_arith_ppo_config_matches_grpo_but_for_the_estimator() -> None:
     """The learning comparison's fairness: same model, data, samples and actor optimiser."""
     from pathlib import Path
 
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     root = Path(__file__).resolve().parents[3] / "examples" / "tiny_arith"

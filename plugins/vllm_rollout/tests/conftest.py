@@ -67,7 +67,7 @@ def _config_data(tokenizer_dir: Path, run_dir: Path, **sections: dict[str, Any])
 def resolve_config(data: dict[str, Any], overrides: tuple[str, ...] = ()) -> tuple[Any, Any]:
     """(plugin manager, validated config) as ``core run --plugins slime_grpo,vllm_rollout``
     builds them."""
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
     return resolve(PluginSelection(plugins=["slime_grpo", "vllm_rollout"]), None, overrides, data)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import tomllib
-from slime_core.plugins import UnavailableRecordError
+from slime_core.pluginmgr import UnavailableRecordError
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 PLUGIN_DIR = Path(__file__).resolve().parents[1]

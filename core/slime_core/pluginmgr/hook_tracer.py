@@ -1,4 +1,5 @@
-"""``--trace-hooks`` / ``SLIME_TRACE_HOOKS=1``: print every hook call with its duration.
+"""The hook tracer: ``--trace-hooks`` / ``SLIME_TRACE_HOOKS=1`` print every hook call with its
+duration to stderr (not the Chrome trace of a run's phases: :mod:`slime_core.observe.trace`).
 
 Tensors and arrays are shown as ``Tensor(shape=(2, 8), dtype=float32)`` so traces stay short.
 """

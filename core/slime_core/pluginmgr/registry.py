@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from slime_hookspecs.records import RECORD_TYPES, Record
 
 if TYPE_CHECKING:
-    from slime_core.plugins.manager import SlimePluginManager
+    from slime_core.pluginmgr.manager import SlimePluginManager
 
 
 # kind -> (hook name, human label, record type); the hook name is the record type's own

@@ -1,10 +1,10 @@
 """Check the GPU side of the ray executor on this host, without Ray: ``python -m
-slime_core.executors.gpu_check`` (needs 2 CUDA devices).
+slime_core.cli.gpu_check`` (needs 2 CUDA devices).
 
 Two processes, one GPU each, run what the trainer ranks and the broadcast transport run:
 
 1. nccl data parallelism: ``init_data_parallel`` (the loopback store of
-   :mod:`.dist_group`), then one ``TorchTrainer.train_step`` per rank on its token-balanced
+   :mod:`slime_core.executors.dist_group`), then one ``TorchTrainer.train_step`` per rank on its token-balanced
    share of a fixed batch; the first AdamW step stores ``exp_avg = 0.1 * grad``, which must
    equal a single-GPU run on the whole batch;
 2. the nccl weight broadcast group (its own group, not the default one): rank 0 packs its
@@ -24,7 +24,7 @@ TOLERANCE = {"rtol": 1e-4, "atol_scale": 1e-5}  # fp32 sums in another order, TF
 
 
 def _config(tmp: Path) -> tuple[Any, Any]:
-    from slime_core.plugins import PluginSelection
+    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
     from slime_core.testing import TINY_QWEN2, write_char_tokenizer
 
@@ -68,7 +68,7 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)  # before CUDA initialises
     import torch
 
-    from slime_core.builtin.accelerators import TorchAccelerator
+    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
     from slime_core.executors.dist_group import (
@@ -122,7 +122,7 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
     import torch
     import torch.multiprocessing as mp
 
-    from slime_core.builtin.accelerators import TorchAccelerator
+    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.context import set_manager
     from slime_core.executors.dist_group import StoreServer
     from slime_core.trainer.torch_trainer import TorchTrainer

@@ -20,7 +20,7 @@ from typing import Any
 
 import pluggy
 
-from slime_core.plugins.builtins import BUILTIN_PLUGINS, ESSENTIAL
+from slime_core.pluginmgr.builtins import BUILTIN_PLUGINS, ESSENTIAL
 from slime_hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME
 from slime_hookspecs.specs import SPEC_MODULES, hook_names
 
@@ -147,7 +147,7 @@ class SlimePluginManager:
         self.infos: dict[str, PluginInfo] = {}
         self._registries: Any = None
         if self.selection.trace:
-            from slime_core.trace import install_tracer
+            from slime_core.pluginmgr.hook_tracer import install_tracer
 
             install_tracer(self.pm)
 
@@ -160,7 +160,7 @@ class SlimePluginManager:
     def registries(self) -> Any:
         """The registries built from the registration hooks (built on first use)."""
         if self._registries is None:
-            from slime_core.plugins.registry import Registries
+            from slime_core.pluginmgr.registry import Registries
 
             self._registries = Registries(self)
         return self._registries

@@ -1,6 +1,12 @@
-"""Plugin discovery, selection, loading and the registries built from registration hooks."""
+"""The plugin manager: plugin discovery, selection, loading, the registries built from the
+registration hooks, and the hook tracer (``--trace-hooks``).
 
-from slime_core.plugins.manager import (
+Named ``pluginmgr`` (after pluggy's ``PluginManager``, which it wraps), not ``plugins``: the
+plugins themselves live in the repository's top-level ``plugins/`` and in ``builtin/``; this
+package is the machinery that finds and holds them.
+"""
+
+from slime_core.pluginmgr.manager import (
     PluginInfo,
     PluginLoadError,
     PluginSelection,
@@ -8,7 +14,7 @@ from slime_core.plugins.manager import (
     SlimePluginManager,
     build_plugin_manager,
 )
-from slime_core.plugins.registry import (
+from slime_core.pluginmgr.registry import (
     DuplicateRecordError,
     Registries,
     UnavailableRecordError,
