@@ -16,12 +16,27 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
 from slime_core.agent.config import section
 
 _API: dict[str, Any] = {}
+_SOURCES: weakref.WeakSet[Any] = weakref.WeakSet()  # the live rollout-buffer sources
+
+
+def track_source(source: Any) -> None:
+    """A rollout-buffer source of this process (started at run start, stopped at its end)."""
+    _SOURCES.add(source)
+
+
+def forget_source(source: Any) -> None:
+    _SOURCES.discard(source)
+
+
+def live_sources() -> list[Any]:
+    return list(_SOURCES)
 
 
 def run_agent_api(config: Any) -> Any:
@@ -61,8 +76,6 @@ def start_task(config: Any, source: Any) -> None:
 
 def prepare_services(config: Any, run_dir: str) -> Path | None:
     """At run start: start the task of every buffer source, write the service file."""
-    from slime_core.agent.buffer.source import live_sources
-
     for src in live_sources():
         if not src.started:
             start_task(config, src)
@@ -71,8 +84,6 @@ def prepare_services(config: Any, run_dir: str) -> Path | None:
 
 def write_service_file(run_dir: str) -> Path | None:
     """``<run_dir>/agent_services.json`` (mode 0600): URLs and tokens for agent workers."""
-    from slime_core.agent.buffer.source import live_sources
-
     services: dict[str, Any] = {}
     for src in live_sources():
         services["rollout_buffer"] = {"url": src.url, "token": src.token}
@@ -90,8 +101,6 @@ def write_service_file(run_dir: str) -> Path | None:
 
 def shutdown_services() -> None:
     """Stop the agent API and the buffer sources of this process (end of the run)."""
-    from slime_core.agent.buffer.source import live_sources
-
     for src in live_sources():
         src.close()
     api = _API.pop("server", None)

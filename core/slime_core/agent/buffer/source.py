@@ -28,17 +28,16 @@ import copy
 import os
 import sys
 import time
-import weakref
 from typing import Any
 
 from slime_core.agent.buffer.client import RolloutBufferClient
+from slime_core.agent.buffer.services import forget_source, start_task, track_source
 from slime_core.agent.config import section
 from slime_core.agent.http import HttpError
 from slime_hookspecs import Sample, Status
 
 STATE_FORMAT = "slime.rollout_buffer/1"
 TOKEN_ENV = "SLIME_ROLLOUT_BUFFER_TOKEN"
-_LIVE: weakref.WeakSet[RolloutBufferSource] = weakref.WeakSet()
 
 
 def make_rollout_buffer_source(config: Any, split: str) -> Any:
@@ -97,7 +96,7 @@ class RolloutBufferSource:
         self._to_queue: list[list[Sample]] = []  # groups to queue before fresh ones
         self.last_report: dict[str, Any] = {}
         self.counters = {"invalid_groups": 0, "replaced_groups": 0, "wait_time": 0.0}
-        _LIVE.add(self)
+        track_source(self)
 
     # -- task ----------------------------------------------------------------------------------
     def start(self, engine: dict[str, Any] | None = None) -> None:
@@ -136,8 +135,6 @@ class RolloutBufferSource:
         if num_groups is None or num_groups < 1:
             raise ValueError("the rollout_buffer source hands out a positive number of groups")
         if not self.started:  # not started at slime_run_start (the source is not the driver's)
-            from slime_core.agent.buffer.services import start_task
-
             start_task(self.config, self)
         cfg = self.settings
         want = num_groups + cfg.prefetch_groups - len(self.queued)
@@ -230,7 +227,7 @@ class RolloutBufferSource:
         if self.server is not None:
             self.server.stop()
             self.server = None
-        _LIVE.discard(self)
+        forget_source(self)
 
 
 def _fresh(s: Sample) -> Sample:
@@ -242,6 +239,3 @@ def _fresh(s: Sample) -> Sample:
     out.metadata = copy.deepcopy(s.metadata)
     return out
 
-
-def live_sources() -> list[RolloutBufferSource]:
-    return list(_LIVE)
