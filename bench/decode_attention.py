@@ -1,7 +1,7 @@
 """One decode step's attention at the anchor's shapes, by implementation: what the static decode
 path calls now (SDPA over grouped queries, whichever backend torch picks), SDPA limited to each
-backend, and the explicit three-operation form (scores, masked fp32 softmax, weighted sum),
-eager and compiled. Prints microseconds per call (on CUDA: GPU time of calls replayed from a
+backend, the explicit three-operation form (scores, masked fp32 softmax, weighted sum),
+eager and compiled, and slime's Triton kernel (``slime_core.kernels.decode_attention``). Prints microseconds per call (on CUDA: GPU time of calls replayed from a
 CUDA graph, as the decode loop runs them)
 and the largest difference from an fp32 reference.
 
@@ -82,6 +82,12 @@ def main() -> None:
         cands["explicit_compiled"] = lambda: compiled(q, k, v, mask, scale)
         compiled32 = torch.compile(explicit_fp32, dynamic=False)
         cands["explicit_fp32_compiled"] = lambda: compiled32(q, k, v, mask, scale)
+        try:  # slime's Triton kernel (rollout.decode_attention = "triton")
+            from slime_core.kernels.decode_attention import decode_attention
+
+            cands["slime_triton"] = lambda: decode_attention(q, k, v, mask, scale)
+        except ImportError as e:
+            print(json.dumps({"slime_triton_error": str(e)}))
     out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
     for name, fn in cands.items():
         try:

@@ -48,8 +48,21 @@ QWEN2_05B = {
     "max_position_embeddings": 4096, "tie_word_embeddings": True, "eos_token_id": 2,
     "pad_token_id": 1,
 }
-PROMPTS, GROUP, NEW = 16, 8, 256
-TRL_ANCHOR_S = 5.57  # median of TRL's steady steps 2-4 (anchors README)
+# the second anchor (issue 24): a Qwen2.5-1.5B shape, 32 prompts x 8 samples, 1024 tokens forced
+QWEN25_15B = {
+    "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960,
+    "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+    "max_position_embeddings": 4096, "tie_word_embeddings": True, "eos_token_id": 2,
+    "pad_token_id": 1,
+}
+# shape name -> (model config, prompts, samples per prompt, completion tokens)
+SHAPES: dict[str, tuple[dict[str, Any], int, int, int]] = {
+    "0.5b": (QWEN2_05B, 16, 8, 256),
+    "1.5b": (QWEN25_15B, 32, 8, 1024),
+}
+SHAPE = "0.5b"  # set by --shape
+PROMPTS, GROUP, NEW = SHAPES[SHAPE][1:]
+TRL_ANCHOR_S = 5.57  # median of TRL's steady steps 2-4 (anchors README; 0.5b shape only)
 
 # name -> rollout / train overrides
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
@@ -58,8 +71,18 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "graphs_mb16k": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 16384}},
     "compiled_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
                        "train": {"micro_batch_tokens": 16384}},
-    "compiled_all_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
-                           "train": {"micro_batch_tokens": 16384, "compile": True}},
+    # the anchor as it ran before issue 24's kernels (transformers' decode step, SDPA decode
+    # attention, the torch head functions), pinned so that it stays comparable
+    "compiled_all_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True,
+                                       "fused_decoder": False, "decode_attention": "sdpa"},
+                           "train": {"micro_batch_tokens": 16384, "compile": True,
+                                     "head_kernel": "torch"}},
+    # + the fused decode step (one q/k/v and one gate/up product a layer), the Triton decode
+    # attention and the Triton head statistics: the defaults on CUDA since issue 24
+    "fast_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True,
+                               "fused_decoder": True, "decode_attention": "triton"},
+                   "train": {"micro_batch_tokens": 16384, "compile": True,
+                             "head_kernel": "triton"}},
     # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
     # same engine, same micro-batches, so the train phase compares the two backends
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
@@ -134,7 +157,7 @@ def train_flops(tokens_per_sample: list[int], response_per_sample: list[int]) ->
     at the positions whose log-prob the loss needs (one per response token: no implementation
     needs logits at prompt positions; before 2026-11-30's fourth session the head was counted
     at every position, which read about 2% higher on this workload)."""
-    c = QWEN2_05B
+    c = SHAPES[SHAPE][0]
     d, inter, layers, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     head = d // c["num_attention_heads"]
     kv = c["num_key_value_heads"] * head
@@ -210,7 +233,7 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
     tok_dir, prompts = write_inputs(work)
     run_dir = Path(tempfile.mkdtemp(prefix=f"slime-gpu-{variant}-")) / "run"
     over = VARIANTS[variant]
-    model = dict(QWEN2_05B)
+    model = dict(SHAPES[SHAPE][0])
     if smoke:  # plumbing check on a CPU: a tiny model of the same family, few tokens
         model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_attention_heads=4, vocab_size=1000)
@@ -226,6 +249,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         "train": {"lr": 1e-6, "grad_clip": 1.0, **over["train"]},
         "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2},
     }
+    if smoke:  # no GPU: the kernels fall back to their torch forms
+        data["train"]["head_kernel"] = "auto"
     if profile_dir:  # two more steps under the torch profiler, not timed: from the first's
         # training to the second's, so the second's rollout and weight sync are in it
         last = warmup + steps
@@ -299,10 +324,16 @@ def main() -> None:
                     "table lands here")
     ap.add_argument("--stderr-dir", help="keep each worker's stderr here (e.g. with "
                     "TORCH_LOGS=recompiles)")
+    ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES),
+                    help="0.5b: the anchor (16 x 8 samples, 256 tokens); 1.5b: a Qwen2.5-1.5B "
+                    "shape, 32 x 8 samples, 1024 tokens")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true",
                     help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
     a = ap.parse_args()
+    global SHAPE, PROMPTS, GROUP, NEW
+    SHAPE = a.shape
+    PROMPTS, GROUP, NEW = SHAPES[SHAPE][1:]
     work = Path(a.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     if a.worker == "check_graphs":
@@ -316,7 +347,7 @@ def main() -> None:
     import torch
 
     gpu = "cpu (smoke)" if a.smoke else torch.cuda.get_device_name()
-    emit(log, what="device", gpu=gpu, torch=torch.__version__,
+    emit(log, what="device", gpu=gpu, torch=torch.__version__, shape=a.shape,
          transformers=__import__("transformers").__version__)
     peak = {"bf16_tflops": 1.0, "copy_bytes_per_s": 1e10} if a.smoke else ceilings()
     emit(log, what="ceilings", **peak)
@@ -324,7 +355,7 @@ def main() -> None:
     table = []
     for name in (["check_graphs"] if a.check_graphs else []) + a.variants.split(","):
         cmd = [sys.executable, __file__, "--worker", name, "--work-dir", str(work),
-               "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--smoke"] if a.smoke else [])
+               "--steps", str(a.steps), "--warmup", str(a.warmup), "--shape", a.shape] + (["--smoke"] if a.smoke else [])
         if a.profile_dir:
             os.makedirs(a.profile_dir, exist_ok=True)
             cmd += ["--profile-dir", a.profile_dir]

@@ -1,6 +1,6 @@
 """Response log-probs of one micro-batch's head step, forward + backward: the model-forward path
-(logits at every position, gather, fp32 log-softmax, entropy) against ``logprob_head`` eager
-and compiled. The anchor's shapes by default (Qwen2-0.5B head, 152k vocabulary, bf16, 64 rows
+(logits at every position, gather, fp32 log-softmax, entropy) against ``logprob_head`` eager,
+compiled and with its Triton kernels (``train.head_kernel = "triton"``). The anchor's shapes by default (Qwen2-0.5B head, 152k vocabulary, bf16, 64 rows
 x 256 positions, 248 response tokens a row); prints milliseconds and the head's FLOP rate.
 
     python bench/head_logprob.py [--device cuda] [--rows 64] [--width 256] [--resp 248]
@@ -65,7 +65,8 @@ def main() -> None:
                 lp, _ = model_forward_path(h_all, head, rows, cols, target)
             else:
                 lp, _ = head_log_probs(h_all[rows, cols], head, target, 1.0, entropy=True,
-                                       entropy_grad=False, compile=name == "fused_compiled")
+                                       entropy_grad=False, compile=name == "fused_compiled",
+                                       kernel="triton" if name == "fused_triton" else "torch")
             (lp * coef).sum().backward()
             sync()
             times.append(time.perf_counter() - t)
@@ -75,7 +76,10 @@ def main() -> None:
     head_flops = 6 * r * a.hidden * a.vocab  # at response positions only
     out = {"device": str(dev), "rows": a.rows, "width": a.width, "response_tokens": r,
            "chunk_bytes": logprob_head.CHUNK_BYTES}
-    for name in ("model_forward", "fused_eager", "fused_compiled"):
+    names = ["model_forward", "fused_eager", "fused_compiled"]
+    if dev.type == "cuda":
+        names.append("fused_triton")  # train.head_kernel = "triton"
+    for name in names:
         s = run(name)
         out[f"{name}_ms"] = s * 1e3
         out[f"{name}_head_tflops"] = head_flops / s / 1e12

@@ -41,6 +41,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+from slime_core.engine.fused_decoder import FusedDecoder, _project, _project_add, _rms
 
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
 TRITON_ATTENTION_NAME = "slime_grouped_decode_triton"
@@ -118,16 +121,21 @@ class StaticDecoder:
     """One batch size and cache length: static buffers, the cache and (on CUDA) the graph."""
 
     def __init__(self, model: Any, batch: int, length: int, capture: bool,
-                 compile_step: bool = False, attention: str = ATTENTION_NAME) -> None:
+                 compile_step: bool = False, attention: str = ATTENTION_NAME,
+                 fused: FusedDecoder | None = None) -> None:
         from transformers import StaticCache
 
         self.model, self.batch, self.length = model, batch, length
         self.capture = capture
         self.attention = attention  # the attention function of decode steps
+        # decode steps through the fused projections (one q/k/v and one gate/up product a
+        # layer) instead of transformers' modeling code; the prefill stays transformers'
+        self.fused = fused
+        forward = self._fused_forward if fused is not None else self._forward
         # the decode forward, compiled when asked (prefill has other shapes and stays eager)
-        self._step_forward = (torch.compile(self._forward, dynamic=False) if compile_step
-                              else self._forward)
+        self._step_forward = torch.compile(forward, dynamic=False) if compile_step else forward
         device = next(model.parameters()).device
+        self.column = torch.zeros(1, dtype=torch.long, device=device)  # a step's cache column
         self.cache = StaticCache(config=model.config, max_cache_len=length)
         self.ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.pos = torch.zeros((batch, 1), dtype=torch.long, device=device)
@@ -147,6 +155,48 @@ class StaticDecoder:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
+
+    def _fused_forward(self, ids: torch.Tensor, mask: torch.Tensor,
+                       pos: torch.Tensor) -> torch.Tensor:
+        """One decode step with :class:`FusedDecoder`'s fused weights, reading and writing the
+        static cache's key/value tensors (column ``self.column``): the function of
+        :meth:`_forward` (transformers' Llama-family decoder layer) with three products a
+        layer fewer. Shapes are fixed and nothing syncs with the host, so it compiles and is
+        captured like :meth:`_forward`."""
+        f = self.fused
+        assert f is not None
+        b = ids.shape[0]
+        h, hkv, d = f.h, f.hkv, f.d
+        x = f.embed(ids).reshape(b, -1)
+        cos, sin = f.rotary(x, pos)  # [B, 1, D] in the model's dtype
+        half = d // 2
+        cos = cos.reshape(b, 1, d)
+        # rotate_half(x) = roll(x, D/2) * sign: the sign goes on sin
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), -1).reshape(b, 1, d)
+        triton = self.attention == TRITON_ATTENTION_NAME
+        for i, layer in enumerate(f.layers):
+            cache = self.cache.layers[i]
+            qkv = _project(_rms(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b)
+            qk = qkv[:, : (h + hkv) * d].view(b, h + hkv, d)
+            if layer.q_norm is not None:
+                qk = torch.cat((_rms(qk[:, :h], layer.q_norm), _rms(qk[:, h:], layer.k_norm)), 1)
+            qk = qk * cos + qk.roll(half, -1) * sin
+            cache.keys.index_copy_(2, self.column, qk[:, h:].reshape(b, hkv, 1, d))
+            cache.values.index_copy_(2, self.column,
+                                     qkv[:, (h + hkv) * d:].reshape(b, hkv, 1, d))
+            q = qk[:, :h].reshape(b, hkv, h // hkv, d)
+            if triton:
+                from slime_core.kernels.decode_attention import decode_attention
+
+                out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling)
+            else:
+                out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
+                                                     attn_mask=mask, scale=layer.scaling)
+            x = _project_add(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b, x)
+            gu = _project(_rms(x, layer.ln2), layer.gu_w, layer.gu_t, layer.gu_b)
+            x = _project_add(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_w,
+                             layer.down_t, layer.down_b, x)
+        return f._logits(_rms(x, f.norm))
 
     def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Write the left-padded prompts ``ids`` [B, W] (``prompt_mask`` [B, W], 1 = token)."""
@@ -168,6 +218,7 @@ class StaticDecoder:
         self.ids.copy_(next_ids)
         self.pos.copy_(pos)
         self.mask[..., column] = True
+        self.column.fill_(column)
         if not self.capture:
             with _attention(self.model, self.attention):
                 return self._step_forward(self.ids, self.mask, self.pos)
@@ -207,12 +258,15 @@ class StaticDecoders:
         self._by_shape: dict[tuple[int, int], StaticDecoder] = {}
         _register_attention()
 
-    def get(self, model: Any, batch: int, width: int, max_new: int) -> StaticDecoder:
+    def get(self, model: Any, batch: int, width: int, max_new: int,
+            fused: FusedDecoder | None = None) -> StaticDecoder:
+        """The decoder of this batch size and cache length; with ``fused`` (the engine's
+        :class:`FusedDecoder` of ``model``) its decode steps use the fused projections."""
         key = (batch, cache_length(width, max_new))
         dec = self._by_shape.get(key)
-        if dec is None or dec.model is not model:
+        if dec is None or dec.model is not model or dec.fused is not fused:
             dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step,
-                                self.attention)
+                                self.attention, fused)
             self._by_shape[key] = dec
         return dec
 

@@ -36,11 +36,17 @@ def _static(engine):
                    ignore_eos=True),
     SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True),
 ], ids=["t1", "topk-topp", "greedy"])
-def test_static_path_matches_the_dynamic_cache(make_engine, params):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-step", "transformers-step"])
+def test_static_path_matches_the_dynamic_cache(make_engine, params, fused):
     dynamic = make_engine().generate(PROMPTS, [params] * len(PROMPTS))
-    engine = _static(make_engine())
+    engine = _static(make_engine(rollout={"fused_decoder": fused}))
     static = engine.generate(PROMPTS, [params] * len(PROMPTS))
     assert len(engine._static._by_shape) == 1
+    # rollout.fused_decoder: the decode steps go through the fused projections, else
+    # transformers' modeling code
+    (decoder,) = engine._static._by_shape.values()
+    assert decoder.fused is (engine._fused if fused else None)
+    assert (engine._fused is not None) is fused
     for prompt, d, s in zip(PROMPTS, dynamic, static, strict=True):
         assert s.token_ids == d.token_ids
         torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
@@ -116,6 +122,23 @@ def test_compiled_decode_step_matches_the_dynamic_cache(make_engine):
     dynamic = make_engine().generate(PROMPTS, [params] * len(PROMPTS))
     engine = make_engine()
     engine._static = StaticDecoders(capture=False, compile_step=True)
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    for d, s in zip(dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_fused_static_steps_match_the_dynamic_cache_for_other_families(make_engine, family):
+    # Qwen3: per-head q/k norms before the rotary embedding; Llama: no projection biases
+    base = {k: v for k, v in TINY_QWEN2.items() if k != "model_type"}
+    init = {**base, "model_type": family, "head_dim": TINY_QWEN2["hidden_size"]
+            // TINY_QWEN2["num_attention_heads"]}
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=5, ignore_eos=True)
+    dynamic = make_engine(model={"init_config": init}).generate(PROMPTS, [params] * len(PROMPTS))
+    engine = _static(make_engine(model={"init_config": init}))
+    assert engine._fused is not None
     static = engine.generate(PROMPTS, [params] * len(PROMPTS))
     for d, s in zip(dynamic, static, strict=True):
         assert s.token_ids == d.token_ids
