@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from slime_core.engine.fused_decoder import FusedDecoder, _project, _project_add, _rms
+from slime_core.kernels.decode_attention import decode_attention  # imports no triton
 
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
 TRITON_ATTENTION_NAME = "slime_grouped_decode_triton"
@@ -80,8 +81,6 @@ def triton_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
     """:func:`grouped_decode_attention` with the one-token case as one Triton kernel
     (:mod:`slime_core.kernels.decode_attention`), which reads only the cache columns a row
     has written; anything else (prefill, a non-boolean mask) goes the SDPA way."""
-    from slime_core.kernels.decode_attention import decode_attention
-
     b, h, q_len, d = query.shape
     if (q_len != 1 or dropout or attention_mask is None or attention_mask.dtype != torch.bool
             or kwargs.get("position_bias") is not None):
@@ -186,8 +185,6 @@ class StaticDecoder:
                                      qkv[:, (h + hkv) * d:].reshape(b, hkv, 1, d))
             q = qk[:, :h].reshape(b, hkv, h // hkv, d)
             if triton:
-                from slime_core.kernels.decode_attention import decode_attention
-
                 out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling)
             else:
                 out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
