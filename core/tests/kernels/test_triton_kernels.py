@@ -112,7 +112,8 @@ def test_head_kernels_match_the_torch_functions(entropy: bool, temperature: floa
 
 def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     """The engine's static decode path: the same prefill and steps through both attention
-    functions give the same logits (a grouped-query Qwen2, left-padded prompts)."""
+    functions, with transformers' decoder layers or the fused step, give the same logits (a
+    grouped-query Qwen2, left-padded prompts, CUDA graphs captured and replayed)."""
     if DEVICE != "cuda":
         pytest.skip("the static decode path with CUDA graphs is a CUDA path")
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -129,10 +130,13 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     for i in range(batch):
         prompt_mask[i, : i % 4] = 0  # left padding
     pos = (prompt_mask.cumsum(1) - 1).clamp(min=0)
+    from slime_core.engine.fused_decoder import FusedDecoder
+
+    fused = FusedDecoder(model)  # the model's q/k/v and gate/up weights become views
     logits = {}
-    for name in ("sdpa", "triton"):
+    for name, step in [("sdpa", None), ("triton", None), ("sdpa", fused), ("triton", fused)]:
         decoders = StaticDecoders(capture=True, decode_attention=name)
-        dec = decoders.get(model, batch, width, new)
+        dec = decoders.get(model, batch, width, new, step)
         with torch.no_grad():
             out = [dec.prefill(ids, prompt_mask, pos)]
             nxt = out[0].argmax(-1, keepdim=True)
@@ -141,6 +145,7 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
                 out.append(dec.step(nxt, last + 1 + s, width + s).clone())
                 nxt = torch.randint(3, 512, (batch, 1), device="cuda",
                                     generator=torch.Generator("cuda").manual_seed(s))
-        logits[name] = torch.stack(out)
-    torch.testing.assert_close(logits["triton"].float(), logits["sdpa"].float(), atol=5e-2,
-                               rtol=5e-2)
+        logits[(name, step is not None)] = torch.stack(out).float()
+    base = logits[("sdpa", False)]
+    for key, got in logits.items():  # graph-replayed steps: transformers' or the fused step
+        torch.testing.assert_close(got, base, atol=5e-2, rtol=5e-2, msg=lambda m, k=key: f"{k}: {m}")
