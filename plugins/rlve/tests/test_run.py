@@ -36,3 +36,28 @@ def test_core_run_logs_and_checkpoints_the_level(tmp_path: Path):
     state = json.loads((run / "checkpoints" / "step_000001" / "data_source.json").read_text())
     found = json.dumps(state)
     assert '"slime.rlve/1"' in found and '"history": [{"step": 0, "src": 1, "dst": 0' in found
+
+
+@pytest.mark.slow  # about 25 s alone (15 GRPO steps of the tiny model, two greedy evals)
+def test_accuracy_at_the_hardest_reached_level_rises(tmp_path: Path):
+    """The example's ladder (operands of 1, 1-2, 2 digits) on the tiny model, shortened: the
+    level climbs, and the held-out greedy accuracy at the hardest level reached rises. (A
+    three-digit level, the example's first ladder, scored 0 on every sample: no GRPO signal.)"""
+    overrides = ["run.num_rollouts=15", "run.save_interval=15", "eval.interval=15",
+                 f"run.output_dir={tmp_path}", "run.name=r", "run.progress=false"]
+    cmd = [sys.executable, "-m", "slime_core", "run", "--plugins", "slime_grpo,rlve",
+           "--config", str(REPO / "examples" / "rlve_arith" / "grpo.toml")]
+    for o in overrides:
+        cmd += ["-o", o]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = tmp_path.glob("r-*")
+    rows = {r["step"]: r for r in (json.loads(x) for x in
+                                   (run / "metrics.jsonl").read_text().splitlines())}
+    hardest = int(rows[15]["rlve/max_level"])
+    assert hardest >= 1  # measured: up at steps 7 and 12 (rolling accuracy 0.72, 0.71)
+    key = f"eval/rlve/accuracy_level_{hardest}"
+    assert rows[15][key] >= rows[0][key] + 0.3, (rows[0][key], rows[15][key])  # 0.05 -> 0.85
+    state = json.loads((run / "checkpoints" / "step_000015" / "data_source.json").read_text())
+    assert state["controller"]["max_level"] == hardest
+    assert [m["dst"] for m in state["controller"]["history"]][:hardest] == list(range(1, hardest + 1))
