@@ -1,5 +1,16 @@
 """An agentic GRPO run whose only tools come from the MCP test server (examples/agentic_arith
-warm start): the calls reach the server, and the tool-call success rate rises."""
+warm start): the calls reach the server, and the tool-call success rate and the task accuracy
+rise (the 40-step run at step 10: 0.63 -> 0.82 and 0.30 -> 0.48, plugins/mcp_tools/README.md).
+
+It needs the example's SFT model, which is not committed and costs minutes to build, so CI
+skips it (test_core_run.py is the CI-cheap run through the real server). Build and run:
+
+    export PYTHONPATH=examples/agentic_arith
+    python examples/agentic_arith/make_data.py
+    core run --config examples/agentic_arith/sft.toml
+    python examples/agentic_arith/export_model.py runs/agentic_arith/sft examples/agentic_arith/model
+    python -m pytest -q plugins/mcp_tools/tests/test_agentic_run.py
+"""
 
 from __future__ import annotations
 
@@ -17,9 +28,11 @@ EXAMPLE = REPO / "examples" / "agentic_arith"
 
 @pytest.mark.slow  # minutes: needs the example's SFT model (examples/agentic_arith/README.md)
 def test_grpo_learns_to_call_the_mcp_calculator(http_server, tmp_path):
-    if not (EXAMPLE / "model" / "config.json").exists():
+    built = [EXAMPLE / "model" / "config.json", EXAMPLE / "tokenizer", EXAMPLE / "train.jsonl",
+             EXAMPLE / "eval.jsonl"]
+    if not all(p.exists() for p in built):
         pytest.skip("examples/agentic_arith/model is not built (make_data.py, sft.toml, "
-                    "export_model.py)")
+                    "export_model.py: this module's docstring)")
     cmd = [sys.executable, "-m", "slime_core", "run", "--config", str(EXAMPLE / "mcp_grpo.toml"),
            "-o", f"run.run_dir={tmp_path / 'run'}", "-o", "run.num_rollouts=10",
            "-o", f'mcp.servers=[{{name="calc-kv", transport="http", url="{http_server}"}}]']
@@ -32,3 +45,4 @@ def test_grpo_learns_to_call_the_mcp_calculator(http_server, tmp_path):
     assert first["step"] == 0 and last["step"] == 10
     assert last["eval/tool_calls_per_sample"] > 0.5  # the policy calls the MCP tools
     assert last["eval/tool_success_rate"] > first["eval/tool_success_rate"]
+    assert last["eval/accuracy"] > first["eval/accuracy"]
