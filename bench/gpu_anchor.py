@@ -83,6 +83,10 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                                "fused_decoder": True, "decode_attention": "triton"},
                    "train": {"micro_batch_tokens": 16384, "compile": True,
                              "head_kernel": "triton"}},
+    # the same without train.compile (minutes less compile warm-up, e.g. for the 1.5b shape)
+    "fast_eager_train_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True,
+                                           "fused_decoder": True, "decode_attention": "triton"},
+                               "train": {"micro_batch_tokens": 16384, "head_kernel": "triton"}},
     # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
     # same engine, same micro-batches, so the train phase compares the two backends
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from slime_core.engine.fused_decoder import FusedDecoder, _project, _project_add, _rms
+from slime_core.engine.fused_decoder import FusedDecoder, _project, _rms
 from slime_core.kernels.decode_attention import decode_attention  # imports no triton
 
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
@@ -189,10 +189,13 @@ class StaticDecoder:
             else:
                 out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
                                                      attn_mask=mask, scale=layer.scaling)
-            x = _project_add(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b, x)
+            # the residual is added after the product's own rounding, as transformers' layer
+            # (and so the trainer) does: one addmm would round once, and the rollout's
+            # log-probs would drift from the trainer's (H200 anchor: mismatch 0.0084 -> 0.0094)
+            x = x + _project(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b)
             gu = _project(_rms(x, layer.ln2), layer.gu_w, layer.gu_t, layer.gu_b)
-            x = _project_add(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_w,
-                             layer.down_t, layer.down_b, x)
+            x = x + _project(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_w,
+                             layer.down_t, layer.down_b)
         return f._logits(_rms(x, f.norm))
 
     def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
