@@ -31,6 +31,7 @@ Groups:
   :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
   ``critic_factory`` converts so every backend starts from the same critic).
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
+  :func:`check_generate_inputs` (the input checks every engine's ``generate`` makes),
   :func:`rollout_engine_clients` (the clients of this process's rollout engines),
   :func:`run_agent_api` (the run's OpenAI-compatible agent API on those engines).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
@@ -82,6 +83,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "build_value_model": ("slime_core.trainer.critic", "build_value_model"),
     # engines
     "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
+    "check_generate_inputs": ("slime_core.engine.prompts", "check_generate_inputs"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.agent.buffer.services", "run_agent_api"),
     # errors

@@ -44,6 +44,7 @@ from slime_core import kernels
 from slime_core.engine.decoding import Request, decode
 from slime_core.engine.fused_decoder import FusedDecoder, unsupported
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.engine.prompts import check_generate_inputs
 from slime_core.engine.output_head import stream_output_head
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 from slime_core.engine.static_decode import StaticDecoders
@@ -225,25 +226,9 @@ class LocalEngine:
     def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
         samplers: dict[SamplingKey, GroupSampler] = {}
         out = []
-        for i, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
-            prompt = [int(t) for t in prompt]
-            if not prompt:
-                raise ValueError(f"generate: prompt {i} is empty")
-            if self.context_length is not None and len(prompt) >= self.context_length:
-                raise ValueError(
-                    f"generate: prompt {i} has {len(prompt)} tokens, the model's context is "
-                    f"{self.context_length} (max_position_embeddings)"
-                )
-            bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
-            if bad is not None:
-                raise ValueError(
-                    f"generate: prompt {i} has token id {bad}, outside the model's vocabulary "
-                    f"(size {self.vocab_size})"
-                )
-            if sp.stop and self.tokenizer is None:
-                raise ValueError(
-                    "generate: stop strings need a tokenizer; set model.tokenizer (or model.path)"
-                )
+        checked = check_generate_inputs(prompts, params, self.vocab_size, self.context_length,
+                                        self.tokenizer is not None)
+        for prompt, sp in zip(checked, params, strict=True):
             key = SamplingKey(float(sp.temperature), int(sp.top_k), float(sp.top_p), sp.seed)
             if key not in samplers:
                 gen = self._generator

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from slime_core.api import check_generate_inputs
 from slime_hookspecs import GenerateOutput, SamplingParams
 
 from sglang_rollout import api
@@ -74,11 +75,8 @@ class SGLangEngine:
     def generate(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerateOutput]:
         """One output per prompt, from ``/generate`` answers (see :func:`api.parse_generate`)."""
         epoch = self._abort_epoch  # an abort() from now on ends this call
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} sampling params")
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"generate: prompt {i} is empty")
+        # the shared checks; vocabulary, context and stop strings are the server's to judge
+        prompts = check_generate_inputs(prompts, params)
         if not prompts:
             return []
         self._check_awake()

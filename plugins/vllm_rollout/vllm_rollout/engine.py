@@ -56,6 +56,7 @@ from typing import Any
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
+from slime_core.api import check_generate_inputs  # noqa: E402
 from slime_hookspecs import GenerateOutput, SamplingParams  # noqa: E402
 
 from vllm_rollout.config import LOGPROBS_MODE  # noqa: E402
@@ -201,20 +202,9 @@ class VllmEngine:
 
         seeded: dict[int, random.Random] = {}
         out = []
-        for i, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
-            ids = [int(t) for t in prompt]
-            if not ids:
-                raise ValueError(f"generate: prompt {i} is empty")
-            bad = next((t for t in ids if not 0 <= t < self.vocab_size), None)
-            if bad is not None:
-                raise ValueError(
-                    f"generate: prompt {i} has token id {bad}, outside the model's vocabulary "
-                    f"(size {self.vocab_size})"
-                )
-            if sp.stop and self.tokenizer is None:
-                raise ValueError(
-                    "generate: stop strings need a tokenizer; set model.tokenizer (or model.path)"
-                )
+        checked = check_generate_inputs(prompts, params, vocab_size=self.vocab_size,
+                                        has_tokenizer=self.tokenizer is not None)
+        for i, (ids, sp) in enumerate(zip(checked, params, strict=True)):
             if (sp.top_k > 0 or sp.top_p < 1) and sp.temperature > 0 \
                     and not self.exact_truncated_logprobs:
                 raise ValueError(
