@@ -17,7 +17,7 @@ if ! "$VENV/bin/python" -c "import sglang" >/dev/null 2>&1; then
     pyzmq==27.3.0 apache-tvm-ffi==0.1.11 sentencepiece==0.2.3 compressed-tensors==0.20.1 \
     loguru==0.7.3 openai==3.57.0 partial-json-parser==0.2.1.1.post7 fastapi==0.165.0 \
     uvloop==0.23.0 uvicorn==0.54.0 einops==0.8.2 setproctitle==1.3.8 xgrammar==0.2.9 \
-    soundfile==0.14.0 python-multipart==0.0.34 dill==0.4.1
+    soundfile==0.14.0 python-multipart==0.0.34 dill==0.4.1 gguf==0.19.0
 fi
 # the venv sees the packages of the Python running this script (a venv's too, not only the
 # base interpreter's: tests/inherit_site.py), so the editable slime packages import there
