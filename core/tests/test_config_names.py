@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slime_core.builtin.config_sections import RECORD_KEYS as CORE_KEYS
+from slime_core.config.sections import RECORD_KEYS as CORE_KEYS
 from slime_core.builtin.tools_plugin import RECORD_KEYS as TOOLS_KEYS
 from slime_core.config import ConfigError
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager

@@ -11,7 +11,7 @@ import dataclasses
 import sys
 
 import pytest
-from slime_core.builtin.config_sections import SECTIONS, AlgorithmSection
+from slime_core.config.sections import SECTIONS, AlgorithmSection
 from slime_core.config import ConfigError, ConfigSchema, load_config
 from slime_core.runner.rundir import config_to_toml
 from slime_hookspecs import ConfigSection

@@ -1,0 +1,400 @@
+"""The core's configuration sections (registered by the built-in plugin ``core_config``,
+``slime_core.builtin.config_sections``).
+
+Every key is documented next to its field; ranges are checked in ``__post_init__`` so a bad
+value fails naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_hookspecs import (
+    AcceleratorRecord,
+    AdvantageEstimatorRecord,
+    ConfigSection,
+    DataSourceRecord,
+    FilterRecord,
+    ISCorrectionRecord,
+    KLEstimatorRecord,
+    LoggerRecord,
+    LossReducerRecord,
+    PolicyLossRecord,
+    RecordKey,
+    RewardFunctionRecord,
+    RolloutEngineRecord,
+    TrainerBackendRecord,
+    WeightTransportRecord,
+)
+
+# Numerical conventions presets (algorithm.numerics): each section dataclass may carry a
+# NUMERICS_PRESETS class attribute, {preset: {key: default}}; the loader gives a key its
+# preset default unless the config sets the key (slime_core.config.loader). docs/algorithms.md
+# ("Numerics presets") has the table of every convention.
+NUMERICS = ("slime", "verl")
+
+
+def _need(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{key}: {msg}")
+
+
+@dataclass
+class RunSection:
+    name: str = "slime"  # run name; the run directory is output_dir/name-<timestamp>
+    output_dir: str = "runs"  # parent directory of run directories (name-<timestamp>)
+    run_dir: str = ""  # exact run directory (overrides output_dir/name)
+    seed: int = 1  # seeds torch, Python's random, the engines' sampling and the data order
+    num_rollouts: int = 10  # training steps (one rollout + one train phase each)
+    executor: str = "local"  # local | ray
+    ray_address: str = ""  # empty: start a local Ray instance on 127.0.0.1
+    accelerator: str = "auto"  # accelerator record name, or auto (highest available priority)
+    save_interval: int = 0  # checkpoint every N steps (0: only at the end)
+    keep_checkpoints: int = 2  # complete checkpoints kept; older ones go once a new one is in place
+    required_plugins: list[str] = field(default_factory=list)  # a missing one is fatal
+    plugin_modules: list[str] = field(default_factory=list)  # extra plugin modules by import path
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # logger records
+    progress: bool = True  # progress bar while rollouts and training run
+    num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
+    async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains
+    max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound)
+    fault_tolerance: bool = False  # ray: restart dead engines, re-sync, re-queue their requests
+
+    def __post_init__(self) -> None:
+        _need(self.num_rollouts >= 0, "run.num_rollouts", "must be >= 0")
+        _need(self.max_staleness >= -1, "run.max_staleness", "must be >= 0, or -1 for no bound")
+        _need(self.save_interval >= 0, "run.save_interval", "must be >= 0")
+        _need(self.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+        _need(self.executor in ("local", "ray"), "run.executor", "must be 'local' or 'ray'")
+
+
+@dataclass
+class ModelSection:
+    path: str = ""  # local directory with config.json + weights (+ tokenizer)
+    tokenizer: str = ""  # defaults to path
+    init_config: dict[str, Any] = field(default_factory=dict)  # build from a config (tests)
+    dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16
+    trust_remote_code: bool = False  # passed to transformers when loading model and tokenizer
+
+    def __post_init__(self) -> None:
+        _need(
+            self.dtype in ("auto", "float32", "bfloat16", "float16"),
+            "model.dtype", "must be auto, float32, bfloat16 or float16",
+        )
+
+
+@dataclass
+class DataSection:
+    source: str = "jsonl"  # data source record: jsonl | parquet | reasoning_gym | ...
+    path: str = ""  # training prompts (jsonl / parquet)
+    eval_path: str = ""  # held-out prompts for evaluation
+    input_key: str = "prompt"  # key of the prompt in each data row
+    label_key: str = "label"  # key of the label (what the reward checks against)
+    metadata_key: str = "metadata"  # key of a row's metadata (kept on its samples)
+    tools_key: str = ""  # per-prompt tool list (multi-turn)
+    apply_chat_template: bool = False  # prompt -> one user message
+    system_prompt: str = ""  # system message placed before it (with apply_chat_template)
+    prompt_template: str = "{prompt}"  # applied to the raw prompt text before tokenization
+    shuffle: bool = True  # permute the training prompts every epoch (seeded by seed + epoch)
+    skip_bad_rows: bool = False  # train on the good rows of a file with bad ones (their count is logged); false: fail listing them
+    task: str = ""  # reasoning_gym: dataset name (basic_arithmetic, chain_sum, ...)
+    task_kwargs: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: create_dataset kwargs
+    size: int = 10000  # reasoning_gym: number of procedural train tasks
+    eval_size: int = 100  # reasoning_gym source: tasks in the eval split
+    eval_seed: int = 12345  # reasoning_gym: eval split seed
+
+
+@dataclass
+class RolloutSection:
+    engine: str = "local"  # rollout engine record
+    num_engines: int = 1  # rollout engines; groups round-robin across them
+    batch_size: int = 8  # prompts (groups) per training step
+    n_samples_per_prompt: int = 8  # samples per prompt (one group)
+    temperature: float = 1.0  # sampling temperature; training log-probs use the same (0: greedy)
+    top_p: float = 1.0  # nucleus sampling (1: off); log-probs stay those of the full distribution
+    top_k: int = -1  # top-k sampling (-1: off)
+    max_new_tokens: int = 64  # per sample (whole episode if multi-turn)
+    stop: list[str] = field(default_factory=list)  # stop strings
+    stop_token_ids: list[int] = field(default_factory=list)  # stop token ids (besides eos)
+    reward: str = "exact"  # reward function record
+    reward_key: str = ""  # when the reward is a dict, the key used as the scalar
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)  # reward record options
+    dynamic_sampling_filter: str = ""  # filter record (stage dynamic_sampling), e.g. nonzero_std
+    over_sampling_batch_size: int = 0  # groups requested per round (0: batch_size)
+    max_sampling_rounds: int = 8  # dynamic sampling: rounds before giving up on a full batch
+    buffer_filter: str = ""  # filter record choosing which returned groups the buffer serves first
+    sample_filter: str = ""  # filter record applied to the kept groups' samples
+    partial_rollout: bool = False  # aborted groups continue later
+    mask_offpolicy_in_partial_rollout: bool = False  # mask older-weight tokens
+    generate_batch_size: int = 0  # requests per engine call (0: everything at once)
+    fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
+    cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
+    compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
+    decode_attention: str = "auto"  # with cuda_graphs: one-token attention over the static cache: "triton" (one kernel that skips unwritten columns), "sdpa", or "auto" (triton on CUDA when triton imports)
+    async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
+
+    def __post_init__(self) -> None:
+        _need(self.batch_size >= 1, "rollout.batch_size", "must be >= 1")
+        _need(self.n_samples_per_prompt >= 1, "rollout.n_samples_per_prompt", "must be >= 1")
+        _need(self.num_engines >= 1, "rollout.num_engines", "must be >= 1")
+        _need(self.temperature >= 0, "rollout.temperature", "must be >= 0")
+        _need(self.decode_attention in ("auto", "triton", "sdpa"), "rollout.decode_attention",
+              "must be auto, triton or sdpa")
+        _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+        _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
+
+
+@dataclass
+class EvalSection:
+    interval: int = 0  # evaluate every N steps (0: never); also before step 0 and at the end
+    n_samples_per_prompt: int = 1  # samples per eval prompt
+    temperature: float = 0.0  # greedy by default
+    top_p: float = 1.0  # nucleus sampling of evaluations (1: off)
+    max_new_tokens: int = 0  # 0: rollout.max_new_tokens
+    reward: str = ""  # empty: rollout.reward
+    max_prompts: int = 0  # 0: all
+    top_k: int = -1  # top-k sampling of evaluations (-1: off)
+    pass_at: list[int] = field(default_factory=list)  # k of the eval pass@k metrics (unbiased estimator over each prompt's samples)
+    datasets: list[dict[str, Any]] = field(default_factory=list)  # [[eval.datasets]]: name, path or source/task, reward, n_samples, temperature, top_p, top_k, max_new_tokens, stop, max_prompts, generate; unset keys from [eval] (docs/evaluation.md)
+
+    def __post_init__(self) -> None:
+        from slime_core.evaluation.specs import parse_datasets
+
+        _need(self.top_k == -1 or self.top_k >= 1, "eval.top_k", "must be -1 (off) or >= 1")
+        _need(all(k >= 1 for k in self.pass_at), "eval.pass_at", "every k must be >= 1")
+        parse_datasets(self.datasets)
+
+
+@dataclass
+class TrainSection:
+    backend: str = "torch"  # trainer backend record
+    loss: str = "policy"  # policy (RL) | sft
+    lr: float = 1e-6  # peak learning rate (AdamW)
+    min_lr: float = 0.0  # floor of the decay
+    lr_decay: str = "constant"  # constant | linear | cosine
+    warmup_steps: int = 0  # linear warm-up steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
+    adam_eps: float = 1e-8  # AdamW epsilon
+    grad_clip: float = 1.0  # gradient-norm clip (0: off)
+    micro_batch_tokens: int = 8192  # token budget of one micro-batch: rows x its longest row (right-padded, rows sorted by length, even row counts)
+    num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
+    num_ranks: int = 1  # data-parallel trainer ranks
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
+    compile: bool = False  # torch.compile the policy forward (dynamic shapes)
+    fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
+    shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
+    head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
+
+    def __post_init__(self) -> None:
+        _need(self.lr >= 0, "train.lr", "must be >= 0")
+        _need(self.lr_decay in ("constant", "linear", "cosine"), "train.lr_decay",
+              "must be constant, linear or cosine")
+        _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")
+        _need(self.micro_batch_tokens >= 1, "train.micro_batch_tokens", "must be >= 1")
+        _need(self.head_kernel in ("auto", "triton", "torch"), "train.head_kernel",
+              "must be auto, triton or torch")
+        _need(self.num_steps_per_rollout >= 1, "train.num_steps_per_rollout", "must be >= 1")
+        _need(self.num_ranks >= 1, "train.num_ranks", "must be >= 1")
+        _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")
+
+
+@dataclass
+class AlgorithmSection:
+    numerics: str = "slime"  # conventions preset: slime (THUDM/slime's, the default) | verl; sets the defaults of the keys marked 'preset' (docs/algorithms.md); a key set explicitly wins
+    advantage_estimator: str = "grpo"  # advantage estimator record
+    policy_loss: str = "ppo"  # policy loss record
+    loss_reducer: str = "seq_mean_token_mean"  # loss aggregation record (preset; verl: token_mean)
+    count_empty_samples: bool = True  # preset: a sample with no loss-masked token still counts in the seq_* reducers' sample count (verl: false)
+    eps_clip: float = 0.2  # PPO clip range of the ratio (lower side; upper: eps_clip_high)
+    eps_clip_high: float = 0.0  # 0: same as eps_clip (clip-higher when larger)
+    eps_clip_c: float = 0.0  # dual-clip constant (> 1); 0: off (preset; verl: 3.0)
+    log_ratio_clamp: float = 0.0  # preset: clamp log(pi/pi_old) to [-x, x] before exp in the ppo and cispo ratios; 0: off (verl: 20)
+    kl_estimator: str = "k1"  # k1, k2, k3 or low_var_kl (docs/algorithms.md); preset (verl: low_var_kl)
+    kl_in_reward_estimator: str = ""  # KL estimator of the reward penalty (empty: kl_estimator); preset (verl: k1)
+    k3_clamp: float = 0.0  # preset: clamp the estimator named k3 to [-x, x]; 0: off (verl: 10)
+    low_var_kl_clamp: float = 10.0  # clamp the estimator named low_var_kl to [-x, x]; 0: off
+    kl_log_ratio_clamp: float = 0.0  # preset: clamp log(pi/pi_ref) to [-x, x] before exp in k3 / low_var_kl; 0: off (verl: 20)
+    use_kl_loss: bool = False  # add kl_loss_coef x KL(policy, reference) to the loss
+    kl_loss_coef: float = 0.0  # weight of that KL term
+    kl_in_reward_coef: float = 0.0  # KL penalty placed in the reward (PPO, REINFORCE++)
+    entropy_coef: float = 0.0  # entropy bonus weight (0: entropy is only logged)
+    normalize_std: bool = True  # GRPO: divide by the group std
+    singleton_advantage: str = "zero"  # preset: a group of one sample gets zero (its own baseline) | reward (verl: baseline 0, std 1)
+    whiten_advantages: bool = False  # whiten advantages over the batch's loss-masked tokens (every estimator, slime's --normalize-advantages)
+    whiten_reinforce: bool = False  # preset: whiten the reinforce_plus_plus(_baseline) advantages even when whiten_advantages is false (verl: true)
+    reinforce_baseline_kl: str = "per_token"  # preset: reinforce_plus_plus_baseline's KL term: per_token (A_t = b - coef kl_t, slime) | cumulative (summed into the return)
+    masked_steps: str = "count"  # preset: REINFORCE++ and GAE: a loss-masked-out position is a discount step (count, slime) or skipped (skip, verl)
+    is_correction: str = ""  # mismatch correction record: tis, icepop, ... (empty: off)
+    is_kwargs: dict[str, float] = field(default_factory=dict)  # bounds of the is_correction record (docs/algorithms.md)
+    gamma: float = 1.0  # discount (REINFORCE++, GAE)
+    lam: float = 1.0  # GAE lambda
+    opsm_delta: float = 0.0  # OPSM threshold (0: off)
+    max_response_length: int = 0  # Dr. GRPO constant denominator (0: rollout.max_new_tokens)
+
+    def __post_init__(self) -> None:
+        _need(self.eps_clip >= 0, "algorithm.eps_clip", "must be >= 0")
+        _need(self.eps_clip_c == 0 or self.eps_clip_c > 1, "algorithm.eps_clip_c",
+              "dual clip needs a constant > 1 (0 turns it off)")
+        _need(self.numerics in NUMERICS, "algorithm.numerics",
+              f"{self.numerics!r} is not one of {', '.join(NUMERICS)}")
+        _need(self.singleton_advantage in ("zero", "reward"), "algorithm.singleton_advantage",
+              "must be zero or reward")
+        _need(self.reinforce_baseline_kl in ("per_token", "cumulative"),
+              "algorithm.reinforce_baseline_kl", "must be per_token or cumulative")
+        _need(self.masked_steps in ("count", "skip"), "algorithm.masked_steps",
+              "must be count or skip")
+        for key in ("log_ratio_clamp", "k3_clamp", "low_var_kl_clamp", "kl_log_ratio_clamp"):
+            _need(getattr(self, key) >= 0, f"algorithm.{key}", "must be >= 0 (0 turns it off)")
+
+    # the field defaults above are the "slime" column; a test checks they agree
+    NUMERICS_PRESETS = {
+        "slime": {
+            "loss_reducer": "seq_mean_token_mean", "count_empty_samples": True,
+            "eps_clip_c": 0.0, "log_ratio_clamp": 0.0, "kl_estimator": "k1",
+            "kl_in_reward_estimator": "", "k3_clamp": 0.0, "low_var_kl_clamp": 10.0,
+            "kl_log_ratio_clamp": 0.0, "singleton_advantage": "zero", "whiten_reinforce": False,
+            "reinforce_baseline_kl": "per_token", "masked_steps": "count",
+        },
+        "verl": {
+            "loss_reducer": "token_mean", "count_empty_samples": False,
+            "eps_clip_c": 3.0, "log_ratio_clamp": 20.0, "kl_estimator": "low_var_kl",
+            "kl_in_reward_estimator": "k1", "k3_clamp": 10.0, "low_var_kl_clamp": 10.0,
+            "kl_log_ratio_clamp": 20.0, "singleton_advantage": "reward", "whiten_reinforce": True,
+            "reinforce_baseline_kl": "per_token", "masked_steps": "skip",
+        },
+    }
+
+
+@dataclass
+class WeightsSection:
+    transport: str = "inprocess"  # weight transport record
+    update_interval: int = 1  # sync weights to the engines every N steps
+    bucket_mb: int = 512  # ray / broadcast transports: tensors are sent in buckets of this size
+    dir: str = ""  # disk transport directory (default run_dir/weights)
+    verify: bool = False  # after each sync, check every engine's weights equal the trainer's
+
+    def __post_init__(self) -> None:
+        _need(self.update_interval >= 1, "weights.update_interval", "must be >= 1")
+        _need(self.bucket_mb >= 1, "weights.bucket_mb", "must be >= 1")
+
+
+@dataclass
+class RaySection:
+    """Placement and services of the ``ray`` executor (see ``slime_core.executors``)."""
+
+    colocate: bool = False  # trainer rank i and engine(s) share bundle i; engines sleep while training
+    num_cpus_per_actor: float = 1.0  # CPUs of each trainer rank / engine actor
+    num_devices_per_actor: float = 1.0  # accelerator units (the record's ray_resource) per actor
+    rollout_manager_cpus: float = 1.0  # CPUs of the RolloutManager actor
+    placement_strategy: str = "PACK"  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD
+    num_cpus: int = 0  # logical CPUs of a Ray instance started here (0: max(cores, needed))
+    # custom resources of a Ray instance started here, for a record whose ray_resource Ray does
+    # not detect (e.g. {FAKEDEV = 4}); a cluster declares its own (ray start --resources)
+    resources: dict[str, float] = field(default_factory=dict)
+    # several nodes: custom resources added to the bundles of one role, so its actors land only
+    # on nodes that declare them (ray start --resources '{"slime_trainer": 8}')
+    trainer_resources: dict[str, float] = field(default_factory=dict)  # in each trainer rank's bundle, e.g. {slime_trainer = 0.01}; a colocated bundle carries these and engine_resources
+    engine_resources: dict[str, float] = field(default_factory=dict)  # in each engine's bundle, e.g. {slime_engine = 0.01}
+    manager_resources: dict[str, float] = field(default_factory=dict)  # in the rollout manager's bundle (keep it off nodes that may be lost: it holds the data source)
+    # runtime environment of the run's Ray job (ray.init(runtime_env=...)): e.g.
+    # {py_modules = ["./my_plugins"]} ships plugin modules to every node's workers
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    startup_timeout_s: float = 300.0  # placement group and actor start-up limit
+    collective_timeout_s: float = 300.0  # torch.distributed operations (DP, broadcast)
+    dist_host: str = ""  # torch.distributed stores: "" = 127.0.0.1; "node" = rank 0's node IP
+    health_check_interval_s: float = 2.0  # fault_tolerance: engine health probe period
+    health_check_timeout_s: float = 60.0  # a probe slower than this restarts the engine
+    max_engine_restarts: int = 3  # per engine, over the run
+
+    def __post_init__(self) -> None:
+        _need(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+              "ray.placement_strategy", "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+        _need(self.num_cpus_per_actor >= 0, "ray.num_cpus_per_actor", "must be >= 0")
+        _need(self.num_devices_per_actor > 0, "ray.num_devices_per_actor", "must be > 0")
+        _need(self.rollout_manager_cpus >= 0, "ray.rollout_manager_cpus", "must be >= 0")
+        _need(self.num_cpus >= 0, "ray.num_cpus", "must be >= 0")
+        for key, amount in self.resources.items():
+            _need(key not in ("CPU", "GPU"), f"ray.resources.{key}",
+                  "CPU and GPU are not custom resources (ray.num_cpus; Ray detects GPUs)")
+            _need(amount > 0, f"ray.resources.{key}", "must be > 0")
+        for role in ("trainer", "engine", "manager"):
+            for key, amount in getattr(self, f"{role}_resources").items():
+                _need(key not in ("CPU", "GPU"), f"ray.{role}_resources.{key}",
+                      "CPU and GPU are device amounts (ray.num_cpus_per_actor, "
+                      "ray.num_devices_per_actor); name a custom resource the nodes declare")
+                _need(amount > 0, f"ray.{role}_resources.{key}", "must be > 0")
+        _need(self.max_engine_restarts >= 0, "ray.max_engine_restarts", "must be >= 0")
+        _need(self.health_check_interval_s > 0, "ray.health_check_interval_s", "must be > 0")
+
+
+@dataclass
+class OpdSection:
+    """On-policy distillation (slime's --use-opd): see :mod:`slime_core.algo.opd`."""
+
+    enabled: bool = False  # add -kl_coef x (log p_student - log p_teacher) to every response token's advantage
+    mode: str = "trainer"  # trainer: a frozen teacher in the trainer (slime's megatron mode) | engine: a teacher engine scores the token ids (slime's sglang mode)
+    teacher_path: str = ""  # local model directory of the teacher (same tokenizer/vocabulary as the student)
+    kl_coef: float = 1.0  # weight of the reverse-KL term in the advantage
+    task_reward: bool = True  # false: rewards are zeroed before the advantage estimator (pure distillation)
+    engine: str = ""  # engine mode: rollout engine record of the teacher (empty: rollout.engine)
+
+    def __post_init__(self) -> None:
+        _need(self.mode in ("trainer", "engine"), "opd.mode", "must be trainer or engine")
+        _need(not self.enabled or bool(self.teacher_path), "opd.teacher_path",
+              "is required when opd.enabled (a local model directory)")
+        _need(self.kl_coef >= 0, "opd.kl_coef", "must be >= 0")
+
+
+@dataclass
+class DebugSection:
+    save_rollouts: str = ""  # directory to dump every step's samples to
+    replay_rollouts: str = ""  # train from dumps instead of generating
+
+
+SECTIONS = (
+    ("run", RunSection, "run identity, steps, executor, checkpoints, loggers"),
+    ("model", ModelSection, "which model to train"),
+    ("data", DataSection, "prompt source and keys"),
+    ("rollout", RolloutSection, "engine, sampling, reward, filters"),
+    ("eval", EvalSection, "held-out evaluation"),
+    ("train", TrainSection, "trainer backend and optimisation"),
+    ("algorithm", AlgorithmSection, "advantages, losses, KL, corrections"),
+    ("weights", WeightsSection, "weight sync from trainer to engines"),
+    ("ray", RaySection, "placement and services of the ray executor"),
+    ("opd", OpdSection, "on-policy distillation from a teacher model"),
+    ("debug", DebugSection, "rollout dumps and replay"),
+)
+
+
+# Keys whose values name records: resolved against the registries with the config
+# (slime_core.config.names), so a typo fails before any model loads.
+RECORD_KEYS: dict[str, dict[str, RecordKey]] = {
+    "run": {
+        "accelerator": RecordKey(AcceleratorRecord, special=("auto",)),
+        "loggers": RecordKey(LoggerRecord),
+    },
+    "data": {"source": RecordKey(DataSourceRecord)},
+    "rollout": {
+        "engine": RecordKey(RolloutEngineRecord),
+        "reward": RecordKey(RewardFunctionRecord),
+        "dynamic_sampling_filter": RecordKey(FilterRecord, optional=True,
+                                             stage="dynamic_sampling"),
+        "buffer_filter": RecordKey(FilterRecord, optional=True, stage="buffer"),
+        "sample_filter": RecordKey(FilterRecord, optional=True, stage="sample"),
+    },
+    "eval": {"reward": RecordKey(RewardFunctionRecord, optional=True)},
+    "train": {"backend": RecordKey(TrainerBackendRecord)},
+    "algorithm": {
+        "advantage_estimator": RecordKey(AdvantageEstimatorRecord),
+        "policy_loss": RecordKey(PolicyLossRecord),
+        "loss_reducer": RecordKey(LossReducerRecord),
+        "kl_estimator": RecordKey(KLEstimatorRecord),
+        "kl_in_reward_estimator": RecordKey(KLEstimatorRecord, optional=True),
+        "is_correction": RecordKey(ISCorrectionRecord, optional=True),
+    },
+    "weights": {"transport": RecordKey(WeightTransportRecord)},
+    "opd": {"engine": RecordKey(RolloutEngineRecord, optional=True)},
+}
