@@ -5,7 +5,7 @@ Like pytest's ``pytester``, this ships with the core so plugin authors can use i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +60,41 @@ def build_test_config(**sections: dict[str, Any]) -> Any:
     for name, cls, doc in SECTIONS:
         schema.add(ConfigSection(name=name, schema=cls, summary=doc))
     return load_config(schema, data=sections)
+
+
+def forced_first_turn_engine(name: str, first_turn: Callable[[str], str],
+                             summary: str) -> Any:
+    """A ``RolloutEngineRecord`` ``name`` for agentic tests: the real local engine whose first
+    turn of every episode is forced to ``first_turn(prompt text)`` (e.g. a tool call the tiny
+    model cannot yet make), with the model's own log-probs of those ids (``score_tokens``);
+    every later turn (a prompt holding a ``<tool_response>``) is the model's real generation."""
+    from slime_hookspecs import GenerateOutput, RolloutEngineRecord
+
+    def factory(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+        from slime_core.engine.local_engine import LocalEngine
+
+        class ForcedFirstTurn(LocalEngine):
+            def generate(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
+                tok = self.tokenizer
+                outs: list[Any] = [None] * len(prompts)
+                real = [i for i, p in enumerate(prompts) if "<tool_response>" in tok.decode(p)]
+                forced = [i for i in range(len(prompts)) if i not in real]
+                if forced:
+                    ids = [tok(first_turn(tok.decode(prompts[i])),
+                               add_special_tokens=False)["input_ids"] for i in forced]
+                    lps = self.score_tokens(
+                        [prompts[i] + x for i, x in zip(forced, ids, strict=True)],
+                        [len(x) for x in ids])
+                    for i, x, lp in zip(forced, ids, lps, strict=True):
+                        outs[i] = GenerateOutput(token_ids=x, log_probs=lp, finish_reason="stop",
+                                                 weight_version=self.weight_version(),
+                                                 text=tok.decode(x))
+                if real:
+                    done = super().generate([prompts[i] for i in real], [params[i] for i in real])
+                    for i, out in zip(real, done, strict=True):
+                        outs[i] = out
+                return outs
+
+        return ForcedFirstTurn(config, engine_index, accelerator)
+
+    return RolloutEngineRecord(name=name, factory=factory, summary=summary)
