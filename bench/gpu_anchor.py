@@ -180,8 +180,8 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
     import time
 
     import torch
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.engine.local_engine import LocalEngine
+    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.testing import build_test_config
     from slime_hookspecs import SamplingParams
 

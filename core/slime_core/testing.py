@@ -52,9 +52,10 @@ def write_char_tokenizer(path: Path, extra_tokens: Sequence[str] = (),
 
 def build_test_config(**sections: dict[str, Any]) -> Any:
     """A validated config of the core's sections only (no plugin sections)."""
-    from slime_core.config.sections import SECTIONS
-    from slime_core.config import ConfigSchema, load_config
     from slime_hookspecs import ConfigSection
+
+    from slime_core.config import ConfigSchema, load_config
+    from slime_core.config.sections import SECTIONS
 
     schema = ConfigSchema()
     for name, cls, doc in SECTIONS:

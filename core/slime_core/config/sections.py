@@ -13,7 +13,6 @@ from typing import Any
 from slime_hookspecs import (
     AcceleratorRecord,
     AdvantageEstimatorRecord,
-    ConfigSection,
     DataSourceRecord,
     FilterRecord,
     ISCorrectionRecord,

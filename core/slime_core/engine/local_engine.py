@@ -44,8 +44,8 @@ from slime_core import kernels
 from slime_core.engine.decoding import Request, decode
 from slime_core.engine.fused_decoder import FusedDecoder, unsupported
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
-from slime_core.engine.prompts import check_generate_inputs
 from slime_core.engine.output_head import stream_output_head
+from slime_core.engine.prompts import check_generate_inputs
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 from slime_core.engine.static_decode import StaticDecoders
 from slime_core.engine.stopping import StopStrings

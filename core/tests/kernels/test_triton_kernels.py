@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from slime_core import kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -116,9 +115,8 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     grouped-query Qwen2, left-padded prompts, CUDA graphs captured and replayed)."""
     if DEVICE != "cuda":
         pytest.skip("the static decode path with CUDA graphs is a CUDA path")
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from slime_core.engine.static_decode import StaticDecoders
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
