@@ -100,8 +100,7 @@ class LocalEngine:
         self._static: StaticDecoders | None = None
         if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
             setting = str(getattr(config.rollout, "decode_attention", "auto"))
-            triton = kernels.choose(setting, torch.empty(0, device=self.device),
-                                    "rollout.decode_attention")
+            triton = kernels.choose(setting, self.device, "rollout.decode_attention")
             self._static = StaticDecoders(
                 capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)),
                 decode_attention="triton" if triton else "sdpa")
@@ -138,8 +137,8 @@ class LocalEngine:
     ) -> list[GenerateOutput]:
         """One output per prompt: generated ids, their log-probs, finish reason, text."""
         epoch = self._abort_epoch  # an abort() from now on ends this call
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} sampling params")
+        prompts = check_generate_inputs(prompts, params, self.vocab_size, self.context_length,
+                                        self.tokenizer is not None)
         if not prompts:
             return []
         with self._lock:
@@ -224,11 +223,10 @@ class LocalEngine:
             torch.set_num_threads(before)
 
     def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
+        """Requests of checked prompts (:func:`check_generate_inputs`)."""
         samplers: dict[SamplingKey, GroupSampler] = {}
         out = []
-        checked = check_generate_inputs(prompts, params, self.vocab_size, self.context_length,
-                                        self.tokenizer is not None)
-        for prompt, sp in zip(checked, params, strict=True):
+        for prompt, sp in zip(prompts, params, strict=True):
             key = SamplingKey(float(sp.temperature), int(sp.top_k), float(sp.top_p), sp.seed)
             if key not in samplers:
                 gen = self._generator

@@ -182,8 +182,8 @@ class VllmEngine:
     ) -> list[GenerateOutput]:
         """One output per prompt: generated ids, their log-probs, finish reason, text."""
         epoch = self._abort_epoch  # an abort() from now on ends this call
-        if len(prompts) != len(params):
-            raise ValueError(f"generate: {len(prompts)} prompts but {len(params)} sampling params")
+        prompts = check_generate_inputs(prompts, params, vocab_size=self.vocab_size,
+                                        has_tokenizer=self.tokenizer is not None)
         if not prompts:
             return []
         with self._lock:
@@ -202,9 +202,7 @@ class VllmEngine:
 
         seeded: dict[int, random.Random] = {}
         out = []
-        checked = check_generate_inputs(prompts, params, vocab_size=self.vocab_size,
-                                        has_tokenizer=self.tokenizer is not None)
-        for i, (ids, sp) in enumerate(zip(checked, params, strict=True)):
+        for i, (ids, sp) in enumerate(zip(prompts, params, strict=True)):
             if (sp.top_k > 0 or sp.top_p < 1) and sp.temperature > 0 \
                     and not self.exact_truncated_logprobs:
                 raise ValueError(
