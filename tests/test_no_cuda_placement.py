@@ -27,9 +27,9 @@ PATTERN = re.compile(r"(?i:cuda|nccl)|\bGPU\b|num_gpus")
 
 # (path, fragment of the code line, why it does not decide placement)
 ALLOWED: list[tuple[str, str, str]] = [
-    ("core/slime_core/kernels/__init__.py", "return t.is_cuda or",
-     "whether a Triton kernel can run on a tensor already placed: a capability check, not a "
-     "placement"),
+    ("core/slime_core/kernels/__init__.py", 'return kind == "cuda" or',
+     "whether a Triton kernel can run on the device the tensors are already on: a capability "
+     "check, not a placement"),
     ("core/slime_core/kernels/__init__.py", 'needs a CUDA device and an importable triton',
      "the error text of that capability check"),
     ("core/slime_core/executors/placement.py", '!= "GPU"',

@@ -1,7 +1,7 @@
 """Triton kernels for the GPU hot paths (decode attention, the log-prob head's statistics).
 
 Each kernel has a torch reference it must match (the CUDA tests compare them) and is used only
-where ``available(tensor)`` holds: a CUDA tensor and an importable ``triton``. Nothing here
+where ``available(device)`` holds: a CUDA device and an importable ``triton``. Nothing here
 imports triton at module import time, so the CPU install (no triton) imports this package.
 """
 
@@ -29,23 +29,24 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def available(t: torch.Tensor) -> bool:
-    """Whether the Triton kernels can run on ``t``'s device."""
+def available(device: torch.device | str) -> bool:
+    """Whether the Triton kernels can run on ``device``."""
     if not _triton_importable():
         return False
-    return t.is_cuda or (interpreted() and t.device.type == "cpu")
+    kind = torch.device(device).type
+    return kind == "cuda" or (interpreted() and kind == "cpu")
 
 
-def choose(setting: str, t: torch.Tensor, key: str) -> bool:
-    """Resolve a kernel setting (``"auto"``, ``"triton"`` or the torch name) for tensors like
-    ``t``: True when the Triton kernel is to be used. ``"triton"`` where it cannot run is an
-    error naming ``key`` (the config key that asked for it)."""
+def choose(setting: str, device: torch.device | str, key: str) -> bool:
+    """Resolve a kernel setting (``"auto"``, ``"triton"`` or the torch name) for tensors on
+    ``device``: True when the Triton kernel is to be used. ``"triton"`` where it cannot run is
+    an error naming ``key`` (the config key that asked for it)."""
     if setting == "auto":
-        return available(t)
+        return available(device)
     if setting == "triton":
-        if not available(t):
+        if not available(device):
             raise RuntimeError(
                 f"{key} = \"triton\" needs a CUDA device and an importable triton "
-                f"(tensor on {t.device}, triton importable: {_triton_importable()})")
+                f"(tensors on {device}, triton importable: {_triton_importable()})")
         return True
     return False

@@ -113,13 +113,11 @@ def grad_(logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, ent: to
     r, vocab = logits.shape
     if r:
         has_ent = g_ent is not None
-        grid = (r, triton_cdiv(vocab, GRAD_BLOCK))
+        import triton
+
+        grid = (r, triton.cdiv(vocab, GRAD_BLOCK))
         _kernels()[1][grid](logits, target.contiguous(), lse.contiguous(), ent.contiguous(),
                             g_lp.contiguous(), (g_ent if has_ent else g_lp).contiguous(),
                             logits.stride(0), vocab, float(inv_temp), HAS_ENT=has_ent,
                             BLOCK=GRAD_BLOCK, num_warps=8)
     return logits
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)

@@ -221,7 +221,7 @@ def head_log_probs(hidden: torch.Tensor, head: torch.nn.Linear, target: torch.Te
     runs the statistics and the gradient as :mod:`slime_core.kernels.logprob_stats`,
     ``"torch"`` as the chunked functions here, ``"auto"`` the first where it can run."""
     inv_temp = 1.0 / temperature if temperature > 0 else 1.0
-    triton = kernels.choose(kernel, hidden, "train.head_kernel")
+    triton = kernels.choose(kernel, hidden.device, "train.head_kernel")
     args = (hidden, head.weight, head.bias)
     if not (torch.is_grad_enabled() and any(a is not None and a.requires_grad for a in args)):
         logits = F.linear(*args)

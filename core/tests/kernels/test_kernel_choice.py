@@ -14,7 +14,7 @@ def no_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_auto_and_torch_keep_the_torch_path_on_a_cpu(no_interpreter: None) -> None:
-    cpu = torch.empty(0)
+    cpu = torch.device("cpu")
     assert kernels.choose("auto", cpu, "train.head_kernel") is False
     assert kernels.choose("torch", cpu, "train.head_kernel") is False
     assert kernels.choose("sdpa", cpu, "rollout.decode_attention") is False
@@ -22,7 +22,7 @@ def test_auto_and_torch_keep_the_torch_path_on_a_cpu(no_interpreter: None) -> No
 
 def test_triton_where_it_cannot_run_names_the_key(no_interpreter: None) -> None:
     with pytest.raises(RuntimeError, match=r"train\.head_kernel = \"triton\" needs a CUDA"):
-        kernels.choose("triton", torch.empty(0), "train.head_kernel")
+        kernels.choose("triton", "cpu", "train.head_kernel")
 
 
 def test_the_head_with_kernel_auto_equals_the_torch_functions_on_a_cpu(
