@@ -118,6 +118,22 @@ class _Layer:
         self.scaling = float(attn.scaling)
         self.inter = mlp.gate_proj.weight.shape[0]
 
+    def rotated_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, h: int,
+                    hkv: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys [N, H + H_kv, D] (normed, when the layer norms them, and rotated:
+        ``cos`` / ``sin`` [N, 1, D], ``sin`` carrying ``rotate_half``'s sign) and the values
+        [N, H_kv * D] of the rows ``x`` [N, hidden]."""
+        qkv = _project(_rms(x, self.ln1), self.qkv_w, self.qkv_t, self.qkv_b).contiguous()
+        qk = qkv[:, : (h + hkv) * d].view(-1, h + hkv, d)
+        if self.q_norm is not None:
+            qk = torch.cat((_rms(qk[:, :h], self.q_norm), _rms(qk[:, h:], self.k_norm)), 1)
+        return torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin), qkv[:, (h + hkv) * d:]
+
+    def gated(self, x: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of the post-attention norm of ``x``: the down product's input."""
+        gu = _project(_rms(x, self.ln2), self.gu_w, self.gu_t, self.gu_b)
+        return F.silu(gu[:, : self.inter]) * gu[:, self.inter:]
+
 
 # Decode-sized products whose weights stream from memory run as ``(W @ x^T)^T``: MKL's
 # small-M kernels read a [N, K] weight 1.5-2x faster in that orientation than as ``x @ W^T``
@@ -273,12 +289,8 @@ class FusedDecoder:
         sin = self.sin[pos].reshape(b * t, 1, d)
         bias = None if self.bias is None else self.bias[:, :, :end]
         for i, layer in enumerate(self.layers):
-            qkv = _project(_rms(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b).contiguous()
-            qk = qkv[:, : (h + hkv) * d].view(b * t, h + hkv, d)
-            v = qkv[:, (h + hkv) * d:].view(b, t, hkv, d)
-            if layer.q_norm is not None:
-                qk = torch.cat((_rms(qk[:, :h], layer.q_norm), _rms(qk[:, h:], layer.k_norm)), 1)
-            qk = torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin)
+            qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
+            v = v.view(b, t, hkv, d)
             q = qk[:, :h].view(b, t, h, d).transpose(1, 2)
             self.k[i][:, :, col:end] = qk[:, h:].view(b, t, hkv, d).transpose(1, 2)
             self.v[i][:, :, col:end] = v.transpose(1, 2)
@@ -293,9 +305,7 @@ class FusedDecoder:
                                                      scale=layer.scaling)
                 out = out.transpose(1, 2).reshape(b * t, h * d)
             x = _project_add(out, layer.o_w, layer.o_t, layer.o_b, x)
-            gu = _project(_rms(x, layer.ln2), layer.gu_w, layer.gu_t, layer.gu_b)
-            x = _project_add(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_w,
-                             layer.down_t, layer.down_b, x)
+            x = _project_add(layer.gated(x), layer.down_w, layer.down_t, layer.down_b, x)
         self.length = end
         return _rms(x, self.norm).reshape(b, t, -1)
 

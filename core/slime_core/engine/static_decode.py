@@ -175,14 +175,9 @@ class StaticDecoder:
         triton = self.attention == TRITON_ATTENTION_NAME
         for i, layer in enumerate(f.layers):
             cache = self.cache.layers[i]
-            qkv = _project(_rms(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b)
-            qk = qkv[:, : (h + hkv) * d].view(b, h + hkv, d)
-            if layer.q_norm is not None:
-                qk = torch.cat((_rms(qk[:, :h], layer.q_norm), _rms(qk[:, h:], layer.k_norm)), 1)
-            qk = qk * cos + qk.roll(half, -1) * sin
+            qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
             cache.keys.index_copy_(2, self.column, qk[:, h:].reshape(b, hkv, 1, d))
-            cache.values.index_copy_(2, self.column,
-                                     qkv[:, (h + hkv) * d:].reshape(b, hkv, 1, d))
+            cache.values.index_copy_(2, self.column, v.reshape(b, hkv, 1, d))
             q = qk[:, :h].reshape(b, hkv, h // hkv, d)
             if triton:
                 out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling)
@@ -193,9 +188,7 @@ class StaticDecoder:
             # (and so the trainer) does: one addmm would round once, and the rollout's
             # log-probs would drift from the trainer's (H200 anchor: mismatch 0.0084 -> 0.0094)
             x = x + _project(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b)
-            gu = _project(_rms(x, layer.ln2), layer.gu_w, layer.gu_t, layer.gu_b)
-            x = x + _project(F.silu(gu[:, : layer.inter]) * gu[:, layer.inter:], layer.down_w,
-                             layer.down_t, layer.down_b)
+            x = x + _project(layer.gated(x), layer.down_w, layer.down_t, layer.down_b)
         return f._logits(_rms(x, f.norm))
 
     def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
