@@ -99,3 +99,39 @@ def forced_first_turn_engine(name: str, first_turn: Callable[[str], str],
         return ForcedFirstTurn(config, engine_index, accelerator)
 
     return RolloutEngineRecord(name=name, factory=factory, summary=summary)
+
+
+def forced_tool_core_run(out_dir: Path, plugins: str, config: Path, engine_dir: Path,
+                         engine_module: str, engine: str, overrides: Sequence[str],
+                         env: dict[str, str] | None = None,
+                         cwd: Path | None = None) -> tuple[list[dict[str, Any]],
+                                                          list[dict[str, Any]]]:
+    """A 2-step ``core run`` (2 prompts x 2 samples, eval off, one thread, rollouts dumped)
+    whose rollout engine ``engine`` is registered by the plugin module ``engine_module`` in
+    ``engine_dir`` (e.g. a :func:`forced_first_turn_engine`), plus ``overrides``; the metrics
+    rows and the dumped samples. A failed run raises ``AssertionError`` with its stderr."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    dumps = out_dir / "dumps"
+    base = [f"run.plugin_modules=['{engine_module}']", "run.num_rollouts=2", "run.name=r",
+            f"run.output_dir={out_dir}", "run.num_threads=1", "run.progress=false",
+            f"rollout.engine={engine}", "rollout.batch_size=2", "rollout.n_samples_per_prompt=2",
+            "eval.interval=0", f"debug.save_rollouts={dumps}"]
+    cmd = [sys.executable, "-m", "slime_core", "run", "--plugins", plugins, "--config",
+           str(config)]
+    for o in [*base, *overrides]:
+        cmd += ["-o", o]
+    full_env = {**os.environ, **(env or {}),
+                "PYTHONPATH": os.pathsep.join([str(engine_dir), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=900)
+    if done.returncode != 0:
+        raise AssertionError(done.stderr[-4000:])
+    rows = [json.loads(line) for line in
+            next(out_dir.glob("r-*")).joinpath("metrics.jsonl").read_text().splitlines()]
+    samples = [json.loads(line) for f in sorted(dumps.glob("rollout_*.jsonl"))
+               for line in f.read_text().splitlines()[1:]]
+    return rows, samples

@@ -10,13 +10,10 @@ client, server and model.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from slime_core.testing import forced_tool_core_run
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -24,32 +21,17 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.mark.slow  # about a minute on shared cores
 def test_core_run_calls_the_mcp_server_in_every_episode(http_server, tmp_path: Path):
-    dumps = tmp_path / "dumps"
-    overrides = [
-        "run.plugin_modules=['forced_mcp_engine']", "run.num_rollouts=2", "run.name=r",
-        f"run.output_dir={tmp_path}", "run.num_threads=1", "run.progress=false",
-        "rollout.engine=forced_mcp_calculator", "rollout.batch_size=2",
-        "rollout.n_samples_per_prompt=2", "eval.interval=0",
-        # call (79 tokens) + observation (37) + the answer; prompt + 120 fits the 128 positions
-        "rollout.max_new_tokens=120",
-        f"debug.save_rollouts={dumps}", "tools.enabled=['mcp']", "tools.max_turns=2",
-        f'mcp.servers=[{{name="calc-kv", transport="http", url="{http_server}"}}]']
-    cmd = [sys.executable, "-m", "slime_core", "run", "--plugins", "slime_grpo,mcp_tools",
-           "--config", str(REPO / "examples" / "tiny_arith" / "grpo.toml")]
-    for o in overrides:
-        cmd += ["-o", o]
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    rows = [json.loads(line) for line in
-            next(tmp_path.glob("r-*")).joinpath("metrics.jsonl").read_text().splitlines()]
+    rows, samples = forced_tool_core_run(
+        tmp_path, "slime_grpo,mcp_tools", REPO / "examples" / "tiny_arith" / "grpo.toml", HERE,
+        "forced_mcp_engine", "forced_mcp_calculator", [
+            # call (79 tokens) + observation (37) + the answer; prompt + 120 fits the 128 positions
+            "rollout.max_new_tokens=120", "tools.enabled=['mcp']", "tools.max_turns=2",
+            f'mcp.servers=[{{name="calc-kv", transport="http", url="{http_server}"}}]'],
+        cwd=REPO)
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         assert r["rollout/tool_calls_per_sample"] == 1.0
         assert r["rollout/tool_success_rate"] == 1.0
-    samples = [json.loads(line) for f in sorted(dumps.glob("rollout_*.jsonl"))
-               for line in f.read_text().splitlines()[1:]]
     assert len(samples) == 8
     for s in samples:
         a, b = s["prompt"].rstrip("=").split("+")
