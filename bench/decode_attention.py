@@ -1,9 +1,10 @@
 """One decode step's attention at the anchor's shapes, by implementation: what the static decode
 path calls now (SDPA over grouped queries, whichever backend torch picks), SDPA limited to each
 backend, the explicit three-operation form (scores, masked fp32 softmax, weighted sum),
-eager and compiled, and slime's Triton kernel (``slime_core.kernels.decode_attention``). Prints microseconds per call (on CUDA: GPU time of calls replayed from a
-CUDA graph, as the decode loop runs them)
-and the largest difference from an fp32 reference.
+eager and compiled, and slime's Triton kernel (``slime_core.kernels.decode_attention``) with
+its own choice of column splits and with each count of ``--splits``. Prints microseconds per
+call (on CUDA: GPU time of calls replayed from a CUDA graph, as the decode loop runs them) and
+the largest difference from an fp32 reference.
 
     python bench/decode_attention.py [--batch 128] [--length 320] [--filled 270]
 """
@@ -50,6 +51,8 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=320, help="static cache length")
     ap.add_argument("--filled", type=int, default=270, help="columns switched on")
     ap.add_argument("--iters", type=int, default=500)
+    ap.add_argument("--splits", default="1,2,3,4,6,8",
+                    help="column splits of slime's kernel to time beside its own choice")
     a = ap.parse_args()
     dev = torch.device(a.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -82,12 +85,17 @@ def main() -> None:
         cands["explicit_compiled"] = lambda: compiled(q, k, v, mask, scale)
         compiled32 = torch.compile(explicit_fp32, dynamic=False)
         cands["explicit_fp32_compiled"] = lambda: compiled32(q, k, v, mask, scale)
-        try:  # slime's Triton kernel (rollout.decode_attention = "triton")
-            from slime_core.kernels.decode_attention import decode_attention
+    from slime_core import kernels
 
-            cands["slime_triton"] = lambda: decode_attention(q, k, v, mask, scale)
-        except ImportError as e:
-            print(json.dumps({"slime_triton_error": str(e)}))
+    if kernels.available(dev):  # slime's Triton kernel (rollout.decode_attention = "triton")
+        from slime_core.kernels.decode_attention import decode_attention, num_splits
+
+        cands["slime_triton"] = lambda: decode_attention(q, k, v, mask, scale)
+        print(json.dumps({"slime_triton_splits": num_splits(a.batch * a.kv_heads, a.length,
+                                                            dev)}))
+        for n in (int(x) for x in a.splits.split(",") if x):
+            cands[f"slime_triton_split{n}"] = (
+                lambda n=n: decode_attention(q, k, v, mask, scale, n))
     out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
     for name, fn in cands.items():
         try:

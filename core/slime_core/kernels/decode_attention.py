@@ -9,6 +9,13 @@ cache in column tiles with an online softmax (fp32 scores and sums, probabilitie
 the value dtype before the second product, as flash attention does), and skips a tile whose
 columns are all masked, so the keys and values a row has not written yet are never read.
 
+When the rows and KV heads alone give too few programs to keep the device's memory busy (the
+1.5b anchor's 512 programs, each walking the 11 written tiles of its row in turn, reached half
+the read bound), the cache
+columns are also split across programs (flash-decoding): each split writes its unnormalised
+fp32 output, running max and sum, and a second small kernel combines the splits
+(:func:`num_splits` picks their number; ``splits=1`` is the one-kernel path).
+
 Same function as ``scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)`` with
 ``q`` viewed ``[B, H_kv, n_rep, D]`` (:func:`reference`), up to float rounding; a row with no
 valid column gives zeros (SDPA gives NaN there; a decode row always has its own column).
@@ -22,6 +29,10 @@ from typing import Any
 import torch
 
 BLOCK_N = 64
+# Split heuristic (bench/decode_attention.py --splits sweeps the alternatives on a GPU):
+PROGRAMS_PER_SM = 16  # one program's tile loads are dependent; others on its SM hide them
+MIN_SPLIT_COLS = 2 * BLOCK_N  # shorter splits pay more in q loads and partials than they hide
+MAX_SPLITS = 16
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
@@ -39,17 +50,19 @@ def _kernel() -> Any:
 
     @triton.jit
     def decode_attention_kernel(
-        q_ptr, k_ptr, v_ptr, m_ptr, o_ptr,
+        q_ptr, k_ptr, v_ptr, m_ptr, o_ptr, ml_ptr,
         s_qb, s_qh, s_qg,
         s_kb, s_kh, s_kl,
         s_vb, s_vh, s_vl,
         s_mb,
-        s_ob, s_oh, s_og,
-        length, groups, scale_log2e,
-        D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+        s_ob, s_oh, s_os, s_og,
+        s_mlb, s_mlh, s_mls,
+        length, split_cols, groups, scale_log2e,
+        D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
     ):
         b = tl.program_id(0)
         h = tl.program_id(1)
+        sp = tl.program_id(2)
         offs_g = tl.arange(0, BLOCK_G)
         offs_d = tl.arange(0, D)
         offs_n = tl.arange(0, BLOCK_N)
@@ -61,9 +74,11 @@ def _kernel() -> Any:
         acc = tl.zeros((BLOCK_G, D), tl.float32)
         k_base = k_ptr + b * s_kb + h * s_kh
         v_base = v_ptr + b * s_vb + h * s_vh
-        for start in range(0, length, BLOCK_N):
+        lo = sp * split_cols
+        hi = tl.minimum(lo + split_cols, length)
+        for start in range(lo, hi, BLOCK_N):
             cols = start + offs_n
-            in_range = cols < length
+            in_range = cols < hi
             valid = tl.load(m_ptr + b * s_mb + cols, mask=in_range, other=0) != 0
             if tl.max(valid.to(tl.int32), axis=0) > 0:  # a tile with nothing to attend: skipped
                 k = tl.load(k_base + cols[:, None] * s_kl + offs_d[None, :],
@@ -78,15 +93,74 @@ def _kernel() -> Any:
                             mask=valid[:, None], other=0.0)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
                 m_i = m_new
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(o_ptr + b * s_ob + h * s_oh + offs_g[:, None] * s_og + offs_d[None, :],
-                 out.to(o_ptr.dtype.element_ty), mask=g_ok[:, None])
+        o_offs = b * s_ob + h * s_oh + sp * s_os + offs_g[:, None] * s_og + offs_d[None, :]
+        if SPLIT:  # unnormalised partial + its max and sum, combined by combine_kernel
+            tl.store(o_ptr + o_offs, acc, mask=g_ok[:, None])
+            ml = ml_ptr + b * s_mlb + h * s_mlh + sp * s_mls
+            tl.store(ml + offs_g * 2, m_i, mask=g_ok)
+            tl.store(ml + offs_g * 2 + 1, l_i, mask=g_ok)
+        else:
+            out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            tl.store(o_ptr + o_offs, out.to(o_ptr.dtype.element_ty), mask=g_ok[:, None])
 
     return decode_attention_kernel
 
 
+@functools.cache
+def _combine_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def combine_kernel(
+        part_ptr, ml_ptr, o_ptr,
+        s_pb, s_ph, s_ps, s_pg,
+        s_mlb, s_mlh, s_mls,
+        s_ob, s_oh, s_og,
+        splits, groups,
+        D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        offs_s = tl.arange(0, BLOCK_S)
+        offs_g = tl.arange(0, BLOCK_G)
+        offs_d = tl.arange(0, D)
+        ok = (offs_s[:, None] < splits) & (offs_g[None, :] < groups)  # [S, G]
+        ml = ml_ptr + b * s_mlb + h * s_mlh + offs_s[:, None] * s_mls + offs_g[None, :] * 2
+        m = tl.load(ml, mask=ok, other=float("-inf"))
+        l_s = tl.load(ml + 1, mask=ok, other=0.0)
+        m_max = tl.max(m, axis=0)  # [G]
+        w = tl.where(m > float("-inf"), tl.exp2(m - m_max[None, :]), 0.0)  # [S, G]
+        denom = tl.sum(w * l_s, axis=0)
+        part = tl.load(part_ptr + b * s_pb + h * s_ph + offs_s[:, None, None] * s_ps
+                       + offs_g[None, :, None] * s_pg + offs_d[None, None, :],
+                       mask=ok[:, :, None], other=0.0)  # [S, G, D]
+        out = tl.sum(part * w[:, :, None], axis=0) / tl.where(denom > 0, denom, 1.0)[:, None]
+        g_ok = offs_g < groups
+        tl.store(o_ptr + b * s_ob + h * s_oh + offs_g[:, None] * s_og + offs_d[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=g_ok[:, None])
+
+    return combine_kernel
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_splits(programs: int, length: int, device: torch.device) -> int:
+    """How many column splits a call of ``programs`` (rows x KV heads) programs over a cache of
+    ``length`` columns gets: about ``PROGRAMS_PER_SM`` programs a multiprocessor, each split
+    at least ``MIN_SPLIT_COLS`` columns, at most ``MAX_SPLITS``. Static for a given shape, so a
+    captured CUDA graph replays the same launch. (Splits past a row's written columns cost
+    only their mask reads: the written length grows during decoding, the split stays.)"""
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
+    want = -(-PROGRAMS_PER_SM * sms // max(programs, 1))
+    return max(1, min(want, -(-length // MIN_SPLIT_COLS), MAX_SPLITS))
+
+
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-            scale: float) -> torch.Tensor:
+            scale: float, splits: int | None = None) -> torch.Tensor:
     b, hkv, groups, d = q.shape
     length = k.shape[2]
     if d & (d - 1) or d < 16:
@@ -100,31 +174,52 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     m = m.view(torch.uint8) if m.dtype == torch.bool else (m != 0).to(torch.uint8)
     out = torch.empty((b, hkv, groups, d), device=q.device, dtype=q.dtype)
     block_g = max(16, 1 << (groups - 1).bit_length())
-    _kernel()[(b, hkv)](
-        q, k, v, m, out,
+    if splits is None:
+        splits = num_splits(b * hkv, length, q.device)
+    # split boundaries on tile boundaries, so no tile straddles two splits
+    per_split = -(-length // splits)
+    split_cols = -(-per_split // BLOCK_N) * BLOCK_N
+    splits = -(-length // split_cols)
+    if splits == 1:
+        part, ml = out.unsqueeze(2), out  # written directly; ml unused
+    else:
+        part = torch.empty((b, hkv, splits, groups, d), device=q.device, dtype=torch.float32)
+        ml = torch.empty((b, hkv, splits, groups, 2), device=q.device, dtype=torch.float32)
+    _kernel()[(b, hkv, splits)](
+        q, k, v, m, part, ml,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         m.stride(0),
-        out.stride(0), out.stride(1), out.stride(2),
-        length, groups, scale * 1.4426950408889634,
-        D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, num_warps=4, num_stages=2,
+        part.stride(0), part.stride(1), part.stride(2), part.stride(3),
+        ml.stride(0), ml.stride(1), ml.stride(2) if splits > 1 else 0,
+        length, split_cols, groups, scale * 1.4426950408889634,
+        D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, SPLIT=splits > 1, num_warps=4, num_stages=2,
     )
+    if splits > 1:
+        _combine_kernel()[(b, hkv)](
+            part, ml, out,
+            part.stride(0), part.stride(1), part.stride(2), part.stride(3),
+            ml.stride(0), ml.stride(1), ml.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            splits, groups,
+            D=d, BLOCK_G=block_g, BLOCK_S=max(2, 1 << (splits - 1).bit_length()), num_warps=4,
+        )
     return out
 
 
 @torch.library.custom_op("slime::decode_attention", mutates_args=())
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                     scale: float) -> torch.Tensor:
+                     scale: float, splits: int | None = None) -> torch.Tensor:
     """``q`` [B, H_kv, G, D] (the ``G = n_rep`` query heads of each KV head), ``k``/``v``
     [B, H_kv, L, D], ``mask`` [B, L] or [B, 1, 1, L] (nonzero = attend) -> [B, H_kv, G, D].
 
     A custom op, so ``torch.compile`` keeps it as one opaque call (the compiled decode step
-    that a CUDA graph captures)."""
-    return _launch(q, k, v, mask, scale)
+    that a CUDA graph captures). ``splits``: column splits (None: :func:`num_splits`)."""
+    return _launch(q, k, v, mask, scale, splits)
 
 
 @decode_attention.register_fake
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-      scale: float) -> torch.Tensor:
+      scale: float, splits: int | None = None) -> torch.Tensor:
     return q.new_empty(q.shape)

@@ -50,6 +50,32 @@ def test_decode_attention_matches_sdpa(shape: tuple[int, ...]) -> None:
         assert (out.float() - ref).abs().max() <= 2 * (sdpa - ref).abs().max() + 1e-3
 
 
+@pytest.mark.parametrize("splits", [1, 2, 3, 5, 17])
+def test_decode_attention_column_splits_match_sdpa(splits: int) -> None:
+    # 17 splits of 64 columns over 1088: most splits of the short rows hold no written column
+    from slime_core.kernels.decode_attention import decode_attention, reference
+
+    q, k, v, mask = _decode_inputs(5, 2, 6, 128, 1088, seed=splits)
+    mask[0] = False
+    mask[0, 1000:1010] = True  # the only written columns in the last splits
+    out = decode_attention(q, k, v, mask, 128 ** -0.5, splits)
+    ref = reference(q.float(), k.float(), v.float(), mask, 128 ** -0.5)
+    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
+def test_decode_attention_split_count() -> None:
+    from slime_core.kernels.decode_attention import MAX_SPLITS, MIN_SPLIT_COLS, num_splits
+
+    cpu = torch.device("cpu")
+    assert num_splits(10_000, 4096, cpu) == 1  # enough programs already
+    assert num_splits(1, MIN_SPLIT_COLS, cpu) == 1  # too short to split
+    assert num_splits(1, 100 * MIN_SPLIT_COLS, cpu) == MAX_SPLITS
+    # the CPU counts 16 multiprocessors: 64 programs want 16 * 16 / 64 = 4 splits
+    assert num_splits(64, 1088, cpu) == 4
+    assert num_splits(8, 1088, cpu) == -(-1088 // MIN_SPLIT_COLS)  # bound by the length
+
+
 def test_decode_attention_never_reads_unwritten_columns() -> None:
     # NaN in every masked column: a kernel that read (and zero-weighted) them would give NaN
     from slime_core.kernels.decode_attention import decode_attention, reference
@@ -60,6 +86,8 @@ def test_decode_attention_never_reads_unwritten_columns() -> None:
     v_nan[~mask[:, None, :, None].expand_as(v)] = float("nan")
     out = decode_attention(q, k_nan, v_nan, mask, 64 ** -0.5)
     assert torch.isfinite(out).all()
+    split = decode_attention(q, k_nan, v_nan, mask, 64 ** -0.5, 4)
+    assert torch.isfinite(split).all()
     ref = reference(q.float(), k.float(), v.float(), mask, 64 ** -0.5)
     tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-5
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
