@@ -15,7 +15,8 @@ import torch: entry-point modules may import it at module level and listing comm
 Groups:
 
 * **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
-  hooks, ``.registries`` for records), :func:`get_registries`.
+  hooks, ``.registries`` for records), :func:`get_registries`, :func:`accelerator_record`
+  (the record of ``run.accelerator``: device type, ``torch.distributed`` backend).
 * **algorithm composition** (what every trainer backend calls so hooks fire identically):
   :func:`prepare_batch`, :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`,
   :func:`needs_ref`,
@@ -49,6 +50,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # process state
     "get_manager": ("slime_core.context", "get_manager"),
     "get_registries": ("slime_core.context", "get_registries"),
+    "accelerator_record": ("slime_core.runner.components", "accelerator_record"),
     # algorithm composition
     "compute_advantages": ("slime_core.algo.compose", "compute_advantages"),
     "compute_loss": ("slime_core.algo.compose", "compute_loss"),

@@ -20,6 +20,16 @@ def select_accelerator(manager: SlimePluginManager, name: str) -> AcceleratorRec
     return max(usable, key=lambda r: r.priority)
 
 
+def accelerator_record(config: Any) -> AcceleratorRecord:
+    """The accelerator record that ``run.accelerator`` names in this process's plugin manager
+    (``auto`` resolved as the executors resolve it): its static fields (``device_type``,
+    ``dist_backend``, ``ray_resource``) are what a backend needs to match the executor, e.g.
+    the backend of a process group it must create itself."""
+    from slime_core.context import get_manager
+
+    return select_accelerator(get_manager(), config.run.accelerator)
+
+
 def make_data_source(manager: SlimePluginManager, config: Any, split: str) -> Any:
     """The source of ``split``; with ``eval.datasets`` the eval split is an
     :class:`~slime_core.evaluation.suite.EvalSuite` over them (and over ``data.eval_path``)."""

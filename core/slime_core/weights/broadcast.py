@@ -69,10 +69,9 @@ class BroadcastTransport:
         self._members: list[Any] = []
 
     def _backend(self) -> str:
-        from slime_core.context import get_manager
-        from slime_core.runner.components import select_accelerator
+        from slime_core.runner.components import accelerator_record
 
-        return select_accelerator(get_manager(), self.config.run.accelerator).dist_backend
+        return accelerator_record(self.config).dist_backend
 
     def _device(self, backend: str) -> Any:
         import torch

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from slime_core.api import (
+    accelerator_record,
     compute_loss,
     get_manager,
     load_causal_lm,
@@ -78,7 +79,10 @@ class MegatronTrainer:
                 raise ValueError("megatron.sequence_parallel = true needs TransformerEngine and "
                                  "a GPU; on the CPU set it to false")
             cpu_shims.apply()
-        parallel.ensure_default_group(rank, world_size, "gloo" if on_cpu else "nccl")
+        # a single local rank creates the default group itself (under Ray the workers already
+        # did): the accelerator record's backend (nccl, hccl, ...), gloo for CPU tensors
+        backend = "gloo" if on_cpu else accelerator_record(config).dist_backend
+        parallel.ensure_default_group(rank, world_size, backend)
         parallel.init_model_parallel(self.mg)
         #: what the trainer group shards by: ranks of one data-parallel index get the same share
         self.data_parallel_rank = parallel.dp_rank()
