@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from slime_hookspecs import AcceleratorRecord
+
 from slime_core.data.rowcheck import labels_required_by
 from slime_core.pluginmgr import SlimePluginManager
-from slime_hookspecs import AcceleratorRecord
 
 
 def select_accelerator(manager: SlimePluginManager, name: str) -> AcceleratorRecord:
