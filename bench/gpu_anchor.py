@@ -87,6 +87,11 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "fast_eager_train_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True,
                                            "fused_decoder": True, "decode_attention": "triton"},
                                "train": {"micro_batch_tokens": 16384, "head_kernel": "triton"}},
+    # the same without any compile warm-up (CUDA graphs of the eager fused step): the variant
+    # that surely finishes in a call at the 1.5b shape, whose compile warm-up once ran > 190 s
+    "graphs_fused_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": False,
+                                       "fused_decoder": True, "decode_attention": "triton"},
+                           "train": {"micro_batch_tokens": 16384, "head_kernel": "triton"}},
     # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
     # same engine, same micro-batches, so the train phase compares the two backends
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue 24's measurements on one H200, as two device calls of under 10 minutes each (the
+# session's device budget is 30 minutes; a fresh machine takes 1-2 of them to start):
+#
+#   bash bench/h200_issue24.sh anchor   # kernel tests, decode-attention sweep, 0.5b slime + TRL
+#   bash bench/h200_issue24.sh large    # the 1.5b shape: slime (no-compile, then compiled) + TRL
+#
+# TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#       --platform manylinux2014_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 \
+#       multiprocess==0.70.19
+# and call the device with carry [".whl"]. Everything lands in $OUT (jsonl + logs); each part
+# has its own time limit so that one slow part cannot take the others' results with it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/h200-out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}hookspecs:core:plugins/slime_grpo:bench"
+git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader 2>/dev/null || true
+
+case "${1:-}" in
+  anchor)
+    timeout 90 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
+    timeout 60 python3 bench/decode_attention.py | tee -a "$OUT/decode_attention.jsonl"
+    timeout 60 python3 bench/decode_attention.py --batch 256 --groups 6 --head-dim 128 \
+      --length 1088 --filled 700 | tee -a "$OUT/decode_attention.jsonl"
+    timeout 330 python3 bench/gpu_anchor.py --variants fast_mb16k --steps 5 --warmup 2 \
+      --out "$OUT/anchor.jsonl" --stderr-dir "$OUT"
+    timeout 150 python3 bench/trl_grpo.py --shape 0.5b --steps 4 --out "$OUT/anchor.jsonl" \
+      > "$OUT/trl_0.5b.log" 2>&1; tail -4 "$OUT/trl_0.5b.log"
+    ;;
+  large)
+    timeout 200 python3 bench/gpu_anchor.py --shape 1.5b --variants graphs_fused_mb16k \
+      --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT"
+    timeout 280 python3 bench/trl_grpo.py --shape 1.5b --steps 2 --out "$OUT/large.jsonl" \
+      > "$OUT/trl_1.5b.log" 2>&1; tail -4 "$OUT/trl_1.5b.log"
+    # with what is left of the call: the compiled decode step (its warm-up once ran > 190 s)
+    timeout 100 python3 bench/gpu_anchor.py --shape 1.5b --variants fast_eager_train_mb16k \
+      --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT"
+    ;;
+  *)
+    echo "usage: bash bench/h200_issue24.sh anchor|large" >&2
+    exit 2
+    ;;
+esac
