@@ -33,7 +33,10 @@ case "${1:-}" in
     timeout 60 python3 bench/decode_attention.py | tee -a "$OUT/decode_attention.jsonl"
     timeout 60 python3 bench/decode_attention.py --batch 256 --groups 6 --head-dim 128 \
       --length 1088 --filled 700 | tee -a "$OUT/decode_attention.jsonl"
-    timeout 330 python3 bench/gpu_anchor.py --variants fast_mb16k --steps 5 --warmup 2 \
+    # TORCH_LOGS=recompiles: the slow step at rollout id 4 is the first step whose prompts are
+    # 13 tokens wide (11-12 before; bench/README.md); the worker's stderr in $OUT says whether
+    # that width recompiles something
+    TORCH_LOGS=recompiles timeout 330 python3 bench/gpu_anchor.py --variants fast_mb16k --steps 5 --warmup 2 \
       --out "$OUT/anchor.jsonl" --stderr-dir "$OUT"
     timeout 150 python3 bench/trl_grpo.py --shape 0.5b --steps 4 --out "$OUT/anchor.jsonl" \
       > "$OUT/trl_0.5b.log" 2>&1; tail -4 "$OUT/trl_0.5b.log"
