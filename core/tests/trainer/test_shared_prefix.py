@@ -126,7 +126,12 @@ def test_trainer_steps_match_with_and_without_shared_prefix(tmp_path, monkeypatc
         for key in ("train/loss", "train/grad_norm", "train/pg_loss", "train/entropy"):
             assert on[key] == pytest.approx(off[key], rel=1e-4, abs=1e-6), key
     for name, w in runs[False][1].items():
-        torch.testing.assert_close(runs[True][1][name], w, atol=1e-6, rtol=1e-5, msg=name)
+        # A key bias adds q.b_k to every score of a query alike, which the softmax cancels: its
+        # true gradient is 0, and both runs hold only rounding noise (~1e-10) there, which
+        # AdamW scales up towards lr * noise / eps. Seen: up to 1.4e-6 apart on one CPU (and
+        # under 1e-6 on another), every other tensor within 3e-8.
+        atol = 1e-4 if name.endswith("k_proj.bias") else 1e-6
+        torch.testing.assert_close(runs[True][1][name], w, atol=atol, rtol=1e-5, msg=name)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
