@@ -30,6 +30,7 @@ measurement and a table last.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -234,7 +235,8 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
 
 # -- one variant (own process) ---------------------------------------------------------------
 def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
-           profile_dir: str | None = None) -> dict[str, Any]:
+           profile_dir: str | None = None,
+           profile_steps: tuple[int, int] | None = None) -> dict[str, Any]:
     import torch
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
@@ -247,7 +249,7 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_attention_heads=4, vocab_size=1000)
     data = {
-        "run": {"num_rollouts": warmup + steps + (2 if profile_dir else 0),
+        "run": {"num_rollouts": warmup + steps + (2 if extra_profiled(profile_dir, profile_steps) else 0),
                 "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": 1},
         "model": {"init_config": model, "tokenizer": str(tok_dir),
                   "dtype": "float32" if smoke else "bfloat16"},
@@ -263,7 +265,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
     if profile_dir:  # two more steps under the torch profiler, not timed: from the first's
         # training to the second's, so the second's rollout and weight sync are in it
         last = warmup + steps
-        data["profile"] = {"steps": [last, last + 1], "scope": "all", "row_limit": 80,
+        first_last = list(profile_steps) if profile_steps else [last, last + 1]
+        data["profile"] = {"steps": first_last, "scope": "all", "row_limit": 80,
                            "sort_by": "self_cpu_time_total" if smoke else "self_cuda_time_total"}
     extra = ("megatron_backend",) if over["train"].get("backend") == "megatron" else ()
     manager, config = resolve(plugin_selection(extra), None, (), data)
@@ -276,6 +279,11 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
     if profile_dir:
         for table in (run_dir / "profile").glob("*.txt"):
             shutil.copy(table, Path(profile_dir) / f"profile_{variant}.txt")
+        if profile_steps:  # the timeline too, to compare the profiled steps phase by phase
+            for trace in (run_dir / "profile").glob("*.json"):
+                with open(trace, "rb") as src, gzip.open(
+                        Path(profile_dir) / f"trace_{variant}.json.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
     # per-sample token counts of the last step (all steps have the same shape up to prompt length)
     return {
         "variant": variant, "walls": bench.step_walls(), "phases": bench.phases,
@@ -287,8 +295,13 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         "mismatch": [r.get("train/mismatch_abs_logprob_diff") for r in rows],
         "peak_mem_gb": 0.0 if smoke else torch.cuda.max_memory_allocated() / 2**30,
         "samples": (2 if smoke else PROMPTS) * GROUP,
-        "profiled_steps": 2 if profile_dir else 0,
+        "profiled_steps": 2 if extra_profiled(profile_dir, profile_steps) else 0,
     }
+
+
+def extra_profiled(profile_dir: str | None, profile_steps: tuple[int, int] | None) -> bool:
+    """Two extra, untimed steps are profiled unless ``--profile-steps`` names timed ones."""
+    return bool(profile_dir) and not profile_steps
 
 
 def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[str, Any]:
@@ -331,6 +344,10 @@ def main() -> None:
     ap.add_argument("--profile-dir", help="profile two extra steps per variant (torch profiler, "
                     "training, weight sync, rollout, training; not timed); the key_averages "
                     "table lands here")
+    ap.add_argument("--profile-steps", help="with --profile-dir: profile rollouts A,B "
+                    "(inclusive, e.g. 3,4: the slow step 4 beside step 3) instead of two extra "
+                    "ones; their timings then include the profiler's cost. The Chrome trace "
+                    "comes back gzipped beside the table")
     ap.add_argument("--stderr-dir", help="keep each worker's stderr here (e.g. with "
                     "TORCH_LOGS=recompiles)")
     ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES),
@@ -349,8 +366,11 @@ def main() -> None:
         print("RESULT " + json.dumps(check_graphs(work, a.smoke)), flush=True)
         return
     if a.worker:
+        steps = tuple(int(x) for x in a.profile_steps.split(",")) if a.profile_steps else None
+        if steps is not None and len(steps) != 2:
+            raise SystemExit(f"--profile-steps takes two rollout ids A,B; got {a.profile_steps!r}")
         print("RESULT " + json.dumps(worker(a.worker, work, a.steps, a.warmup, a.smoke,
-                                            a.profile_dir)), flush=True)
+                                            a.profile_dir, steps)), flush=True)
         return
     log = open(a.out, "a") if a.out else None  # noqa: SIM115 - closed at exit
     import torch
@@ -368,6 +388,8 @@ def main() -> None:
         if a.profile_dir:
             os.makedirs(a.profile_dir, exist_ok=True)
             cmd += ["--profile-dir", a.profile_dir]
+            if a.profile_steps:
+                cmd += ["--profile-steps", a.profile_steps]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if a.stderr_dir:
             os.makedirs(a.stderr_dir, exist_ok=True)
