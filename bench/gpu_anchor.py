@@ -65,7 +65,7 @@ SHAPE = "0.5b"  # set by --shape
 PROMPTS, GROUP, NEW = SHAPES[SHAPE][1:]
 TRL_ANCHOR_S = 5.57  # median of TRL's steady steps 2-4 (anchors README; 0.5b shape only)
 
-# name -> rollout / train overrides
+# name -> rollout / train (/ run) overrides
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "eager": {"rollout": {"cuda_graphs": False}, "train": {"micro_batch_tokens": 8192}},
     "graphs": {"rollout": {"cuda_graphs": True}, "train": {"micro_batch_tokens": 8192}},
@@ -93,6 +93,20 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "graphs_fused_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": False,
                                        "fused_decoder": True, "decode_attention": "triton"},
                            "train": {"micro_batch_tokens": 16384, "head_kernel": "triton"}},
+    # the two above without cuDNN attention (run.cudnn_attention = false): cuDNN builds a
+    # graph for every new attention shape, the suspect of the slow step at rollout id 4
+    # (the first batch of 13-token prompts: new prefill and training shapes)
+    "fast_mb16k_nocudnn": {"run": {"cudnn_attention": False},
+                           "rollout": {"cuda_graphs": True, "compile_decode": True,
+                                       "fused_decoder": True, "decode_attention": "triton"},
+                           "train": {"micro_batch_tokens": 16384, "compile": True,
+                                     "head_kernel": "triton"}},
+    "fast_eager_train_mb16k_nocudnn": {"run": {"cudnn_attention": False},
+                                       "rollout": {"cuda_graphs": True, "compile_decode": True,
+                                                   "fused_decoder": True,
+                                                   "decode_attention": "triton"},
+                                       "train": {"micro_batch_tokens": 16384,
+                                                 "head_kernel": "triton"}},
     # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
     # same engine, same micro-batches, so the train phase compares the two backends
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
@@ -250,7 +264,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
                      num_attention_heads=4, vocab_size=1000)
     data = {
         "run": {"num_rollouts": warmup + steps + (2 if extra_profiled(profile_dir, profile_steps) else 0),
-                "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": 1},
+                "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": 1,
+                **over.get("run", {})},
         "model": {"init_config": model, "tokenizer": str(tok_dir),
                   "dtype": "float32" if smoke else "bfloat16"},
         "data": {"path": str(prompts)},

@@ -100,6 +100,8 @@ ALLOWED: list[tuple[str, str, str]] = [
      "Megatron's seeding API on a device (the CPU path seeds through the shims)"),
     ("plugins/megatron_backend/megatron_backend/trainer.py", '"a GPU; on the CPU set it to false"',
      "error message (sequence parallel needs TransformerEngine)"),
+    ("core/slime_core/runner/process_settings.py", "torch.backends.cuda.enable_cudnn_sdp",
+     "run.cudnn_attention: torch's process-wide SDPA backend switch (a no-op off CUDA)"),
     ("core/slime_core/kernels/decode_attention.py", "get_device_properties(index).multi_processor_count",
      "the Triton kernel's launch shape: column splits per multiprocessor (Triton runs on CUDA)"),
     ("core/slime_core/kernels/decode_attention.py", 'if device.type == "cuda" else 16',

@@ -33,6 +33,7 @@ class RunConfig(Protocol):
     loggers: list[str]
     progress: bool
     num_threads: int
+    cudnn_attention: bool
     async_rollout: bool
     max_staleness: int
     fault_tolerance: bool

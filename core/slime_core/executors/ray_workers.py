@@ -33,6 +33,7 @@ from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 from slime_core.context import set_manager
 from slime_core.executors.base import EngineLostError, engine_weights, weights_digest
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+from slime_core.runner import process_settings
 
 
 def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:
@@ -41,8 +42,7 @@ def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:
 
     manager = SlimePluginManager(selection).load()
     set_manager(manager)
-    if config.run.num_threads:
-        torch.set_num_threads(config.run.num_threads)
+    process_settings.apply(config)
     random.seed(config.run.seed)
     torch.manual_seed(config.run.seed)
     return manager

@@ -27,7 +27,7 @@ from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.runner import checkpoint as ckpt
-from slime_core.runner import staleness
+from slime_core.runner import process_settings, staleness
 from slime_core.runner.components import select_accelerator
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.durable import fault_point
@@ -47,8 +47,7 @@ class Driver:
         # again here for records of plugins registered after resolve() (in-memory ones):
         # a wrong name fails before a run directory or a model exists
         check_record_names(manager, config)
-        if config.run.num_threads:
-            torch.set_num_threads(config.run.num_threads)
+        process_settings.apply(config)
         random.seed(config.run.seed)
         torch.manual_seed(config.run.seed)
         plugins = plugin_set(manager)
