@@ -4,6 +4,7 @@
 #
 #   bash bench/h200_issue24.sh anchor   # kernel tests, decode-attention sweep, 0.5b slime + TRL
 #   bash bench/h200_issue24.sh large    # the 1.5b shape: slime (no-compile, then compiled) + TRL
+#   bash bench/h200_issue24.sh ab       # the slow step 4 with and without cuDNN attention (~4 min)
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -33,10 +34,7 @@ case "${1:-}" in
     timeout 60 python3 bench/decode_attention.py | tee -a "$OUT/decode_attention.jsonl"
     timeout 60 python3 bench/decode_attention.py --batch 256 --groups 6 --head-dim 128 \
       --length 1088 --filled 700 | tee -a "$OUT/decode_attention.jsonl"
-    # TORCH_LOGS=recompiles: the slow step at rollout id 4 is the first step whose prompts are
-    # 13 tokens wide (11-12 before; bench/README.md); the worker's stderr in $OUT says whether
-    # that width recompiles something
-    TORCH_LOGS=recompiles timeout 330 python3 bench/gpu_anchor.py --variants fast_mb16k --steps 5 --warmup 2 \
+    timeout 330 python3 bench/gpu_anchor.py --variants fast_mb16k --steps 5 --warmup 2 \
       --out "$OUT/anchor.jsonl" --stderr-dir "$OUT"
     timeout 150 python3 bench/trl_grpo.py --shape 0.5b --steps 4 --out "$OUT/anchor.jsonl" \
       > "$OUT/trl_0.5b.log" 2>&1; tail -4 "$OUT/trl_0.5b.log"
@@ -50,8 +48,18 @@ case "${1:-}" in
     timeout 100 python3 bench/gpu_anchor.py --shape 1.5b --variants fast_eager_train_mb16k \
       --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT"
     ;;
+  ab)
+    # rollout id 4 (the first 13-token-wide prompts: new prefill and training shapes) was the
+    # slow step of every anchor run and is no recompilation; cuDNN attention builds a graph per
+    # new shape. Same variant with and without it (no train.compile: minutes less warm-up),
+    # steps 2-6 timed, so step 4 is the third timed step of each
+    timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k --steps 5 \
+      --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
+    timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k_nocudnn --steps 5 \
+      --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
+    ;;
   *)
-    echo "usage: bash bench/h200_issue24.sh anchor|large" >&2
+    echo "usage: bash bench/h200_issue24.sh anchor|large|ab" >&2
     exit 2
     ;;
 esac
