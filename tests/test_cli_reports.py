@@ -93,3 +93,11 @@ def test_run_ends_with_a_summary_and_the_bar_keeps_accuracies_apart(tmp_path, to
     assert "final eval/accuracy " in last and "at step 2" in last
     assert last.endswith(f"run directory: {tmp_path / 'run'}")
     assert "eval_acc=" in res.stderr and "acc=" in res.stderr
+    # resumed with no step left: the summary still names the run's last evaluation, read from
+    # its metrics.jsonl (this process evaluated nothing), not "no held-out evaluation"
+    res = core("run", "--resume", str(tmp_path / "run"), "-o", "run.progress=false")
+    assert res.returncode == 0, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("run completed: 0 steps (resumed at 2) in "), last
+    assert "final eval/accuracy " in last and "at step 2" in last, last
+    assert "no held-out evaluation" not in last

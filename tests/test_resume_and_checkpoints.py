@@ -68,3 +68,25 @@ def test_crash_mid_save_keeps_previous_checkpoint(base_config, run_slime, monkey
     # the resume drops the row past its checkpoint; step 2 runs again and logs once
     assert [m["step"] for m in read_metrics(base_config["run"]["run_dir"])] == [1, 2, 3]
     assert not [p for p in ckpts.iterdir() if ".tmp-" in p.name]  # the half-written save is gone
+
+
+def test_resume_may_change_how_the_run_is_shown_kept_and_run(base_config, run_slime,
+                                                             tmp_path: Path, capsys) -> None:
+    run_dir = run_slime(base_config)
+    changed = {**base_config, "run": {**base_config["run"], "progress": True,
+                                      "cudnn_attention": False, "keep_checkpoints": 3},
+               "profile": {"steps": [1, 1]}}
+    try:
+        run_slime(changed, resume=str(run_dir))
+    finally:
+        import torch
+
+        torch.backends.cuda.enable_cudnn_sdp(True)
+    err = capsys.readouterr().err
+    assert "resume: changed since the run started: " in err
+    assert "run.cudnn_attention True -> False" in err and "run.keep_checkpoints" in err
+    # what a step computes still may not change, and the error says what may
+    with pytest.raises(ValueError, match=r"config rollout.temperature was 1.0, now 0.5 "
+                                         r"\(only these may change on resume: .*run.progress"):
+        run_slime({**base_config, "rollout": {**base_config["rollout"], "temperature": 0.5}},
+                  resume=str(run_dir))

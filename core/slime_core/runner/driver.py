@@ -28,7 +28,7 @@ from slime_core.executors import make_executor
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import process_settings, staleness
-from slime_core.runner.components import select_accelerator
+from slime_core.runner.components import has_eval, select_accelerator
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.durable import fault_point
 from slime_core.runner.metrics import rollout_metrics
@@ -415,17 +415,36 @@ def run_training(manager: SlimePluginManager, config: Any, resume_dir: str | Non
     return run_dir
 
 
+def recorded_eval(metrics: Path) -> tuple[int, dict[str, float]] | None:
+    """The last row of ``metrics.jsonl`` with ``eval/accuracy``, as (step, row); None when
+    there is none (or no readable file)."""
+    try:
+        lines = metrics.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:  # a torn last line is the crash rules' business, not the summary's
+            continue
+        if isinstance(row, dict) and "eval/accuracy" in row:
+            return int(row.get("step", 0)), row
+    return None
+
+
 def summary_line(driver: Driver, start: int, seconds: float) -> str:
     """``run completed: 40 steps in 31.2 s; final eval/accuracy 0.750 at step 40 (100
     samples); run directory: runs/x``."""
     steps = f"{driver.step - start} steps" + (f" (resumed at {start})" if start else "")
     parts = [f"run completed: {steps} in {seconds:.1f} s"]
-    if driver.last_eval is not None:
-        step, m = driver.last_eval
+    # a resumed run with no step left evaluated nothing in this process: the run's record has it
+    last = driver.last_eval or recorded_eval(driver.run_dir / "metrics.jsonl")
+    if last is not None:
+        step, m = last
         if "eval/accuracy" in m:
             parts.append(f"final eval/accuracy {m['eval/accuracy']:.3f} at step {step} "
                          f"({int(m.get('eval/samples', 0))} samples)")
-    else:
+    elif not has_eval(driver.config):
         parts.append("no held-out evaluation (set data.eval_path)")
     parts.append(f"run directory: {driver.run_dir}")
     return "; ".join(parts)

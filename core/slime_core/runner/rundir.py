@@ -147,9 +147,25 @@ def resume_selection(run_dir: str | Path, selection: Any) -> tuple[Any, str]:
     return chosen, line
 
 
+# Keys a resume may change: how long, where and how fast the run goes, how it is shown and
+# kept, never what a step computes (a change is printed; the rest must equal the record).
+RESUME_MAY_CHANGE = {
+    ("run", "num_rollouts"),  # extend a finished run
+    ("run", "run_dir"),
+    ("run", "progress"),
+    ("run", "num_threads"),
+    ("run", "cudnn_attention"),  # attention kernels: same function, other rounding
+    ("run", "save_interval"),
+    ("run", "keep_checkpoints"),
+    ("run", "ray_address"),
+}
+RESUME_MAY_CHANGE_SECTIONS = {"profile"}
+
+
 def check_resume(run_dir: Path, config: Config, plugins: list[dict[str, Any]]) -> None:
-    """Resume only with every recorded plugin loaded and the same config (``run.num_rollouts``
-    may grow). A plugin loaded now but not recorded, or at another version, is a warning."""
+    """Resume only with every recorded plugin loaded and the same config, up to
+    :data:`RESUME_MAY_CHANGE` (printed when changed). A plugin loaded now but not recorded,
+    or at another version, is a warning."""
     saved_plugins = recorded_plugins(run_dir)
     now = {p["name"]: p for p in plugins}
     missing = [p for p in saved_plugins if p["name"] not in now]
@@ -171,12 +187,20 @@ def check_resume(run_dir: Path, config: Config, plugins: list[dict[str, Any]]) -
 
     saved_config = read_toml(run_dir / "config.toml")
     current = config.to_dict()
+    changed = []
     for section, values in saved_config.items():
         for k, v in values.items():
-            if (section, k) in (("run", "num_rollouts"), ("run", "run_dir")):
+            now_v = current.get(section, {}).get(k)
+            if (section, k) in RESUME_MAY_CHANGE or section in RESUME_MAY_CHANGE_SECTIONS:
+                if now_v != v:
+                    changed.append(f"{section}.{k} {v!r} -> {now_v!r}")
                 continue
-            if current.get(section, {}).get(k) != v:
+            if now_v != v:
                 raise ValueError(
-                    f"cannot resume {run_dir}: config {section}.{k} was {v!r}, now "
-                    f"{current.get(section, {}).get(k)!r}"
+                    f"cannot resume {run_dir}: config {section}.{k} was {v!r}, now {now_v!r}"
+                    " (only these may change on resume: "
+                    f"{', '.join(sorted(f'{a}.{b}' for a, b in RESUME_MAY_CHANGE))}, "
+                    f"{', '.join(f'{x}.*' for x in sorted(RESUME_MAY_CHANGE_SECTIONS))})"
                 )
+    if changed:
+        print(f"resume: changed since the run started: {'; '.join(changed)}", file=sys.stderr)
