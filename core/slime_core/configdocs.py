@@ -61,8 +61,8 @@ def _default(f: dataclasses.Field[Any]) -> str:
 
 
 def render() -> str:
+    from slime_core.config.schema import build_schema
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.session import build_schema
 
     manager = SlimePluginManager(PluginSelection(plugins=FIRST_PARTY, autoload=False)).load()
     schema = build_schema(manager)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slime_core.config import Config, ConfigSchema, load_config
+from slime_core.config import Config, load_config
 from slime_core.config.loader import parse_override, read_toml
 from slime_core.config.names import (
     Sources,
@@ -14,22 +14,8 @@ from slime_core.config.names import (
     check_sections,
     remember_sources,
 )
+from slime_core.config.schema import build_schema
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-from slime_hookspecs.records import ConfigSection
-
-
-def build_schema(manager: SlimePluginManager) -> ConfigSchema:
-    """Collect ``slime_add_config`` sections, each tagged with its owner plugin."""
-    schema = ConfigSchema()
-    for impl in manager.pm.hook.slime_add_config.get_hookimpls():
-        owner = manager.plugin_name(impl.plugin)
-        produced = impl.function(schema=schema)
-        if produced is None:
-            continue
-        for sec in [produced] if isinstance(produced, ConfigSection) else produced:
-            sec.owner = owner
-            schema.add(sec)
-    return schema
 
 
 def _plugin_keys(path: str | Path | None, overrides: tuple[str, ...] | list[str],

@@ -74,7 +74,7 @@ class _ExtraPlugin:
 
 def test_plugin_contributes_a_section_and_duplicate_fails(tmp_path: Path) -> None:
     from slime_core.pluginmgr import SlimePluginManager
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
     from slime_core.config import load_config
 
     m = SlimePluginManager(PluginSelection(autoload=False)).load()

@@ -30,7 +30,7 @@ def _valid_name(spec) -> str:  # noqa: ANN001
 def test_every_record_key_is_declared_on_a_field() -> None:
     from dataclasses import fields
 
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     schema = build_schema(SlimePluginManager(GRPO).load())
     for sec, key, _ in KEYS:

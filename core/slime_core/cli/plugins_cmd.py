@@ -102,7 +102,7 @@ def info_command(name: str, as_json: bool, selection: PluginSelection) -> None:
                 {"name": r.name, "summary": r.summary, "unavailable": r.unavailable_reason()}
                 for r in recs
             ]
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     schema = build_schema(manager)
     sections = [
@@ -157,7 +157,7 @@ def find_problems(manager: SlimePluginManager) -> tuple[list[str], list[str]]:
             why = rec.unavailable_reason()
             if why:
                 notes.append(f"{KINDS[kind][1]} {rec.name!r} ({rec.owner}) unavailable: {why}")
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     try:
         build_schema(manager)

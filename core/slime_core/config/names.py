@@ -29,6 +29,7 @@ from slime_hookspecs import PROJECT_NAME, ConfigSection, Record, RecordKey
 
 from slime_core.config.loader import parse_override, read_toml
 from slime_core.config.model import ConfigError
+from slime_core.config.schema import build_schema
 
 if TYPE_CHECKING:
     from slime_core.config.model import Config
@@ -209,8 +210,6 @@ def check_record_names(manager: SlimePluginManager, config: Config,
     """Resolve every record name of ``config`` (see the module docstring); the first unknown
     one raises :class:`ConfigError`. ``schema`` defaults to the manager's sections."""
     if schema is None:
-        from slime_core.session import build_schema
-
         schema = build_schema(manager)
     sources = sources or _SOURCES.get(config) or Sources()
     for section in schema.sections():

@@ -6,10 +6,14 @@ import dataclasses
 import difflib
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from slime_hookspecs.records import ConfigSection
 
 from slime_core.config.model import ConfigError
-from slime_hookspecs.records import ConfigSection
+
+if TYPE_CHECKING:
+    from slime_core.pluginmgr.manager import SlimePluginManager
 
 
 class ConfigSchema:
@@ -126,3 +130,17 @@ def check_type(key: str, value: Any, tp: Any) -> Any:
     if isinstance(tp, type) and not isinstance(value, tp):
         raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
     return value
+
+
+def build_schema(manager: SlimePluginManager) -> ConfigSchema:
+    """Collect ``slime_add_config`` sections, each tagged with its owner plugin."""
+    schema = ConfigSchema()
+    for impl in manager.pm.hook.slime_add_config.get_hookimpls():
+        owner = manager.plugin_name(impl.plugin)
+        produced = impl.function(schema=schema)
+        if produced is None:
+            continue
+        for sec in [produced] if isinstance(produced, ConfigSection) else produced:
+            sec.owner = owner
+            schema.add(sec)
+    return schema

@@ -84,8 +84,8 @@ def protocol_name(section: str) -> str:
 
 def render() -> str:
     """The module text for the built-in sections (no entry-point plugin loaded)."""
+    from slime_core.config.schema import build_schema
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.session import build_schema
 
     schema = build_schema(SlimePluginManager(PluginSelection(autoload=False)).load())
     out = [HEADER]

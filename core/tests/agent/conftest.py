@@ -44,7 +44,7 @@ def tokenizer(tok_dir: Path) -> Any:
 def agent_config(manager, tok_dir: Path):
     """``agent_config(tools={...}, rollout={...})`` -> a typed Config with every section."""
     from slime_core.config import load_config
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     def make(**sections: dict[str, Any]) -> Any:
         data = {"model": {"tokenizer": str(tok_dir)}, **sections}

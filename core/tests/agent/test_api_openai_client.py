@@ -30,7 +30,7 @@ def stack(tmp_path_factory):
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     tok = write_char_tokenizer(tmp_path_factory.mktemp("oai_tok"))
     manager = SlimePluginManager(PluginSelection(autoload=False)).load()

@@ -26,7 +26,7 @@ def engine_and_config(tmp_path_factory):
     from slime_core.config import load_config
     from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
     from slime_core.testing import write_char_tokenizer
 
     tok_dir = write_char_tokenizer(tmp_path_factory.mktemp("api_tok"))

@@ -23,7 +23,7 @@ def api():
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     manager = SlimePluginManager(PluginSelection(plugins=["slime_agent"])).load()
     set_manager(manager)

@@ -84,7 +84,7 @@ def ppo_manager() -> Any:
 def make_config(ppo_manager: Any, tokenizer_dir: Path) -> Callable[..., Any]:
     """``make_config(section=dict, ...)``: a resolved config with the [ppo] section."""
     from slime_core.config import load_config
-    from slime_core.session import build_schema
+    from slime_core.config.schema import build_schema
 
     def make(**sections: dict[str, Any]) -> Any:
         data: dict[str, dict[str, Any]] = {

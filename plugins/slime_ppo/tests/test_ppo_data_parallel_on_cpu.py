@@ -60,7 +60,8 @@ def _rank(rank: int, world: int, init: str, reducer: str, tok_dir: str, out: str
     from slime_core.config import load_config
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
-    from slime_core.session import build_schema, resolve
+    from slime_core.config.schema import build_schema
+    from slime_core.session import resolve
     from slime_core.testing import TINY_QWEN2
 
     manager, _ = resolve(PluginSelection(plugins=["slime_grpo", "slime_ppo"]), None, (), {})
