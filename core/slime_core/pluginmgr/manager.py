@@ -162,7 +162,7 @@ class SlimePluginManager:
         if self._registries is None:
             from slime_core.pluginmgr.registry import Registries
 
-            self._registries = Registries(self)
+            self._registries = Registries(self.pm)
         return self._registries
 
     def active(self) -> list[PluginInfo]:

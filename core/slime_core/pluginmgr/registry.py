@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from slime_hookspecs.records import RECORD_TYPES, Record
 
 if TYPE_CHECKING:
-    from slime_core.pluginmgr.manager import SlimePluginManager
+    import pluggy
 
 
 # kind -> (hook name, human label, record type); the hook name is the record type's own
@@ -78,8 +78,9 @@ class Registry:
 class Registries:
     """All registries of a plugin manager, built lazily per kind."""
 
-    def __init__(self, manager: SlimePluginManager) -> None:
-        self._manager = manager
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        """``pm``: the plugin manager's pluggy manager, whose registration hooks are called."""
+        self._pm = pm
         self._built: dict[str, Registry] = {}
 
     def __getattr__(self, kind: str) -> Registry:
@@ -105,7 +106,7 @@ class Registries:
 
     def _build(self, kind: str) -> Registry:
         hook_name, label, rtype = KINDS[kind]
-        pm = self._manager.pm
+        pm = self._pm
         caller = getattr(pm.hook, hook_name)
         records: dict[str, Record] = {}
         # get_hookimpls() is in registration order: built-ins first, so their names win ties
