@@ -21,7 +21,10 @@ tree) and report what happened.
 stands for a set of tools known only at run time (the tools of an MCP server). Its factory
 returns a source instead of a callable: ``source.list_tools()`` (may be a coroutine function)
 gives ``[{"name", "description", "parameters"}, ...]`` once, when the executor is built, and
-``await source.call(name, arguments, tool_context)`` runs one. Naming the record in
+``await source.call(name, arguments, tool_context)`` runs one. A source may also define
+``async prepare(name, tool_context)``: awaited before each call, outside ``tools.timeout``,
+for set-up that is not the tool's work (opening the episode's session to a server); it must
+bound its own time, and its failure is the call's ``tool_error``. Naming the record in
 ``tools.enabled`` enables every tool it lists, under the listed names (validated against the
 listed JSON schemas like any tool); a listed name that clashes with another enabled tool
 fails the run, naming both.
@@ -62,6 +65,7 @@ class _Tool:
     validator: Any
     wants_context: bool
     is_async: bool
+    prepare: Any = None  # a tool source's ``prepare(tool_context)``, run before the timed call
 
 
 class ToolExecutor:
@@ -98,6 +102,7 @@ class ToolExecutor:
                 wants_context=_CONTEXT_PARAM in params,
                 is_async=inspect.iscoroutinefunction(fn)
                 or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),
+                prepare=getattr(fn, "prepare", None),
             )
 
     def schemas(self) -> list[dict[str, Any]]:
@@ -123,6 +128,14 @@ class ToolExecutor:
             where = "/".join(str(p) for p in first.path) or "arguments"
             return self._error(call, "invalid_arguments",
                                f"invalid arguments for {call.name!r} at {where}: {first.message}")
+        if tool.prepare is not None:
+            try:
+                await tool.prepare(context)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an observation, as a failing call is
+                return self._error(call, "tool_error", f"{call.name!r} could not be prepared: "
+                                   f"{type(exc).__name__}: {exc}")
         kwargs = dict(call.arguments)
         limit = self.timeout
         if tool.wants_context:
@@ -188,6 +201,11 @@ def _source_tool(source: Any, tool: str) -> Any:
         async def call(tool_context: ToolContext, **arguments: Any) -> Any:
             return await source.call(tool, arguments, tool_context)
 
+        if hasattr(source, "prepare"):
+            async def prepare(tool_context: ToolContext) -> None:
+                await source.prepare(tool, tool_context)
+
+            call.prepare = prepare  # type: ignore[attr-defined]
         return call
 
     return factory

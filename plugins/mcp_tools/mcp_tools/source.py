@@ -5,7 +5,10 @@ its tools (name, description, ``inputSchema`` as the JSON schema of the argument
 closes it. ``call(name, arguments, tool_context)`` opens the episode's session to the tool's
 server on first use (a stdio server is a fresh process per episode, so its state is the
 episode's; an HTTP server gets a new MCP session), keeps it in ``tool_context.state`` and
-closes it at the end of the episode (``tool_context.on_close``).
+closes it at the end of the episode (``tool_context.on_close``). The session is opened in
+``prepare``, which the core's tool executor awaits before the call and outside
+``tools.timeout``, so that limit is the tool's own work; ``mcp.connect_timeout`` bounds the
+opening (many episodes opening HTTP sessions on one server at once can take seconds).
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class McpToolSource:
             return await conn.list_tools()
         finally:
             await conn.close()
+
+    async def prepare(self, name: str, tool_context: Any) -> None:
+        """Open (or wait for) the episode's session to ``name``'s server."""
+        await self._episode_connection(self.routes[name][0], tool_context)
 
     async def call(self, name: str, arguments: dict[str, Any], tool_context: Any) -> str:
         spec, tool = self.routes[name]

@@ -94,3 +94,32 @@ def test_a_server_that_cannot_start_names_itself():
     with pytest.raises(Exception, match="broken"):
         executor(cfg)
     json.dumps(cfg.mcp.servers)  # the config stays plain data
+
+
+def test_opening_the_session_is_not_the_calls_time(monkeypatch):
+    # A stdio server is a fresh Python process per episode: starting it and initialising the
+    # session takes far longer than the 0.5 s limit, a call on the open session far less.
+    # The session opens in the source's prepare(), which the executor awaits before the
+    # timed call, so the limit is the tool's own work (it once covered the opening too).
+    from slime_core.agent import executor as executor_mod
+
+    monkeypatch.setattr(executor_mod, "CONTEXT_GRACE_S", 0.0)
+    cfg = config({"name": "calc-kv", "command": "python", "args": [str(SERVER)]})
+    rec = ToolRecord(name="mcp", factory=McpToolSource, owner="mcp_tools",
+                     extra={"tool_source": True})
+    ex = ToolExecutor(cfg, {"mcp": rec}, timeout=0.5)
+
+    async def timed():
+        import time
+
+        ctx = ToolContext(cfg)
+        try:
+            t = time.perf_counter()
+            out = await ex.run(call("calculator", expression="6*7"), ctx)
+            return out, time.perf_counter() - t
+        finally:
+            await ctx.close()
+
+    out, seconds = asyncio.run(timed())
+    assert (out.ok, out.text) == (True, "42"), out.text
+    assert seconds > 0.5  # the opening took longer than the limit, and did not count
