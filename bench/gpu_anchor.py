@@ -107,6 +107,14 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
                                                    "decode_attention": "triton"},
                                        "train": {"micro_batch_tokens": 16384,
                                                  "head_kernel": "triton"}},
+    # the decode attention as before its column splits (one program walks a row's cache),
+    # beside fast_eager_train_mb16k's heuristic splits: the full step's A/B of the splits
+    "fast_eager_train_mb16k_split1": {"rollout": {"cuda_graphs": True, "compile_decode": True,
+                                                  "fused_decoder": True,
+                                                  "decode_attention": "triton",
+                                                  "decode_attention_splits": 1},
+                                      "train": {"micro_batch_tokens": 16384,
+                                                "head_kernel": "triton"}},
     # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
     # same engine, same micro-batches, so the train phase compares the two backends
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},

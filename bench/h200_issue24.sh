@@ -4,7 +4,7 @@
 #
 #   bash bench/h200_issue24.sh anchor   # kernel tests, decode-attention sweep, 0.5b slime + TRL
 #   bash bench/h200_issue24.sh large    # the 1.5b shape: slime (no-compile, then compiled) + TRL
-#   bash bench/h200_issue24.sh ab       # the slow step 4 with and without cuDNN attention (~4 min)
+#   bash bench/h200_issue24.sh ab       # cuDNN attention on/off, column splits on/off (~6 min)
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -56,6 +56,9 @@ case "${1:-}" in
     timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k --steps 5 \
       --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
     timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k_nocudnn --steps 5 \
+      --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
+    # the decode attention without its column splits (the kernel as before them)
+    timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k_split1 --steps 5 \
       --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
     ;;
   *)

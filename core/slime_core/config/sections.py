@@ -132,6 +132,7 @@ class RolloutSection:
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
     compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
     decode_attention: str = "auto"  # with cuda_graphs: one-token attention over the static cache: "triton" (one kernel that skips unwritten columns), "sdpa", or "auto" (triton on CUDA when triton imports)
+    decode_attention_splits: int = 0  # with decode_attention = triton and the fused decoder: cache-column splits per row and KV head (0: the kernel's heuristic; 1: one program walks the whole row)
     async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
 
     def __post_init__(self) -> None:
@@ -144,6 +145,8 @@ class RolloutSection:
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
+        _need(self.decode_attention_splits >= 0, "rollout.decode_attention_splits",
+              "must be >= 0 (0: the kernel's heuristic)")
 
 
 @dataclass

@@ -103,7 +103,8 @@ class LocalEngine:
             triton = kernels.choose(setting, self.device, "rollout.decode_attention")
             self._static = StaticDecoders(
                 capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)),
-                decode_attention="triton" if triton else "sdpa")
+                decode_attention="triton" if triton else "sdpa",
+                splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None)
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the

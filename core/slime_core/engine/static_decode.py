@@ -121,7 +121,7 @@ class StaticDecoder:
 
     def __init__(self, model: Any, batch: int, length: int, capture: bool,
                  compile_step: bool = False, attention: str = ATTENTION_NAME,
-                 fused: FusedDecoder | None = None) -> None:
+                 fused: FusedDecoder | None = None, splits: int | None = None) -> None:
         from transformers import StaticCache
 
         self.model, self.batch, self.length = model, batch, length
@@ -130,6 +130,7 @@ class StaticDecoder:
         # decode steps through the fused projections (one q/k/v and one gate/up product a
         # layer) instead of transformers' modeling code; the prefill stays transformers'
         self.fused = fused
+        self.splits = splits  # the Triton attention's column splits (None: its heuristic)
         forward = self._fused_forward if fused is not None else self._forward
         # the decode forward, compiled when asked (prefill has other shapes and stays eager)
         self._step_forward = torch.compile(forward, dynamic=False) if compile_step else forward
@@ -180,7 +181,8 @@ class StaticDecoder:
             cache.values.index_copy_(2, self.column, v.reshape(b, hkv, 1, d))
             q = qk[:, :h].reshape(b, hkv, h // hkv, d)
             if triton:
-                out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling)
+                out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling,
+                                       self.splits)
             else:
                 out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
                                                      attn_mask=mask, scale=layer.scaling)
@@ -243,9 +245,12 @@ class StaticDecoders:
     """The decoders of one engine, by (batch, cache length)."""
 
     def __init__(self, capture: bool, compile_step: bool = False,
-                 decode_attention: str = "sdpa") -> None:
-        """``decode_attention``: ``"sdpa"`` or ``"triton"`` (resolved by the caller)."""
+                 decode_attention: str = "sdpa", splits: int | None = None) -> None:
+        """``decode_attention``: ``"sdpa"`` or ``"triton"`` (resolved by the caller);
+        ``splits``: the Triton kernel's column splits in fused decode steps (None: its
+        heuristic)."""
         self.capture = capture
+        self.splits = splits
         self.compile_step = compile_step
         self.attention = TRITON_ATTENTION_NAME if decode_attention == "triton" else ATTENTION_NAME
         self._by_shape: dict[tuple[int, int], StaticDecoder] = {}
@@ -259,7 +264,7 @@ class StaticDecoders:
         dec = self._by_shape.get(key)
         if dec is None or dec.model is not model or dec.fused is not fused:
             dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step,
-                                self.attention, fused)
+                                self.attention, fused, self.splits)
             self._by_shape[key] = dec
         return dec
 

@@ -144,3 +144,33 @@ def test_fused_static_steps_match_the_dynamic_cache_for_other_families(make_engi
         assert s.token_ids == d.token_ids
         torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
                                    atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_fused_static_steps_with_the_triton_attention_and_its_column_splits(make_engine, splits,
+                                                                          monkeypatch):
+    """``rollout.decode_attention = "triton"`` in the fused step, with the kernel's own column
+    splits and with ``rollout.decode_attention_splits`` pinned: the dynamic cache's tokens and
+    log-probs. Runs where the kernels do: CUDA, or the CPU under ``TRITON_INTERPRET=1``."""
+    from slime_core import kernels
+    from slime_core.engine.static_decode import TRITON_ATTENTION_NAME
+
+    if not kernels.available("cpu"):
+        pytest.skip("needs triton under TRITON_INTERPRET=1 on the CPU")
+    from slime_core.engine import static_decode
+
+    # a 256-column cache (4 tiles), so that pinned splits really split and combine
+    monkeypatch.setattr(static_decode, "BUCKET", 256)
+    init = {**TINY_QWEN2, "hidden_size": 64}  # head dim 16: the kernel's smallest
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=5, ignore_eos=True)
+    dynamic = make_engine(model={"init_config": init}).generate(PROMPTS, [params] * len(PROMPTS))
+    engine = make_engine(model={"init_config": init})
+    engine._static = StaticDecoders(capture=False, decode_attention="triton", splits=splits)
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    (decoder,) = engine._static._by_shape.values()
+    assert decoder.attention == TRITON_ATTENTION_NAME and decoder.splits == splits
+    assert decoder.length == 256
+    for d, s in zip(dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
