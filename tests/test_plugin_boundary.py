@@ -106,3 +106,16 @@ def test_every_public_name_resolves_and_is_documented() -> None:
         assert re.search(rf"`{name}[`(]", doc), f"docs/plugin_api.md does not document slime_core.api.{name}"
     with pytest.raises(AttributeError, match="public names"):
         api.not_a_public_name  # noqa: B018
+
+
+def test_editors_see_exactly_the_exports() -> None:
+    """The ``if TYPE_CHECKING:`` imports of ``slime_core.api`` (what editors and mypy follow)
+    name exactly the lazily resolved exports, from the same modules."""
+    import slime_core.api as api
+
+    tree = ast.parse((REPO / "core" / "slime_core" / "api.py").read_text(encoding="utf-8"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If)
+                and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"]
+    seen = {(alias.asname or alias.name): (node.module, alias.name)
+            for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert seen == api._EXPORTS
