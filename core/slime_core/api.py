@@ -100,97 +100,43 @@ __all__ = list(_EXPORTS)
 # tests/test_plugin_boundary.py checks that these are exactly the exports above.
 if TYPE_CHECKING:
     from slime_core.agent.buffer.services import run_agent_api as run_agent_api
-    from slime_core.algo.compose import (
-        compute_advantages as compute_advantages,
-    )
-    from slime_core.algo.compose import (
-        compute_loss as compute_loss,
-    )
-    from slime_core.algo.compose import (
-        make_reducer as make_reducer,
-    )
-    from slime_core.algo.compose import (
-        needs_ref as needs_ref,
-    )
-    from slime_core.algo.compose import (
-        prepare_batch as prepare_batch,
-    )
-    from slime_core.algo.opd import (
-        opd_enabled as opd_enabled,
-    )
-    from slime_core.algo.opd import (
-        teacher_in_trainer as teacher_in_trainer,
-    )
-    from slime_core.algo.opd import (
-        teacher_model_config as teacher_model_config,
-    )
+    from slime_core.algo.compose import compute_advantages as compute_advantages
+    from slime_core.algo.compose import compute_loss as compute_loss
+    from slime_core.algo.compose import make_reducer as make_reducer
+    from slime_core.algo.compose import needs_ref as needs_ref
+    from slime_core.algo.compose import prepare_batch as prepare_batch
+    from slime_core.algo.opd import opd_enabled as opd_enabled
+    from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
+    from slime_core.algo.opd import teacher_model_config as teacher_model_config
     from slime_core.algo.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.algo.whiten import AllSum as AllSum
     from slime_core.algo.whiten import whiten as whiten
-    from slime_core.context import (
-        get_manager as get_manager,
-    )
-    from slime_core.context import (
-        get_registries as get_registries,
-    )
-    from slime_core.context import (
-        rollout_engine_clients as rollout_engine_clients,
-    )
-    from slime_core.engine.model_loading import (
-        load_causal_lm as load_causal_lm,
-    )
-    from slime_core.engine.model_loading import (
-        load_tokenizer as load_tokenizer,
-    )
-    from slime_core.engine.model_loading import (
-        resolve_dtype as resolve_dtype,
-    )
+    from slime_core.context import get_manager as get_manager
+    from slime_core.context import get_registries as get_registries
+    from slime_core.context import rollout_engine_clients as rollout_engine_clients
+    from slime_core.engine.model_loading import load_causal_lm as load_causal_lm
+    from slime_core.engine.model_loading import load_tokenizer as load_tokenizer
+    from slime_core.engine.model_loading import resolve_dtype as resolve_dtype
     from slime_core.engine.prompts import check_generate_inputs as check_generate_inputs
-    from slime_core.pluginmgr.registry import (
-        DuplicateRecordError as DuplicateRecordError,
-    )
-    from slime_core.pluginmgr.registry import (
-        UnavailableRecordError as UnavailableRecordError,
-    )
-    from slime_core.pluginmgr.registry import (
-        UnknownRecordError as UnknownRecordError,
-    )
+    from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
+    from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
+    from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
     from slime_core.runner.components import accelerator_record as accelerator_record
     from slime_core.runner.engine_client import EngineClient as EngineClient
-    from slime_core.trainer.accumulate import (
-        Accumulation as Accumulation,
-    )
-    from slime_core.trainer.accumulate import (
-        step_indices as step_indices,
-    )
-    from slime_core.trainer.batching import (
-        micro_batches as micro_batches,
-    )
-    from slime_core.trainer.batching import (
-        response_log_probs as response_log_probs,
-    )
-    from slime_core.trainer.batching import (
-        to_tensor_list as to_tensor_list,
-    )
+    from slime_core.trainer.accumulate import Accumulation as Accumulation
+    from slime_core.trainer.accumulate import step_indices as step_indices
+    from slime_core.trainer.batching import micro_batches as micro_batches
+    from slime_core.trainer.batching import response_log_probs as response_log_probs
+    from slime_core.trainer.batching import to_tensor_list as to_tensor_list
     from slime_core.trainer.critic import build_value_model as build_value_model
-    from slime_core.trainer.data_parallel import (
-        all_reduce_gradients as all_reduce_gradients,
-    )
-    from slime_core.trainer.data_parallel import (
-        data_parallel_group as data_parallel_group,
-    )
-    from slime_core.trainer.data_parallel import (
-        float_all_sum as float_all_sum,
-    )
-    from slime_core.trainer.data_parallel import (
-        global_totals as global_totals,
-    )
-    from slime_core.trainer.data_parallel import (
-        set_data_parallel_group as set_data_parallel_group,
-    )
-    from slime_core.trainer.data_parallel import (
-        sum_metrics as sum_metrics,
-    )
+    from slime_core.trainer.data_parallel import active as dp_active  # noqa: F401 (renamed export)
+    from slime_core.trainer.data_parallel import all_reduce_gradients as all_reduce_gradients
+    from slime_core.trainer.data_parallel import data_parallel_group as data_parallel_group
+    from slime_core.trainer.data_parallel import float_all_sum as float_all_sum
+    from slime_core.trainer.data_parallel import global_totals as global_totals
+    from slime_core.trainer.data_parallel import set_data_parallel_group as set_data_parallel_group
+    from slime_core.trainer.data_parallel import sum_metrics as sum_metrics
+    from slime_core.trainer.torch_trainer import lr_lambda as lr_schedule  # noqa: F401 (renamed export)
 
 
 def __getattr__(name: str) -> Any:
