@@ -118,25 +118,32 @@ def _combine_kernel() -> Any:
         s_mlb, s_mlh, s_mls,
         s_ob, s_oh, s_og,
         splits, groups,
-        D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
+        D: tl.constexpr, BLOCK_G: tl.constexpr,
     ):
+        # one split at a time with a running max (log2 domain, as the partials' maxima), so
+        # registers hold one [G, D] partial whatever the number of splits
         b = tl.program_id(0)
         h = tl.program_id(1)
-        offs_s = tl.arange(0, BLOCK_S)
         offs_g = tl.arange(0, BLOCK_G)
         offs_d = tl.arange(0, D)
-        ok = (offs_s[:, None] < splits) & (offs_g[None, :] < groups)  # [S, G]
-        ml = ml_ptr + b * s_mlb + h * s_mlh + offs_s[:, None] * s_mls + offs_g[None, :] * 2
-        m = tl.load(ml, mask=ok, other=float("-inf"))
-        l_s = tl.load(ml + 1, mask=ok, other=0.0)
-        m_max = tl.max(m, axis=0)  # [G]
-        w = tl.where(m > float("-inf"), tl.exp2(m - m_max[None, :]), 0.0)  # [S, G]
-        denom = tl.sum(w * l_s, axis=0)
-        part = tl.load(part_ptr + b * s_pb + h * s_ph + offs_s[:, None, None] * s_ps
-                       + offs_g[None, :, None] * s_pg + offs_d[None, None, :],
-                       mask=ok[:, :, None], other=0.0)  # [S, G, D]
-        out = tl.sum(part * w[:, :, None], axis=0) / tl.where(denom > 0, denom, 1.0)[:, None]
         g_ok = offs_g < groups
+        m_run = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+        l_run = tl.zeros((BLOCK_G,), tl.float32)
+        acc = tl.zeros((BLOCK_G, D), tl.float32)
+        for sp in range(0, splits):
+            ml = ml_ptr + b * s_mlb + h * s_mlh + sp * s_mls + offs_g * 2
+            m = tl.load(ml, mask=g_ok, other=float("-inf"))
+            l_s = tl.load(ml + 1, mask=g_ok, other=0.0)
+            part = tl.load(part_ptr + b * s_pb + h * s_ph + sp * s_ps + offs_g[:, None] * s_pg
+                           + offs_d[None, :], mask=g_ok[:, None], other=0.0)
+            m_new = tl.maximum(m_run, m)
+            # a split with no written column has max -inf and sum 0: weight 0, never NaN
+            a_old = tl.where(m_run > float("-inf"), tl.exp2(m_run - m_new), 0.0)
+            a_new = tl.where(m > float("-inf"), tl.exp2(m - m_new), 0.0)
+            acc = acc * a_old[:, None] + part * a_new[:, None]
+            l_run = l_run * a_old + l_s * a_new
+            m_run = m_new
+        out = acc / tl.where(l_run > 0, l_run, 1.0)[:, None]
         tl.store(o_ptr + b * s_ob + h * s_oh + offs_g[:, None] * s_og + offs_d[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=g_ok[:, None])
 
@@ -203,7 +210,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
             ml.stride(0), ml.stride(1), ml.stride(2),
             out.stride(0), out.stride(1), out.stride(2),
             splits, groups,
-            D=d, BLOCK_G=block_g, BLOCK_S=max(2, 1 << (splits - 1).bit_length()), num_warps=4,
+            D=d, BLOCK_G=block_g, num_warps=4,
         )
     return out
 
