@@ -11,10 +11,10 @@ columns are all masked, so the keys and values a row has not written yet are nev
 
 When the rows and KV heads alone give too few programs to keep the device's memory busy (the
 1.5b anchor's 512 programs, each walking the 11 written tiles of its row in turn, reached half
-the read bound), the cache
-columns are also split across programs (flash-decoding): each split writes its unnormalised
-fp32 output, running max and sum, and a second small kernel combines the splits
-(:func:`num_splits` picks their number; ``splits=1`` is the one-kernel path).
+the read bound), the cache columns are also split across programs (flash-decoding): each
+split writes its unnormalised fp32 output, running max and sum, and a second small kernel
+combines the splits (:func:`num_splits` picks their number; ``splits=1`` is the one-kernel
+path).
 
 Same function as ``scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)`` with
 ``q`` viewed ``[B, H_kv, n_rep, D]`` (:func:`reference`), up to float rounding; a row with no
