@@ -4,7 +4,7 @@ value head, TP-sharded like the actor (``TrainerBackendRecord.critic_factory``).
 One PPO step (two actor and two critic optimizer steps, the value clip engaged on the second)
 from the same state equals the torch backend's (its Hugging Face value model) within 1e-4,
 actor and critic metrics alike, and so do the critic's values after the step, for TP=1 here
-and TP=2 over two gloo processes; a checkpoint resumes the critic exactly.
+and TP=2 and PP=2 over two gloo processes; a checkpoint resumes the critic exactly.
 """
 
 from __future__ import annotations
@@ -58,3 +58,22 @@ def test_ppo_tp1_resumes_exactly(tmp_path: Path) -> None:
     assert r["fresh_differs"] and r["values_equal"]
     m_a, m_b = r["metrics"]
     assert m_a == m_b
+
+
+def _pp2(rank: int, world_size: int, ckpt: str) -> dict[str, Any]:
+    data = ppo_data(megatron={"pipeline_model_parallel_size": 2}, train={"num_ranks": 2})
+    return {"compare": ppo_compare(rank, world_size, data),
+            "resume": ppo_resume(rank, world_size, data, ckpt)}
+
+
+def test_ppo_step_pp2_matches_torch_backend_and_resumes(tmp_path: Path) -> None:
+    # the critic's trunk split into the actor's two pipeline stages, the value head on the last
+    ckpt = tmp_path / "ckpt"
+    for result in spawn(_pp2, 2, str(ckpt)):
+        check(result["compare"])
+        r = result["resume"]
+        assert r["fresh_differs"] and r["values_equal"]
+        m_a, m_b = r["metrics"]
+        assert m_a == m_b
+    for shard in ("mp_rank_00_000", "mp_rank_00_001"):  # one shard per pipeline stage
+        assert (ckpt / "critic" / shard / "critic_optim.pt").is_file()
