@@ -31,49 +31,37 @@ def check(result: dict[str, Any]) -> None:
         assert float((a - b).abs().max()) < TOL, result
 
 
-def test_ppo_step_tp1_matches_torch_backend() -> None:
-    check(ppo_compare(0, 1, ppo_data()))
-
-
-def _tp2(rank: int, world_size: int, ckpt: str) -> dict[str, Any]:
-    data = ppo_data(megatron={"tensor_model_parallel_size": 2}, train={"num_ranks": 2})
-    return {"compare": ppo_compare(rank, world_size, data),
-            "resume": ppo_resume(rank, world_size, data, ckpt)}
-
-
-def test_ppo_step_tp2_matches_torch_backend_and_resumes(tmp_path: Path) -> None:
-    ckpt = tmp_path / "ckpt"
-    for result in spawn(_tp2, 2, str(ckpt)):
-        check(result["compare"])
-        r = result["resume"]
-        assert r["fresh_differs"] and r["values_equal"]
-        m_a, m_b = r["metrics"]
-        assert m_a == m_b
-    for shard in ("mp_rank_00_000", "mp_rank_01_000"):
-        assert (ckpt / "critic" / shard / "critic_optim.pt").is_file()
-
-
-def test_ppo_tp1_resumes_exactly(tmp_path: Path) -> None:
-    r = ppo_resume(0, 1, ppo_data(), str(tmp_path / "ckpt"))
+def check_resume(r: dict[str, Any]) -> None:
     assert r["fresh_differs"] and r["values_equal"]
     m_a, m_b = r["metrics"]
     assert m_a == m_b
 
 
-def _pp2(rank: int, world_size: int, ckpt: str) -> dict[str, Any]:
-    data = ppo_data(megatron={"pipeline_model_parallel_size": 2}, train={"num_ranks": 2})
+def test_ppo_step_tp1_matches_torch_backend() -> None:
+    check(ppo_compare(0, 1, ppo_data()))
+
+
+def test_ppo_tp1_resumes_exactly(tmp_path: Path) -> None:
+    check_resume(ppo_resume(0, 1, ppo_data(), str(tmp_path / "ckpt")))
+
+
+def _two_ranks(rank: int, world_size: int, megatron: dict[str, int], ckpt: str) -> dict[str, Any]:
+    data = ppo_data(megatron=megatron, train={"num_ranks": 2})
     return {"compare": ppo_compare(rank, world_size, data),
             "resume": ppo_resume(rank, world_size, data, ckpt)}
 
 
-def test_ppo_step_pp2_matches_torch_backend_and_resumes(tmp_path: Path) -> None:
-    # the critic's trunk split into the actor's two pipeline stages, the value head on the last
+@pytest.mark.parametrize(("megatron", "shards"), [
+    ({"tensor_model_parallel_size": 2}, ("mp_rank_00_000", "mp_rank_01_000")),
+    # the critic's trunk in the actor's two pipeline stages, the value head on the last; one
+    # checkpoint shard per stage
+    ({"pipeline_model_parallel_size": 2}, ("mp_rank_00_000", "mp_rank_00_001")),
+], ids=["tp2", "pp2"])
+def test_ppo_step_on_two_ranks_matches_torch_backend_and_resumes(
+        tmp_path: Path, megatron: dict[str, int], shards: tuple[str, str]) -> None:
     ckpt = tmp_path / "ckpt"
-    for result in spawn(_pp2, 2, str(ckpt)):
+    for result in spawn(_two_ranks, 2, megatron, str(ckpt)):
         check(result["compare"])
-        r = result["resume"]
-        assert r["fresh_differs"] and r["values_equal"]
-        m_a, m_b = r["metrics"]
-        assert m_a == m_b
-    for shard in ("mp_rank_00_000", "mp_rank_00_001"):  # one shard per pipeline stage
+        check_resume(result["resume"])
+    for shard in shards:
         assert (ckpt / "critic" / shard / "critic_optim.pt").is_file()
