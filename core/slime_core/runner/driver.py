@@ -128,6 +128,9 @@ class Driver:
         from slime_core.observe.trace import mark_superseded
 
         mark_superseded(self.run_dir, kept)
+        # the run's last evaluation so far, for the progress bar and the summary line, from the
+        # rows kept (a resume with no step left evaluates nothing in this process)
+        self.last_eval = recorded_eval(self.run_dir / "metrics.jsonl")
 
     def _load_checkpoint(self, last: Path) -> dict[str, Any]:
         # read every file first: a damaged one fails before any state is replaced
@@ -437,10 +440,8 @@ def summary_line(driver: Driver, start: int, seconds: float) -> str:
     samples); run directory: runs/x``."""
     steps = f"{driver.step - start} steps" + (f" (resumed at {start})" if start else "")
     parts = [f"run completed: {steps} in {seconds:.1f} s"]
-    # a resumed run with no step left evaluated nothing in this process: the run's record has it
-    last = driver.last_eval or recorded_eval(driver.run_dir / "metrics.jsonl")
-    if last is not None:
-        step, m = last
+    if driver.last_eval is not None:
+        step, m = driver.last_eval
         if "eval/accuracy" in m:
             parts.append(f"final eval/accuracy {m['eval/accuracy']:.3f} at step {step} "
                          f"({int(m.get('eval/samples', 0))} samples)")
