@@ -188,7 +188,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     split_cols = -(-per_split // BLOCK_N) * BLOCK_N
     splits = -(-length // split_cols)
     if splits == 1:
-        part, ml = out.unsqueeze(2), out  # written directly; ml unused
+        part, ml = out.unsqueeze(2), out  # the output written directly; ml unread
     else:
         part = torch.empty((b, hkv, splits, groups, d), device=q.device, dtype=torch.float32)
         ml = torch.empty((b, hkv, splits, groups, 2), device=q.device, dtype=torch.float32)
@@ -199,7 +199,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         v.stride(0), v.stride(1), v.stride(2),
         m.stride(0),
         part.stride(0), part.stride(1), part.stride(2), part.stride(3),
-        ml.stride(0), ml.stride(1), ml.stride(2) if splits > 1 else 0,
+        ml.stride(0), ml.stride(1), ml.stride(2),
         length, split_cols, groups, scale * 1.4426950408889634,
         D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, SPLIT=splits > 1, num_warps=4, num_stages=2,
     )
