@@ -88,38 +88,38 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "fast_eager_train_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True,
                                            "fused_decoder": True, "decode_attention": "triton"},
                                "train": {"micro_batch_tokens": 16384, "head_kernel": "triton"}},
-    # the same without any compile warm-up (CUDA graphs of the eager fused step): the variant
-    # that surely finishes in a call at the 1.5b shape, whose compile warm-up once ran > 190 s
-    "graphs_fused_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": False,
-                                       "fused_decoder": True, "decode_attention": "triton"},
-                           "train": {"micro_batch_tokens": 16384, "head_kernel": "triton"}},
-    # the two above without cuDNN attention (run.cudnn_attention = false): cuDNN builds a
-    # graph for every new attention shape, the suspect of the slow step at rollout id 4
-    # (the first batch of 13-token prompts: new prefill and training shapes)
-    "fast_mb16k_nocudnn": {"run": {"cudnn_attention": False},
-                           "rollout": {"cuda_graphs": True, "compile_decode": True,
-                                       "fused_decoder": True, "decode_attention": "triton"},
-                           "train": {"micro_batch_tokens": 16384, "compile": True,
-                                     "head_kernel": "triton"}},
-    "fast_eager_train_mb16k_nocudnn": {"run": {"cudnn_attention": False},
-                                       "rollout": {"cuda_graphs": True, "compile_decode": True,
-                                                   "fused_decoder": True,
-                                                   "decode_attention": "triton"},
-                                       "train": {"micro_batch_tokens": 16384,
-                                                 "head_kernel": "triton"}},
-    # the decode attention as before its column splits (one program walks a row's cache),
-    # beside fast_eager_train_mb16k's heuristic splits: the full step's A/B of the splits
-    "fast_eager_train_mb16k_split1": {"rollout": {"cuda_graphs": True, "compile_decode": True,
-                                                  "fused_decoder": True,
-                                                  "decode_attention": "triton",
-                                                  "decode_attention_splits": 1},
-                                      "train": {"micro_batch_tokens": 16384,
-                                                "head_kernel": "triton"}},
     # the megatron_backend plugin's trainer (TP=1) beside the torch trainer of compiled_mb16k:
     # same engine, same micro-batches, so the train phase compares the two backends
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
                        "train": {"micro_batch_tokens": 16384, "backend": "megatron"}},
 }
+
+
+
+def _variant(base: str, **changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Variant ``base`` with keys of its sections changed (``run`` may be added)."""
+    out = {section: dict(keys) for section, keys in VARIANTS[base].items()}
+    for section, keys in changes.items():
+        out.setdefault(section, {}).update(keys)
+    return out
+
+
+VARIANTS.update({
+    # fast_eager_train_mb16k without any compile warm-up (CUDA graphs of the eager fused
+    # step): the variant that surely finishes in a call at the 1.5b shape, whose compile
+    # warm-up once ran > 190 s
+    "graphs_fused_mb16k": _variant("fast_eager_train_mb16k", rollout={"compile_decode": False}),
+    # without cuDNN attention (run.cudnn_attention = false): cuDNN builds a graph for every
+    # new attention shape, the suspect of the slow step at rollout id 4 (the first batch of
+    # 13-token prompts: new prefill and training shapes)
+    "fast_mb16k_nocudnn": _variant("fast_mb16k", run={"cudnn_attention": False}),
+    "fast_eager_train_mb16k_nocudnn": _variant("fast_eager_train_mb16k",
+                                               run={"cudnn_attention": False}),
+    # the decode attention as before its column splits (one program walks a row's cache),
+    # beside fast_eager_train_mb16k's heuristic splits: the full step's A/B of the splits
+    "fast_eager_train_mb16k_split1": _variant("fast_eager_train_mb16k",
+                                              rollout={"decode_attention_splits": 1}),
+})
 
 
 def emit(log: Any, **kw: Any) -> None:
