@@ -52,14 +52,13 @@ case "${1:-}" in
     # rollout id 4 (the first 13-token-wide prompts: new prefill and training shapes) was the
     # slow step of every anchor run and is no recompilation; cuDNN attention builds a graph per
     # new shape. Same variant with and without it (no train.compile: minutes less warm-up),
-    # steps 2-6 timed, so step 4 is the third timed step of each
-    timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k --steps 5 \
-      --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
-    timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k_nocudnn --steps 5 \
-      --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
-    # the decode attention without its column splits (the kernel as before them)
-    timeout 140 python3 bench/gpu_anchor.py --variants fast_eager_train_mb16k_split1 --steps 5 \
-      --warmup 2 --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
+    # steps 2-6 timed, so step 4 is the third timed step of each; then the decode attention
+    # without its column splits (the kernel as before them). One process and limit each.
+    for variant in fast_eager_train_mb16k fast_eager_train_mb16k_nocudnn \
+        fast_eager_train_mb16k_split1; do
+      timeout 140 python3 bench/gpu_anchor.py --variants "$variant" --steps 5 --warmup 2 \
+        --out "$OUT/ab.jsonl" --stderr-dir "$OUT"
+    done
     ;;
   *)
     echo "usage: bash bench/h200_issue24.sh anchor|large|ab" >&2
