@@ -74,7 +74,7 @@ def test_resume_may_change_how_the_run_is_shown_kept_and_run(base_config, run_sl
                                                              tmp_path: Path, capsys) -> None:
     run_dir = run_slime(base_config)
     changed = {**base_config, "run": {**base_config["run"], "progress": True,
-                                      "cudnn_attention": False, "keep_checkpoints": 3},
+                                      "cudnn_attention": True, "keep_checkpoints": 3},
                "profile": {"steps": [1, 1]}}
     try:
         run_slime(changed, resume=str(run_dir))
@@ -84,7 +84,7 @@ def test_resume_may_change_how_the_run_is_shown_kept_and_run(base_config, run_sl
         torch.backends.cuda.enable_cudnn_sdp(True)
     err = capsys.readouterr().err
     assert "resume: changed since the run started: " in err
-    assert "run.cudnn_attention True -> False" in err and "run.keep_checkpoints" in err
+    assert "run.cudnn_attention False -> True" in err and "run.keep_checkpoints" in err
     # what a step computes still may not change, and the error says what may
     with pytest.raises(ValueError, match=r"config rollout.temperature was 1.0, now 0.5 "
                                          r"\(only these may change on resume: .*run.progress"):

@@ -56,7 +56,7 @@ class RunSection:
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # logger records
     progress: bool = True  # progress bar while rollouts and training run
     num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
-    cudnn_attention: bool = True  # CUDA: torch's SDPA may pick cuDNN attention, which builds a graph per new shape (slow on first sight; RL shapes change every step); false leaves flash/efficient/math
+    cudnn_attention: bool = False  # CUDA: let torch's SDPA pick cuDNN attention, which builds a graph per new shape (0.4-0.5 s on an H200 at the anchor's first new prompt width; RL shapes change every step); false leaves flash/efficient/math
     async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains
     max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound)
     fault_tolerance: bool = False  # ray: restart dead engines, re-sync, re-queue their requests

@@ -18,9 +18,12 @@ def test_cudnn_attention_switch_and_thread_count_reach_torch():
         assert torch.backends.cuda.flash_sdp_enabled()
         assert torch.backends.cuda.mem_efficient_sdp_enabled()
         # a later configuration in the same process gets cuDNN back (nothing sticks)
-        process_settings.apply(build_test_config(run={"num_threads": 0}))
+        process_settings.apply(build_test_config(run={"cudnn_attention": True, "num_threads": 0}))
         assert torch.backends.cuda.cudnn_sdp_enabled()
         assert torch.get_num_threads() == 1  # 0 leaves torch's count alone
+        # and the default leaves cuDNN out (its per-shape graph builds cost more than it gains)
+        process_settings.apply(build_test_config())
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(True)
         torch.set_num_threads(threads)
