@@ -156,3 +156,30 @@ def test_run_reports_bad_inputs_in_one_line(tmp_path: Path) -> None:
                                    "-o", "ppo.num_critic_only_steps=2"])
     assert res.exit_code == 1 and "Error: config" in res.output, res.output
     assert "ppo.num_critic_only_steps = 2 needs a critic" in res.output
+
+
+def test_listing_shows_the_library_each_plugin_runs_on(tmp_path: Path, monkeypatch) -> None:
+    """``Record.library``: the installed version beside the plugin; a library that is not
+    installed is listed as None in the JSON and left out of the line."""
+    (tmp_path / "libplug.py").write_text(
+        "from slime_hookspecs import hookimpl\n"
+        "from slime_hookspecs.records import RewardFunctionRecord\n"
+        "@hookimpl\n"
+        "def slime_register_reward_functions():\n"
+        "    return [RewardFunctionRecord(name='on_pluggy', factory=lambda config: None,\n"
+        "                         library='pluggy'),\n"
+        "            RewardFunctionRecord(name='on_nothing', factory=lambda config: None,\n"
+        "                         library='no-such-distribution-xyz')]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from importlib.metadata import version
+
+    from slime_core.cli.plugins_cmd import describe_plugins
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+
+    manager = SlimePluginManager(PluginSelection(autoload=False, modules=["libplug"])).load()
+    row = next(r for r in describe_plugins(manager, include_builtin=False) if r["name"] == "libplug")
+    assert row["libraries"] == {"no-such-distribution-xyz": None, "pluggy": version("pluggy")}
+    monkeypatch.setattr("slime_core.cli.plugins_cmd.load_manager", lambda selection: manager)
+    res = CliRunner().invoke(cli, ["plugins"])
+    line = next((ln for ln in res.output.splitlines() if ln.startswith("libplug")), res.output)
+    assert line.endswith(f"[on pluggy {version('pluggy')}]"), res.output

@@ -57,6 +57,9 @@ class Record:
     probe: Callable[[], str | None] | None = None  # None: usable here, else why not
     owner: str | None = None  # the registering plugin, filled in by the core
     extra: dict[str, Any] = field(default_factory=dict)  # type-specific options (e.g. weighting)
+    # the third-party distribution it runs on ("megatron-core", "vllm"): ``core plugins`` shows
+    # its installed version next to the plugin, so a bug report says which one ran
+    library: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -33,6 +33,26 @@ def plugin_status(manager: SlimePluginManager, info: PluginInfo) -> tuple[str, s
     return "active", None
 
 
+def plugin_libraries(manager: SlimePluginManager, info: PluginInfo) -> dict[str, str | None]:
+    """The third-party distributions the plugin's records name (``Record.library``) and their
+    installed versions (``None``: not installed); read from package metadata, nothing imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if info.status != "active":
+        return {}
+    try:
+        records = [r for recs in manager.registries.by_owner(info.name).values() for r in recs]
+    except Exception:  # noqa: BLE001 - plugin_status reports it
+        return {}
+    out: dict[str, str | None] = {}
+    for lib in sorted({r.library for r in records if r.library}):
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
 def describe_plugins(manager: SlimePluginManager, include_builtin: bool) -> list[dict[str, Any]]:
     out = []
     for info in manager.infos.values():
@@ -40,7 +60,8 @@ def describe_plugins(manager: SlimePluginManager, include_builtin: bool) -> list
             continue
         status, reason = plugin_status(manager, info)
         d = info.to_dict()
-        d.update(status=status, reason=reason, hooks=plugin_hooks(manager, info.name))
+        d.update(status=status, reason=reason, hooks=plugin_hooks(manager, info.name),
+                 libraries=plugin_libraries(manager, info))
         out.append(d)
     return out
 
@@ -54,7 +75,7 @@ def describe_plugins(manager: SlimePluginManager, include_builtin: bool) -> list
 @click.pass_context
 def plugins_group(ctx: click.Context, include_all: bool, hook: str | None, as_json: bool,
                   requirements: bool, selection: PluginSelection) -> None:
-    """List plugins: name, distribution, version, source, status, hooks."""
+    """List plugins: name, distribution, version, source, status, library versions, hooks."""
     if ctx.invoked_subcommand is not None:
         return
     manager = load_manager(selection)
@@ -70,7 +91,9 @@ def plugins_group(ctx: click.Context, include_all: bool, hook: str | None, as_js
     for r in rows:
         status = f"{r['status']}: {r['reason']}" if r["reason"] else r["status"]
         dist = f"{r['distribution'] or '-'} {r['version'] or ''}".strip()
-        click.echo(f"{r['name']}  ({dist}, {r['source']})  {status}")
+        libs = ", ".join(f"{lib} {ver}" for lib, ver in r["libraries"].items() if ver)
+        on = f"  [on {libs}]" if libs else ""
+        click.echo(f"{r['name']}  ({dist}, {r['source']})  {status}{on}")
         if r["hooks"]:
             click.echo(f"    hooks: {', '.join(r['hooks'])}")
         if requirements:
@@ -111,7 +134,8 @@ def info_command(name: str, as_json: bool, selection: PluginSelection) -> None:
         if schema.get(s).owner == name
     ]
     data = {**info.to_dict(), "status": status, "reason": reason,
-            "hooks": plugin_hooks(manager, name), "records": records, "config_sections": sections}
+            "hooks": plugin_hooks(manager, name), "records": records, "config_sections": sections,
+            "libraries": plugin_libraries(manager, info)}
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -121,6 +145,8 @@ def info_command(name: str, as_json: bool, selection: PluginSelection) -> None:
     if info.traceback:
         click.echo("  traceback:\n" + "\n".join("    " + ln for ln in info.traceback.splitlines()))
     click.echo(f"  hooks: {', '.join(data['hooks']) or '-'}")
+    for lib, ver in data["libraries"].items():
+        click.echo(f"  runs on: {lib} {ver or '(not installed)'}")
     for sec in sections:
         click.echo(f"  config section [{sec['name']}]: {sec['summary']}")
     for kind, recs in records.items():

@@ -78,6 +78,7 @@ class NPUAccelerator:
 def slime_register_accelerators() -> list[AcceleratorRecord]:
     return [AcceleratorRecord(
         name="npu", factory=NPUAccelerator, probe=probe,
+        library="torch-npu",
         summary="Huawei Ascend NPUs through torch_npu (hccl)",
         device_type="npu", dist_backend="hccl", ray_resource="NPU",
         visible_devices_env="ASCEND_RT_VISIBLE_DEVICES", priority=20,

@@ -38,6 +38,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 def slime_register_tools() -> list[ToolRecord]:
     return [ToolRecord(
         name="mcp", factory=make_source, probe=probe,
+        library="mcp",
         summary="tool source: every tool of the [[mcp.servers]] (Model Context Protocol), "
                 "listed at run start with its JSON schema, a session per episode",
         extra={"tool_source": True},

@@ -77,6 +77,7 @@ def slime_configure(config: Any) -> None:
 def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
         name=BACKEND, factory=make_trainer, critic_factory=make_critic, probe=probe,
+        library="megatron-core",
         summary=_summary(),
         extra={"megatron_core": megatron_core_version()},
     )]

@@ -33,6 +33,7 @@ def test_listing_names_the_backend_without_importing_torch_or_megatron() -> None
     listing = json.loads(res.stdout[: res.stdout.index("\n]") + 2])
     row = next(r for r in listing if r["name"] == "megatron_backend")
     assert row["distribution"] == "slime-megatron-backend" and row["status"] == "active"
+    assert row["libraries"] == {"megatron-core": version("megatron-core")}
     assert f"megatron-core {version('megatron-core')}" in res.stdout
 
 

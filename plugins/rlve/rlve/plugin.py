@@ -47,6 +47,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 def slime_register_data_sources() -> list[DataSourceRecord]:
     return [DataSourceRecord(
         name="rlve", factory=_make_source, probe=probe,
+        library="reasoning-gym",
         summary="reasoning-gym task whose generator config moves up/down a level ladder with "
                 "the rolling accuracy ([rlve])",
     )]

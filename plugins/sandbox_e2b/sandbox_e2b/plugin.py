@@ -46,6 +46,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 def slime_register_sandboxes() -> list[SandboxRecord]:
     return [SandboxRecord(
         name="e2b", factory=make_sandbox, probe=probe,
+        library="e2b",
         summary="one E2B sandbox per episode through the e2b SDK ([e2b]: api_url, "
                 "sandbox_url, domain, api_key_env)",
     )]

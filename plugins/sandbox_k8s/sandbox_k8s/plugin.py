@@ -64,5 +64,6 @@ def slime_register_sandboxes() -> list[SandboxRecord]:
             factory=make_sandbox,
             summary="one Kubernetes Pod per sandbox (non-root, limits, deadline, no egress)",
             probe=probe,
+            library="kubernetes",
         )
     ]

