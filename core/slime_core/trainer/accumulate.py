@@ -11,6 +11,8 @@ single-process step.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,6 +25,39 @@ def step_indices(n: int, n_steps: int) -> list[list[int]]:
     ``i % n_steps``."""
     order = list(range(n))
     return [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
+
+
+def rollout_optimizer_steps(pm: Any, config: Any, batch: Any, rollout_id: int,
+                            step: Callable[[Any], dict[str, float]], *, model: Any,
+                            optimizer: Any, scheduler: Any, started: float) -> dict[str, float]:
+    """Every optimizer step of one rollout's (prepared) batch, as each trainer backend runs them.
+
+    For each step of :func:`step_indices` (``train.num_steps_per_rollout``), fires
+    ``slime_before_train_step`` with ``model``, ``optimizer`` and ``scheduler`` (what the backend
+    passes: a module, or a list of model chunks), then calls ``step(mini_batch)`` for the step's
+    metrics. Returns each metric averaged over the steps that reported it, the metrics the batch
+    collected while it was prepared (``batch.metadata["metrics"]``, e.g. a critic's update),
+    ``perf/train_tokens_per_s`` (all tokens of the batch over the time since ``started``, a
+    ``time.perf_counter()`` value) and ``train/lr`` (the scheduler's first group's rate).
+    """
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    tokens = 0
+    for step_id, idx in enumerate(step_indices(len(batch), config.train.num_steps_per_rollout)):
+        pm.hook.slime_before_train_step(
+            config=config, rollout_id=rollout_id, step_id=step_id, model=model,
+            optimizer=optimizer, scheduler=scheduler,
+        )
+        for k, v in step(batch.select(idx)).items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+        tokens += sum(int(len(batch.tokens[i])) for i in idx)
+    metrics = {k: sums[k] / counts[k] for k in sums}
+    metrics.update({k: float(v) for k, v in batch.metadata.get("metrics", {}).items()})
+    elapsed = time.perf_counter() - started
+    metrics["perf/train_tokens_per_s"] = tokens / elapsed if elapsed > 0 else 0.0
+    metrics["train/lr"] = float(scheduler.get_last_lr()[0])
+    return metrics
 
 
 class Accumulation:

@@ -23,7 +23,7 @@ from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
-from slime_core.trainer.accumulate import Accumulation, step_indices
+from slime_core.trainer.accumulate import Accumulation, rollout_optimizer_steps
 from slime_core.trainer.batching import (
     micro_batches,
     response_log_probs,
@@ -173,27 +173,10 @@ class TorchTrainer:
         # prepares it, so estimators that sum batch statistics over ranks see every rank.
         if len(batch) or self.data_parallel:
             self.prepare(batch)
-        chunks = step_indices(len(batch), self.config.train.num_steps_per_rollout)
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        tokens = 0
-        for step_id, idx in enumerate(chunks):
-            self.pm.hook.slime_before_train_step(
-                config=self.config, rollout_id=rollout_id, step_id=step_id, model=self.model,
-                optimizer=self.optimizer, scheduler=self.scheduler,
-            )
-            m = self._optimizer_step(batch.select(idx))
-            tokens += sum(int(len(batch.tokens[i])) for i in idx)
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + v
-                counts[k] = counts.get(k, 0) + 1
-        metrics = {k: sums[k] / counts[k] for k in sums}
-        # metrics plugins computed while preparing the batch (e.g. a critic's update)
-        metrics.update({k: float(v) for k, v in batch.metadata.get("metrics", {}).items()})
-        elapsed = time.perf_counter() - t0
-        metrics["perf/train_tokens_per_s"] = tokens / elapsed if elapsed > 0 else 0.0
-        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
-        return metrics
+        return rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
+                                       self._optimizer_step, model=self.model,
+                                       optimizer=self.optimizer, scheduler=self.scheduler,
+                                       started=t0)
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)

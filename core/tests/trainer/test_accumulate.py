@@ -1,12 +1,13 @@
 """``Accumulation``: micro-batch losses weighted by their share give the whole mini-batch's
 gradient and metrics (token-mean and sample-mean losses); ``step_indices`` deals samples to
-optimizer steps round-robin."""
+optimizer steps round-robin; ``rollout_optimizer_steps`` is the loop over them every trainer
+backend runs."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.trainer.accumulate import Accumulation, step_indices
+from slime_core.trainer.accumulate import Accumulation, rollout_optimizer_steps, step_indices
 
 
 def _loss(model, xs, masks, weighting):
@@ -52,3 +53,33 @@ def test_step_indices_round_robin():
     assert step_indices(5, 1) == [[0, 1, 2, 3, 4]]
     assert step_indices(5, 2) == [[0, 2, 4], [1, 3]]
     assert step_indices(2, 3) == [[0], [1], []]
+
+
+def test_rollout_optimizer_steps_fires_the_hook_per_step_and_averages_what_each_reports():
+    from types import SimpleNamespace
+
+    from slime_core.testing import build_test_config
+    from slime_hookspecs import TrainBatch
+
+    config = build_test_config(train={"num_steps_per_rollout": 2})
+    batch = TrainBatch(tokens=[torch.zeros(n) for n in (3, 4, 5)],
+                       response_lengths=[1, 1, 1], loss_masks=[torch.ones(1)] * 3,
+                       metadata={"metrics": {"critic/loss": 0.5}})
+    fired = []
+    pm = SimpleNamespace(hook=SimpleNamespace(
+        slime_before_train_step=lambda **kw: fired.append((kw["step_id"], kw["model"]))))
+    seen = []
+
+    def step(mini):
+        seen.append([len(t) for t in mini.tokens])
+        # a metric only the first step reports is averaged over that step alone
+        return {"loss": float(len(seen)), **({"only_first": 4.0} if len(seen) == 1 else {})}
+
+    scheduler = SimpleNamespace(get_last_lr=lambda: [3e-4])
+    metrics = rollout_optimizer_steps(pm, config, batch, 7, step, model="m", optimizer=None,
+                                      scheduler=scheduler, started=0.0)
+    assert fired == [(0, "m"), (1, "m")]
+    assert seen == [[3, 5], [4]]  # step_indices' round-robin
+    assert metrics["loss"] == 1.5 and metrics["only_first"] == 4.0
+    assert metrics["critic/loss"] == 0.5 and metrics["train/lr"] == 3e-4
+    assert metrics["perf/train_tokens_per_s"] > 0

@@ -31,8 +31,8 @@ from slime_core.api import (
     micro_batches,
     prepare_batch,
     resolve_dtype,
+    rollout_optimizer_steps,
     set_data_parallel_group,
-    step_indices,
     teacher_model_config,
     to_tensor_list,
 )
@@ -219,26 +219,10 @@ class MegatronTrainer:
         set_data_parallel_group(self.data_parallel_group)
         if len(batch) or self.data_parallel_size > 1:
             self.prepare(batch)
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        tokens = 0
-        for step_id, idx in enumerate(step_indices(len(batch),
-                                                   self.config.train.num_steps_per_rollout)):
-            self.pm.hook.slime_before_train_step(
-                config=self.config, rollout_id=rollout_id, step_id=step_id, model=self.models,
-                optimizer=self.optimizer, scheduler=self.scheduler,
-            )
-            m = self._optimizer_step(batch.select(idx))
-            tokens += sum(int(len(batch.tokens[i])) for i in idx)
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + v
-                counts[k] = counts.get(k, 0) + 1
-        metrics = {k: sums[k] / counts[k] for k in sums}
-        metrics.update({k: float(v) for k, v in batch.metadata.get("metrics", {}).items()})
-        elapsed = time.perf_counter() - t0
-        metrics["perf/train_tokens_per_s"] = tokens / elapsed if elapsed > 0 else 0.0
-        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
-        return metrics
+        return rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
+                                       self._optimizer_step, model=self.models,
+                                       optimizer=self.optimizer, scheduler=self.scheduler,
+                                       started=t0)
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
