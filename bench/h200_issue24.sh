@@ -6,6 +6,7 @@
 #   bash bench/h200_issue24.sh large    # the 1.5b shape: slime (no-compile, then compiled) + TRL
 #   bash bench/h200_issue24.sh ab       # cuDNN attention on/off, column splits on/off (~4 min)
 #   bash bench/h200_issue24.sh large_compiled  # the 1.5b shape with the compiled decode step
+#   bash bench/h200_issue24.sh trl_ab   # TRL 0.5b without and with the anchor's generate warm-up
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -57,6 +58,15 @@ case "${1:-}" in
     timeout 560 python3 bench/gpu_anchor.py --shape 1.5b --variants fast_eager_train_mb16k \
       --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT"
     ;;
+  trl_ab)
+    # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
+    # shared anchor script on earlier machines, whose only difference is HF generate run first
+    for warm in "" --generate-warmup; do
+      timeout 200 python3 bench/trl_grpo.py --shape 0.5b --steps 4 $warm \
+        --out "$OUT/trl_ab.jsonl" > "$OUT/trl_0.5b$warm.log" 2>&1
+      grep -h '"trl_step"' "$OUT/trl_0.5b$warm.log"
+    done
+    ;;
   ab)
     # rollout id 4 (the first 13-token-wide prompts: new prefill and training shapes) was the
     # slow step of every anchor run and is no recompilation; cuDNN attention builds a graph per
@@ -70,7 +80,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|ab" >&2
+    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|trl_ab|ab" >&2
     exit 2
     ;;
 esac

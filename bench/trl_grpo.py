@@ -32,6 +32,10 @@ def main() -> None:
     ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES))
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps (the first warms up)")
     ap.add_argument("--out", help="JSON lines appended here")
+    ap.add_argument("--generate-warmup", action="store_true",
+                    help="first run HF generate as ../shared/anchors/trl_grpo_h200.py does (batch "
+                    "64 then 256, 8 then 256 new tokens each; its 5.5-7.1 s steady steps were "
+                    "measured after them, this script's 9.2-10.1 s on 2026-12-02 without)")
     a = ap.parse_args()
     log = open(a.out, "a") if a.out else None  # noqa: SIM115 - closed at exit
 
@@ -66,6 +70,20 @@ def main() -> None:
     model = model.to(torch.bfloat16).cuda() if cuda else model
     emit(what="model", params=sum(p.numel() for p in model.parameters()),
          torch=torch.__version__, gpu=torch.cuda.get_device_name() if cuda else "cpu")
+
+    if a.generate_warmup:
+        prompt = hf_tok(["Question 5: what is 5 plus 9? Answer:"], return_tensors="pt").input_ids
+        prompt = prompt.cuda() if cuda else prompt
+        for rows in (64, 256):
+            with torch.no_grad():
+                for new in (8, length):
+                    t = time.perf_counter()
+                    model.generate(prompt.repeat(rows, 1), max_new_tokens=new, min_new_tokens=new,
+                                   do_sample=True, pad_token_id=1)
+                    if cuda:
+                        torch.cuda.synchronize()
+                emit(what="hf_generate", batch=rows, new_tokens=new,
+                     seconds=time.perf_counter() - t)
 
     from datasets import Dataset
     from transformers import TrainerCallback
