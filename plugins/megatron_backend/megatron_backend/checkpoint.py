@@ -3,6 +3,9 @@
 Layout under the trainer's checkpoint ``path``::
 
     megatron/mp_rank_{tp:02d}_{pp:03d}/model_optim.pt   TP shard + its AdamW state + scheduler
+    megatron/mp_rank_{tp:02d}_{pp:03d}/model_optim.dp{dp:03d}.pt
+                                                         with use_distributed_optimizer: the
+                                                         AdamW state of data-parallel rank dp
     megatron/rng/rank_{rank:05d}.pt                      RNG of every rank (torch, python,
                                                          Megatron tracker, device)
     hf/config.json, hf/model.safetensors (+ tokenizer)   what transformers and engines load
@@ -24,6 +27,7 @@ import torch
 
 from megatron_backend import parallel
 from megatron_backend.gather import load_local_state, local_state
+from megatron_backend.zero import DistributedAdamW
 
 MEGATRON_DIR = "megatron"
 HF_DIR = "hf"
@@ -54,11 +58,12 @@ def save(trainer: Any, path: str) -> None:
         os.makedirs(os.path.dirname(f), exist_ok=True)
         torch.save({
             "model": {k: v.cpu() for k, v in local_state(trainer.model).items()},
-            "optimizer": trainer.optimizer.state_dict(),
+            "optimizer": unsharded_state(trainer.optimizer),
             "scheduler": trainer.scheduler.state_dict(),
             "layout": dataclasses.asdict(trainer.layout),
             "megatron": dataclasses.asdict(trainer.mg),
         }, f)
+    save_optimizer_shard(trainer.optimizer, shard_file(path))
     f = rng_file(path, trainer.rank)
     os.makedirs(os.path.dirname(f), exist_ok=True)
     acc = trainer.accelerator
@@ -73,6 +78,51 @@ def save(trainer: Any, path: str) -> None:
         weights = trainer.export_weights()
         if trainer.rank == 0:
             save_hf(trainer, weights, os.path.join(path, HF_DIR))
+
+
+def optimizer_shard_file(model_file: str, dp_rank: int) -> str:
+    """Where data-parallel rank ``dp_rank`` keeps its part of a sharded optimizer's state."""
+    return model_file[:-len(".pt")] + f".dp{dp_rank:03d}.pt"
+
+
+def unsharded_state(optimizer: Any) -> dict[str, Any] | None:
+    """What the shard file holds of the optimizer: its state, or ``None`` when the state is
+    sharded over data-parallel ranks (each rank then writes its own file)."""
+    return None if isinstance(optimizer, DistributedAdamW) else optimizer.state_dict()
+
+
+def save_optimizer_shard(optimizer: Any, model_file: str) -> None:
+    """Every data-parallel rank writes its part of a sharded optimizer (nothing otherwise)."""
+    if not isinstance(optimizer, DistributedAdamW):
+        return
+    f = optimizer_shard_file(model_file, optimizer.dp_rank)
+    os.makedirs(os.path.dirname(f), exist_ok=True)
+    torch.save({"optimizer": optimizer.state_dict(), "dp_size": optimizer.dp_size}, f)
+
+
+def load_optimizer(optimizer: Any, saved: dict[str, Any] | None, model_file: str) -> None:
+    """Restore the optimizer from the shard file's state, or from this data-parallel rank's own
+    file when the checkpoint's state is sharded; a checkpoint written with the other
+    ``megatron.use_distributed_optimizer`` or another data-parallel size is refused, naming it."""
+    sharded = isinstance(optimizer, DistributedAdamW)
+    if not sharded:
+        if saved is None:
+            raise ValueError(f"megatron backend: {model_file} holds no optimizer state: it was "
+                             "written with megatron.use_distributed_optimizer = true (its state "
+                             "is one file per data-parallel rank); resume with the same setting")
+        optimizer.load_state_dict(saved)
+        return
+    f = optimizer_shard_file(model_file, optimizer.dp_rank)
+    if saved is not None or not os.path.isfile(f):
+        raise FileNotFoundError(
+            f"megatron backend: no sharded optimizer state {f} (the checkpoint was written with "
+            "megatron.use_distributed_optimizer = false or with fewer data-parallel ranks)")
+    state = torch.load(f, weights_only=False, map_location="cpu")
+    if state["dp_size"] != optimizer.dp_size:
+        raise ValueError(f"megatron backend: {f} is one of {state['dp_size']} optimizer shards; "
+                         f"this run has {optimizer.dp_size} data-parallel ranks (resume with the "
+                         "same train.num_ranks and parallel sizes)")
+    optimizer.load_state_dict(state["optimizer"])
 
 
 def save_hf(trainer: Any, weights: dict[str, torch.Tensor], out: str) -> None:
@@ -99,7 +149,7 @@ def load(trainer: Any, path: str) -> None:
         raise ValueError(f"megatron backend: checkpoint {path} was written for another model "
                          f"layout ({state['layout']})")
     load_local_state(trainer.model, state["model"])
-    trainer.optimizer.load_state_dict(state["optimizer"])
+    load_optimizer(trainer.optimizer, state["optimizer"], f)
     trainer.scheduler.load_state_dict(state["scheduler"])
     f = rng_file(path, trainer.rank)
     if not os.path.isfile(f):

@@ -24,7 +24,7 @@ class MegatronSection:
     pipeline_model_parallel_size: int = 1  # PP: stages of equal numbers of layers (one micro-batch in flight at a time)
     context_parallel_size: int = 1  # CP: ranks that split the sequence (only 1 is implemented yet)
     sequence_parallel: bool = False  # split norms/dropout activations over TP ranks (needs TransformerEngine: refused on the CPU)
-    use_distributed_optimizer: bool = False  # ZeRO-1 sharding of the optimizer state over data-parallel ranks (Megatron's DistributedOptimizer: not implemented yet)
+    use_distributed_optimizer: bool = False  # ZeRO-1: each data-parallel rank keeps the AdamW state of 1/dp of the parameters (gradients reduce-scattered, parameters all-gathered; same step as unsharded); a checkpoint then resumes at the same data-parallel size only
     recompute: str = "none"  # activation recomputation: none | selective (core attention) | full (whole layers)
     recompute_num_layers: int = 1  # recompute = full: layers per recomputed chunk (uniform method)
     make_vocab_size_divisible_by: int = 128  # the embedding is padded to a multiple of this x TP (padded rows never reach the log-probs)
@@ -53,9 +53,6 @@ def check_config(config: Any) -> None:
     _need(mg.context_parallel_size == 1, "megatron.context_parallel_size",
           f"{mg.context_parallel_size}: context parallelism is not implemented in this version "
           "of slime-megatron-backend")
-    _need(not mg.use_distributed_optimizer, "megatron.use_distributed_optimizer",
-          "not implemented in this version: the backend steps torch AdamW on each rank's "
-          "shards (see plugins/megatron_backend/README.md)")
     n = config.train.num_ranks
     _need(n % mg.model_parallel_size() == 0, "train.num_ranks",
           f"{n} is not a multiple of tensor x pipeline x context parallel size "

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from slime_core.api import build_value_model, get_manager, micro_batches, resolve_dtype
 from slime_hookspecs import CriticLossFn, CriticSpec
 
-from megatron_backend import parallel
+from megatron_backend import checkpoint, parallel
 from megatron_backend.convert import megatron_names, to_megatron
 from megatron_backend.forward import pack
 from megatron_backend.gather import load_local_state, local_state
@@ -33,6 +33,7 @@ from megatron_backend.layout import Layout, layout_of
 from megatron_backend.model import build_gpt
 from megatron_backend.optim import Accumulation
 from megatron_backend.pipeline import StagePass, Stages
+from megatron_backend.zero import make_optimizer
 
 HEAD = ("output_layer.weight", "output_layer.bias")
 EXTRA_FILE = "critic_extra.pt"
@@ -82,11 +83,7 @@ class MegatronCritic:
         self.model.train()
         self.sharded_names = {k for k, s in critic_names(self.layout, st.rank, st.size).items()
                               if s is not None}
-        t = config.train
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=spec.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
-            weight_decay=spec.weight_decay,
-        )
+        self.optimizer = make_optimizer(self.model, config, spec.lr, spec.weight_decay)
 
     def _build(self) -> Any:
         st, layout = self.stages, self.layout
@@ -164,8 +161,9 @@ class MegatronCritic:
             f = self._shard_file(path)
             os.makedirs(os.path.dirname(f), exist_ok=True)
             torch.save({"model": {k: v.cpu() for k, v in local_state(self.model).items()},
-                        "optimizer": self.optimizer.state_dict(),
+                        "optimizer": checkpoint.unsharded_state(self.optimizer),
                         "layout": dataclasses.asdict(self.layout)}, f)
+        checkpoint.save_optimizer_shard(self.optimizer, self._shard_file(path))
         if dist.get_rank() == 0:
             os.makedirs(path, exist_ok=True)
             torch.save(dict(extra or {}), os.path.join(path, EXTRA_FILE))
@@ -181,7 +179,7 @@ class MegatronCritic:
             raise ValueError(f"megatron critic: checkpoint {path} was written for another model "
                              f"layout ({state['layout']})")
         load_local_state(self.model, state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        checkpoint.load_optimizer(self.optimizer, state["optimizer"], f)
         extra_file = os.path.join(path, EXTRA_FILE)
         return dict(torch.load(extra_file, weights_only=False)) if os.path.isfile(extra_file) \
             else {}

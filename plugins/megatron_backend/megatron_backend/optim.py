@@ -19,6 +19,7 @@ import torch.distributed as dist
 from slime_core.api import all_reduce_gradients, global_totals, sum_metrics
 
 from megatron_backend import parallel
+from megatron_backend.zero import DistributedAdamW
 
 
 def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
@@ -92,6 +93,12 @@ class Accumulation:
             dist.all_reduce(p.grad, group=ps.get_embedding_group())
             if stages.last:
                 skip = frozenset({tied})
+        if isinstance(optimizer, DistributedAdamW):  # ZeRO-1: reduce-scatter, step, gather
+            if self.dp:
+                metrics = sum_metrics(metrics, parallel.dp_group())
+            norm_ = optimizer.reduce_clip_step(sharded_names, skip,
+                                               stages.group if piped else None, grad_clip)
+            return metrics, norm_
         if self.dp:
             # the core's reduction over the data-parallel group: one flat buffer per dtype,
             # a parameter no rank has a gradient for keeps None (AdamW skips it)

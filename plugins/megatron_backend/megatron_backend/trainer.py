@@ -47,6 +47,7 @@ from megatron_backend.model import build_gpt
 from megatron_backend.model_list import ModelList
 from megatron_backend.optim import Accumulation
 from megatron_backend.pipeline import StagePass, Stages
+from megatron_backend.zero import make_optimizer
 
 
 def hf_config_of(model_cfg: Any) -> Any:
@@ -117,11 +118,8 @@ class MegatronTrainer:
         tok = self.tokenizer
         self.pad_id = 0 if tok is None else int(
             tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
-        t = config.train
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
-            weight_decay=t.weight_decay,
-        )
+        self.optimizer = make_optimizer(self.model, config, config.train.lr,
+                                        config.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule(config))
         self.pm.hook.slime_trainer_init(config=config, model=self.models)
 

@@ -123,6 +123,10 @@ def data_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str,
         "grad_norm": (m_torch["train/grad_norm"], m_mg["train/grad_norm"]),
         "entropy": (m_torch["train/entropy"], m_mg["train/entropy"]),
         "update_cosine": float(torch.nn.functional.cosine_similarity(d_t, d_m, dim=0)),
+        # AdamW's state elements on this rank against the model's (1 each: unsharded)
+        "state_share": sum(v.numel() for st in mg.optimizer.state.values()
+                           for k, v in st.items() if k == "exp_avg")
+        / sum(p.numel() for p in mg.model.parameters()),
     }
 
 

@@ -47,10 +47,12 @@ def test_tp1_save_load_resumes_exactly(tmp_path: Path) -> None:
 
 TP2 = {"tensor_model_parallel_size": 2}
 PP2 = {"pipeline_model_parallel_size": 2}
+ZERO = {"use_distributed_optimizer": True}  # TP=1 on two ranks: two data-parallel ranks
 # (model, [megatron], the shard directories the two ranks write)
 CASES = [(None, TP2, ("mp_rank_00_000", "mp_rank_01_000")),
          ("qwen2", TP2, ("mp_rank_00_000", "mp_rank_01_000")),
-         (None, PP2, ("mp_rank_00_000", "mp_rank_00_001"))]
+         (None, PP2, ("mp_rank_00_000", "mp_rank_00_001")),
+         (None, ZERO, ("mp_rank_00_000", "mp_rank_00_000"))]
 
 
 def _two_ranks(rank: int, world_size: int, ckpt: str, qwen2: str) -> list[dict[str, Any]]:
@@ -60,7 +62,7 @@ def _two_ranks(rank: int, world_size: int, ckpt: str, qwen2: str) -> list[dict[s
             for i, (model, mg, _) in enumerate(CASES)]
 
 
-def test_tp2_and_pp2_save_load_resume_exactly(tmp_path: Path, tiny_qwen2: Path) -> None:
+def test_tp2_pp2_and_distributed_optimizer_save_load_resume_exactly(tmp_path: Path, tiny_qwen2: Path) -> None:
     ckpt = tmp_path / "ckpt"
     per_rank = spawn(_two_ranks, 2, str(ckpt), str(tiny_qwen2))
     for results in per_rank:
@@ -72,3 +74,6 @@ def test_tp2_and_pp2_save_load_resume_exactly(tmp_path: Path, tiny_qwen2: Path) 
         for rank, shard in enumerate(shard_dirs):
             assert (path / "megatron" / shard / "model_optim.pt").is_file()
             assert (path / "megatron" / "rng" / f"rank_{rank:05d}.pt").is_file()
+            # the distributed optimizer's state: one file per data-parallel rank
+            dp_file = path / "megatron" / shard / f"model_optim.dp{rank:03d}.pt"
+            assert dp_file.is_file() == (CASES[i][1] is ZERO), dp_file

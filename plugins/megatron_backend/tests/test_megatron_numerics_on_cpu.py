@@ -77,16 +77,22 @@ def test_tp2_matches_torch_backend(tiny_qwen2: Path, tiny_qwen3: Path) -> None:
             check(result)
 
 
-def test_data_parallel_2_matches_one_process() -> None:
+@pytest.mark.parametrize("distributed_optimizer", [False, True])
+def test_data_parallel_2_matches_one_process(distributed_optimizer: bool) -> None:
     # TP=1 on 2 ranks: Megatron's data-parallel group is both ranks; each trains on its own
-    # groups and the reduced step equals the torch backend's on the whole batch
-    per_rank = spawn(data_parallel, 2, base_data(train={"num_ranks": 2}))
+    # groups and the reduced step equals the torch backend's on the whole batch; with the
+    # distributed optimizer each rank keeps AdamW's state for half of the elements
+    per_rank = spawn(data_parallel, 2, base_data(
+        train={"num_ranks": 2},
+        megatron={"use_distributed_optimizer": distributed_optimizer}))
     for rank, result in enumerate(per_rank):
         assert result["dp"] == (rank, 2)
         for key in ("loss", "grad_norm", "entropy"):
             a, b = result[key]
             assert abs(a - b) < STEP_TOL, (key, result)
         assert result["update_cosine"] > 0.999, result
+        share = result["state_share"]
+        assert (abs(share - 0.5) < 1e-3) if distributed_optimizer else share == 1.0, result
 
 
 def _whiten_tp2(rank: int, world_size: int) -> dict[str, Any]:

@@ -54,7 +54,6 @@ def test_a_host_without_megatron_core_lists_it_unavailable(monkeypatch: pytest.M
 @pytest.mark.parametrize(("sections", "message"), [
     ({"megatron": {"context_parallel_size": 2}, "train": {"num_ranks": 2}},
      "megatron.context_parallel_size"),
-    ({"megatron": {"use_distributed_optimizer": True}}, "megatron.use_distributed_optimizer"),
     ({"megatron": {"tensor_model_parallel_size": 2}, "train": {"num_ranks": 3}},
      "train.num_ranks: 3 is not a multiple"),
     ({"megatron": {"recompute": "some"}}, "megatron.recompute"),

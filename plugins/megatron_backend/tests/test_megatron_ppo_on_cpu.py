@@ -56,7 +56,10 @@ def _two_ranks(rank: int, world_size: int, megatron: dict[str, int], ckpt: str) 
     # the critic's trunk in the actor's two pipeline stages, the value head on the last; one
     # checkpoint shard per stage
     ({"pipeline_model_parallel_size": 2}, ("mp_rank_00_000", "mp_rank_00_001")),
-], ids=["tp2", "pp2"])
+    # two data-parallel ranks (both train the whole batch: the summed, reweighted step is the
+    # one-process step) with the actor's and the critic's AdamW state sharded over them
+    ({"use_distributed_optimizer": True}, ("mp_rank_00_000",)),
+], ids=["tp2", "pp2", "dp2_distributed_optimizer"])
 def test_ppo_step_on_two_ranks_matches_torch_backend_and_resumes(
         tmp_path: Path, megatron: dict[str, int], shards: tuple[str, str]) -> None:
     ckpt = tmp_path / "ckpt"
@@ -65,3 +68,6 @@ def test_ppo_step_on_two_ranks_matches_torch_backend_and_resumes(
         check_resume(result["resume"])
     for shard in shards:
         assert (ckpt / "critic" / shard / "critic_optim.pt").is_file()
+        for dp_rank in (0, 1):
+            dp_file = ckpt / "critic" / shard / f"critic_optim.dp{dp_rank:03d}.pt"
+            assert dp_file.is_file() == bool(megatron.get("use_distributed_optimizer")), dp_file

@@ -1,0 +1,186 @@
+"""``megatron.use_distributed_optimizer``: AdamW whose state is sharded over data-parallel ranks.
+
+Megatron's ``DistributedOptimizer`` (ZeRO-1) gives each data-parallel rank the optimizer state
+of 1/dp of the parameters' elements. This backend steps torch's AdamW, so the same is done
+here for it: the trainable parameters of each dtype are laid end to end (in the order of
+``named_parameters``, the same on every rank), the flat vector is cut into ``dp`` equal
+chunks, and rank ``r`` keeps an AdamW over the pieces of chunk ``r``. A step
+
+1. reduce-scatters the gradients over the data-parallel group, so each rank holds the summed
+   gradient of its chunk only;
+2. takes the norm of the whole model from the chunks' squares (summed over data-parallel
+   ranks, then over tensor- and pipeline-parallel ranks as ``optim.grad_norm`` does) and clips;
+3. steps AdamW on the chunk, writes it into the parameters and all-gathers the chunks, so every
+   rank holds the whole updated model again.
+
+AdamW is elementwise, so the result equals the unsharded step's (reductions aside); a parameter
+that has no gradient on any rank keeps ``grad = None`` in every chunk, and AdamW skips it as
+it would skip the parameter. Only the optimizer state is sharded: the gradients stay full-size
+until the reduce-scatter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from megatron_backend import parallel
+
+
+@dataclass(eq=False)
+class _Piece:
+    """The part of one parameter that lies in this rank's chunk."""
+
+    name: str
+    param: torch.nn.Parameter
+    lo: int  # element range in the flattened parameter
+    hi: int
+    at: int  # offset of the piece in this rank's chunk
+    shard: torch.Tensor  # AdamW's parameter for the piece: a leaf copy of those elements
+
+
+@dataclass(eq=False)
+class _Bucket:
+    """The parameters of one dtype laid end to end, and this rank's chunk of them."""
+
+    params: list[tuple[str, torch.nn.Parameter]]
+    chunk: int  # elements per rank (the flat length rounded up to a multiple of dp)
+    pieces: list[_Piece]
+
+
+def _layout(named: list[tuple[str, torch.nn.Parameter]], rank: int, size: int) -> list[_Bucket]:
+    by_dtype: dict[torch.dtype, list[tuple[str, torch.nn.Parameter]]] = {}
+    for name, p in named:
+        if p.requires_grad:
+            by_dtype.setdefault(p.dtype, []).append((name, p))
+    buckets = []
+    for dtype in sorted(by_dtype, key=str):  # the same order on every rank
+        params = by_dtype[dtype]
+        total = sum(p.numel() for _, p in params)
+        chunk = -(-total // size)
+        start, end = rank * chunk, (rank + 1) * chunk
+        pieces, offset = [], 0
+        for name, p in params:
+            lo, hi = max(start, offset), min(end, offset + p.numel())
+            if lo < hi:
+                shard = p.detach().reshape(-1)[lo - offset:hi - offset].clone()
+                pieces.append(_Piece(name, p, lo - offset, hi - offset, lo - start, shard))
+            offset += p.numel()
+        buckets.append(_Bucket(params, chunk, pieces))
+    return buckets
+
+
+class DistributedAdamW(torch.optim.AdamW):
+    """torch's AdamW over this data-parallel rank's chunk of the parameters (see the module).
+
+    Its ``state_dict`` is this rank's shard: a checkpoint holds one per data-parallel rank and
+    loads only at the same data-parallel size. ``zero_grad`` also clears the model's gradients,
+    so a trainer calls it as it would call AdamW's."""
+
+    def __init__(self, named: list[tuple[str, torch.nn.Parameter]], group: Any, rank: int,
+                 size: int, **adamw: Any) -> None:
+        self.group, self.dp_rank, self.dp_size = group, rank, size
+        self.buckets = _layout(named, rank, size)
+        self.model_params = [p for _, p in named]
+        self.shards = [piece.shard for b in self.buckets for piece in b.pieces]
+        # a rank whose chunk is only padding still steps (and gathers); AdamW needs a tensor
+        super().__init__(self.shards or [torch.zeros(0)], **adamw)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for p in self.model_params:
+            p.grad = None if set_to_none else (p.grad.zero_() if p.grad is not None else None)
+
+    def reduce_clip_step(self, sharded_names: set[str], skip: frozenset[str], pp_group: Any,
+                         grad_clip: float) -> float:
+        """Reduce-scatter, norm of the whole model, clip, step, all-gather; the norm before
+        clipping. A collective of the data-parallel group (and of the TP / PP groups for the
+        norm)."""
+        # the chunk is read from the parameters at every step: a checkpoint load, or a hook
+        # that sets weights, changes them between steps
+        with torch.no_grad():
+            for piece in (pc for b in self.buckets for pc in b.pieces):
+                piece.shard.copy_(piece.param.reshape(-1)[piece.lo:piece.hi])
+        present = self._present()
+        squares = torch.zeros(2, dtype=torch.float64)  # [TP-sharded, replicated]
+        for bucket in self.buckets:
+            mine = self._reduce_scatter(bucket)
+            for piece in bucket.pieces:
+                shard = piece.shard
+                if not present[id(piece.param)]:
+                    shard.grad = None
+                    continue
+                g = mine[piece.at:piece.at + piece.hi - piece.lo].to(shard.dtype)
+                shard.grad = g
+                if piece.name not in skip:
+                    squares[0 if piece.name in sharded_names else 1] += \
+                        g.detach().double().pow(2).sum().cpu()
+        dist.all_reduce(squares, group=self.group)  # the chunks' squares: the whole model's
+        sharded, replicated = squares[0].clone(), squares[1].clone()
+        if parallel.tp_size() > 1:
+            dist.all_reduce(sharded, group=parallel.tp_group())
+        total = sharded + replicated
+        if pp_group is not None:
+            dist.all_reduce(total, group=pp_group)
+        norm = float(total.sqrt())
+        if grad_clip and grad_clip > 0:
+            coef = grad_clip / (norm + 1e-6)
+            if coef < 1.0:
+                for shard in self.param_groups[0]["params"]:
+                    if shard.grad is not None:
+                        shard.grad.mul_(coef)
+        self.step()
+        self._all_gather()
+        return norm
+
+    def _present(self) -> dict[int, bool]:
+        """Which parameters have a gradient on some data-parallel rank."""
+        params = [p for b in self.buckets for _, p in b.params]
+        flags = torch.tensor([p.grad is not None for p in params], dtype=torch.float32,
+                             device=params[0].device if params else "cpu")
+        dist.all_reduce(flags, group=self.group)
+        return {id(p): bool(f) for p, f in zip(params, flags.tolist(), strict=True)}
+
+    def _reduce_scatter(self, bucket: _Bucket) -> torch.Tensor:
+        first = bucket.params[0][1]
+        flat = torch.zeros(bucket.chunk * self.dp_size, dtype=first.dtype, device=first.device)
+        offset = 0
+        for _, p in bucket.params:
+            if p.grad is not None:
+                flat[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+            offset += p.numel()
+        mine = torch.empty(bucket.chunk, dtype=first.dtype, device=first.device)
+        dist.reduce_scatter_tensor(mine, flat, group=self.group)
+        return mine
+
+    @torch.no_grad()
+    def _all_gather(self) -> None:
+        for bucket in self.buckets:
+            first = bucket.params[0][1]
+            mine = torch.zeros(bucket.chunk, dtype=first.dtype, device=first.device)
+            for piece in bucket.pieces:
+                mine[piece.at:piece.at + piece.hi - piece.lo].copy_(piece.shard)
+            flat = torch.empty(bucket.chunk * self.dp_size, dtype=first.dtype,
+                               device=first.device)
+            dist.all_gather_into_tensor(flat, mine, group=self.group)
+            offset = 0
+            for _, p in bucket.params:
+                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+
+def make_optimizer(model: torch.nn.Module, config: Any, lr: float,
+                   weight_decay: float) -> torch.optim.Optimizer:
+    """The rank's AdamW over ``model``: :class:`DistributedAdamW` when
+    ``megatron.use_distributed_optimizer`` is set and there are several data-parallel ranks,
+    torch's AdamW otherwise (one data-parallel rank: nothing to shard)."""
+    t = config.train
+    adamw = {"lr": lr, "betas": tuple(t.adam_betas), "eps": t.adam_eps,
+             "weight_decay": weight_decay}
+    if config.megatron.use_distributed_optimizer and parallel.dp_size() > 1:
+        return DistributedAdamW(list(model.named_parameters()), parallel.dp_group(),
+                                parallel.dp_rank(), parallel.dp_size(), **adamw)
+    return torch.optim.AdamW(model.parameters(), **adamw)
