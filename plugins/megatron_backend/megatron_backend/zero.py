@@ -29,6 +29,11 @@ import torch.distributed as dist
 
 from megatron_backend import parallel
 
+# torch 2.13 renamed the flat collectives (the old names warn); the H200 image's 2.11 has only
+# the old ones
+_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 @dataclass(eq=False)
 class _Piece:
@@ -153,7 +158,7 @@ class DistributedAdamW(torch.optim.AdamW):
                 flat[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
             offset += p.numel()
         mine = torch.empty(bucket.chunk, dtype=first.dtype, device=first.device)
-        dist.reduce_scatter_tensor(mine, flat, group=self.group)
+        _scatter_flat(mine, flat, group=self.group)
         return mine
 
     @torch.no_grad()
@@ -165,7 +170,7 @@ class DistributedAdamW(torch.optim.AdamW):
                 mine[piece.at:piece.at + piece.hi - piece.lo].copy_(piece.shard)
             flat = torch.empty(bucket.chunk * self.dp_size, dtype=first.dtype,
                                device=first.device)
-            dist.all_gather_into_tensor(flat, mine, group=self.group)
+            _gather_flat(flat, mine, group=self.group)
             offset = 0
             for _, p in bucket.params:
                 p.copy_(flat[offset:offset + p.numel()].view_as(p))
