@@ -381,6 +381,9 @@ def main() -> None:
     ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES),
                     help="0.5b: the anchor (16 x 8 samples, 256 tokens); 1.5b: a Qwen2.5-1.5B "
                     "shape, 32 x 8 samples, 1024 tokens")
+    ap.add_argument("--new-tokens", type=int,
+                    help="completion tokens instead of the shape's (e.g. a 1.5b profile that "
+                    "fits one device call: the profiler over 2 x 1,024 decode steps did not)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true",
                     help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
@@ -388,6 +391,7 @@ def main() -> None:
     global SHAPE, PROMPTS, GROUP, NEW
     SHAPE = a.shape
     PROMPTS, GROUP, NEW = SHAPES[SHAPE][1:]
+    NEW = a.new_tokens or NEW
     work = Path(a.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     if a.worker == "check_graphs":
@@ -404,7 +408,7 @@ def main() -> None:
     import torch
 
     gpu = "cpu (smoke)" if a.smoke else torch.cuda.get_device_name()
-    emit(log, what="device", gpu=gpu, torch=torch.__version__, shape=a.shape,
+    emit(log, what="device", gpu=gpu, torch=torch.__version__, shape=a.shape, new_tokens=NEW,
          transformers=__import__("transformers").__version__)
     peak = {"bf16_tflops": 1.0, "copy_bytes_per_s": 1e10} if a.smoke else ceilings()
     emit(log, what="ceilings", **peak)
@@ -412,7 +416,8 @@ def main() -> None:
     table = []
     for name in (["check_graphs"] if a.check_graphs else []) + a.variants.split(","):
         cmd = [sys.executable, __file__, "--worker", name, "--work-dir", str(work),
-               "--steps", str(a.steps), "--warmup", str(a.warmup), "--shape", a.shape] + (["--smoke"] if a.smoke else [])
+               "--steps", str(a.steps), "--warmup", str(a.warmup), "--shape", a.shape,
+               "--new-tokens", str(NEW)] + (["--smoke"] if a.smoke else [])
         if a.profile_dir:
             os.makedirs(a.profile_dir, exist_ok=True)
             cmd += ["--profile-dir", a.profile_dir]

@@ -7,6 +7,7 @@
 #   bash bench/h200_issue24.sh ab       # cuDNN attention on/off, column splits on/off (~4 min)
 #   bash bench/h200_issue24.sh large_compiled  # the 1.5b shape with the compiled decode step
 #   bash bench/h200_issue24.sh trl_ab   # TRL 0.5b without and with the anchor's generate warm-up
+#   bash bench/h200_issue24.sh profile_large  # one profiled 1.5b step of 128 tokens
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -58,6 +59,13 @@ case "${1:-}" in
     timeout 560 python3 bench/gpu_anchor.py --shape 1.5b --variants fast_eager_train_mb16k \
       --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT"
     ;;
+  profile_large)
+    # where the 1.5b decode step's 6.2 ms go: one profiled step of 128 tokens (the profiler
+    # over 2 x 1,024 steps ran past 370 s); the kernel table and the Chrome trace come back
+    timeout 500 python3 bench/gpu_anchor.py --shape 1.5b --new-tokens 128 \
+      --variants "${PROFILE_VARIANT:-graphs_fused_mb16k}" --steps 2 --warmup 1 \
+      --profile-dir "$OUT" --profile-steps 2,2 --out "$OUT/profile.jsonl" --stderr-dir "$OUT"
+    ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
     # shared anchor script on earlier machines, whose only difference is HF generate run first
@@ -80,7 +88,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|trl_ab|ab" >&2
+    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|trl_ab|ab" >&2
     exit 2
     ;;
 esac
