@@ -18,8 +18,13 @@ import click
                    "found next to the script or in a directory above it")
 @click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE",
               help="give a value to a flag the script sets through a shell variable")
+@click.option("--backend", type=click.Choice(["torch", "megatron"]), default="torch",
+              show_default=True,
+              help="the trainer backend to write for: megatron (the megatron_backend plugin) also "
+                   "translates the parallelism flags (--tensor-model-parallel-size, "
+                   "--use-distributed-optimizer, --recompute-*) into [megatron]")
 def slime_import(script: str, output: str | None, model_path: str | None, sources: tuple[str, ...],
-                 sets: tuple[str, ...]) -> None:
+                 sets: tuple[str, ...], backend: str) -> None:
     """Translate a slime launch script (bash with --flag value arrays, as slime's
     scripts/run-*.sh) or a plain flag list into a config for `core run --config`, and list
     every flag that could not be translated, with the reason."""
@@ -37,7 +42,7 @@ def slime_import(script: str, output: str | None, model_path: str | None, source
         # several values as on the command line: --set "eval-prompt-data=aime data/aime.jsonl"
         words = shlex.split(value)
         flags.append((key.lstrip("-").replace("_", "-"), "\0".join(words) if words else None))
-    result = to_config(flags, model_path=model_path)
+    result = to_config(flags, model_path=model_path, backend=backend)
     out = Path(output) if output else Path(script).with_suffix(".toml")
     write_toml(result.config, out, source=script)
     click.echo(f"wrote {out} ({len(result.mapped)} flags translated, {len(result.dropped)} not)")

@@ -191,6 +191,40 @@ DROPPED: dict[str, str] = {
 }
 
 
+def _recompute(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    granularity = _one(v)
+    if granularity not in ("full", "selective"):
+        raise ValueError(f"{granularity!r} is not full or selective")
+    cfg.setdefault("megatron", {})["recompute"] = granularity
+
+
+def _recompute_method(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    if _one(v) != "uniform":  # megatron.recompute_num_layers chunks layers uniformly
+        raise ValueError(f"{_one(v)!r}: only uniform is built")
+
+
+# with --backend megatron (train.backend = "megatron", the megatron_backend plugin): slime's
+# Megatron flags that have a [megatron] key; the rest keep their DROPPED reason
+MEGATRON_RULES: dict[str, Apply] = {
+    "tensor-model-parallel-size": _set("megatron.tensor_model_parallel_size", _int),
+    "pipeline-model-parallel-size": _set("megatron.pipeline_model_parallel_size", _int),
+    "context-parallel-size": _set("megatron.context_parallel_size", _int),
+    "use-distributed-optimizer": _set("megatron.use_distributed_optimizer", _true),
+    "recompute-granularity": _recompute,
+    "recompute-method": _recompute_method,
+    "recompute-num-layers": _set("megatron.recompute_num_layers", _int),
+    "make-vocab-size-divisible-by": _set("megatron.make_vocab_size_divisible_by", _int),
+}
+_MEGATRON_BACKEND = ("Megatron setting the megatron backend has no key for (dense models on the "
+                     "local layer spec; model.dtype sets the precision, train.micro_batch_tokens "
+                     "the micro-batches)")
+MEGATRON_DROPPED = {
+    "sequence-parallel": "needs TransformerEngine, which the megatron backend does not use (it "
+                         "saves activation memory; the step is the same without it)",
+}
+BACKENDS = ("torch", "megatron")
+
+
 @dataclass
 class Translation:
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -319,19 +353,29 @@ def parse_script(text: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None) -> Translation:
-    """Apply ``RULES`` in order (a later flag wins, as with argparse)."""
+def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None,
+              backend: str = "torch") -> Translation:
+    """Apply ``RULES`` in order (a later flag wins, as with argparse); with ``backend =
+    "megatron"`` also ``MEGATRON_RULES`` (slime's parallelism flags into ``[megatron]``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     tr = Translation()
     # a slime script means slime's numerics, whatever this project's default becomes
     tr.config.setdefault("algorithm", {})["numerics"] = "slime"
+    rules, dropped = RULES, DROPPED
+    if backend == "megatron":
+        tr.config.setdefault("train", {})["backend"] = "megatron"
+        rules = {**RULES, **MEGATRON_RULES}
+        dropped = {**{f: _MEGATRON_BACKEND if r == _MEGATRON else r for f, r in DROPPED.items()},
+                   **MEGATRON_DROPPED}
     gbs: int | None = None
     for flag, raw in flags:
         value = raw.split("\0") if raw is not None else []
         shown = " ".join(value)
-        rule = RULES.get(flag)
+        rule = rules.get(flag)
         if rule is None and flag != "global-batch-size":
             # the reason the flag has no equivalent, whether its value is a variable or not
-            tr.dropped.append((flag, shown, DROPPED.get(flag, "no equivalent known to slime-import")))
+            tr.dropped.append((flag, shown, dropped.get(flag, "no equivalent known to slime-import")))
             continue
         defaults = [_DEFAULT.match(v) for v in value]
         if value and all(defaults):  # ${VAR:-default}: bash's value when VAR is unset
@@ -368,6 +412,16 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
         else:
             tr.warnings.append(f"global-batch-size {gbs} does not divide the rollout's "
                                f"{total} samples; train.num_steps_per_rollout left at 1")
+    if backend == "megatron":
+        mg = tr.config.setdefault("megatron", {})
+        model_parallel = (mg.get("tensor_model_parallel_size", 1)
+                          * mg.get("pipeline_model_parallel_size", 1)
+                          * mg.get("context_parallel_size", 1))
+        # one data-parallel replica: the script's GPU count is a cluster's, not this machine's
+        tr.config["train"]["num_ranks"] = model_parallel
+        tr.warnings.append(f"train.num_ranks = {model_parallel} (tensor x pipeline x context "
+                           "parallel: one data-parallel replica); more ranks add data "
+                           "parallelism (-o train.num_ranks=N)")
     if tr.config.get("slime", {}).get("custom_loss_function_path") is None and "loss-type" in dict(flags):
         tr.warnings.append("loss-type: only custom_loss (with custom-loss-function-path) is mapped")
     return tr
@@ -406,11 +460,15 @@ def _toml(value: Any) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
-ORDER = ["run", "model", "data", "rollout", "eval", "train", "algorithm", "ppo", "slime"]
+ORDER = ["run", "model", "data", "rollout", "eval", "train", "megatron", "algorithm", "ppo",
+         "slime"]
 
 
 def write_toml(config: dict[str, dict[str, Any]], path: Path, source: str = "") -> None:
-    lines = [f"# written by `core slime-import {source}`", "# run: core run --plugins slime_grpo,slime_compat --config " + str(path), ""]
+    plugins = "slime_grpo,slime_compat" + (
+        ",megatron_backend" if config.get("train", {}).get("backend") == "megatron" else "")
+    lines = [f"# written by `core slime-import {source}`",
+             f"# run: core run --plugins {plugins} --config {path}", ""]
     for name in sorted(config, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml(v)}" for k, v in config[name].items()]

@@ -141,3 +141,47 @@ def test_imported_config_runs(tmp_path: Path) -> None:
           "-o", f"run.run_dir={run_dir}", "-o", "run.progress=false", "-o", 'run.loggers=["jsonl"]'], log)
     assert len(metrics(run_dir)) == 1
     assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 8  # the imported --custom-rm-path ran
+
+
+def test_megatron_backend_translates_the_parallelism_flags(tmp_path: Path) -> None:
+    flags = parse_script(read_script(_write(tmp_path)).text) + [
+        ("use-distributed-optimizer", None), ("sequence-parallel", None),
+        ("recompute-granularity", "full"), ("recompute-method", "uniform"),
+        ("recompute-num-layers", "2"), ("pipeline-model-parallel-size", "1")]
+    tr = to_config(flags, backend="megatron")
+    c = tr.config
+    assert c["train"]["backend"] == "megatron" and c["train"]["num_ranks"] == 2
+    assert c["megatron"] == {"tensor_model_parallel_size": 2, "use_distributed_optimizer": True,
+                             "recompute": "full", "recompute_num_layers": 2,
+                             "pipeline_model_parallel_size": 1}
+    dropped = {f: reason for f, _, reason in tr.dropped}
+    assert "tensor-model-parallel-size" not in dropped
+    assert "TransformerEngine" in dropped["sequence-parallel"]
+    assert any("train.num_ranks = 2" in w for w in tr.warnings)
+    # a value the backend has no counterpart for is named, not silently mapped
+    tr = to_config([("recompute-method", "block")], backend="megatron")
+    assert "only uniform" in {f: r for f, _, r in tr.dropped}["recompute-method"]
+    # the torch backend (the default) keeps them all dropped, with the reason
+    assert "tensor-model-parallel-size" in {f for f, _, _ in to_config(flags).dropped}
+
+
+def test_imported_megatron_config_runs_on_two_ranks(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("megatron_backend")
+    script, out, log = _write(tmp_path), tmp_path / "imported.toml", tmp_path / "calls.jsonl"
+    proc = core(["slime-import", str(script), "-o", str(out), "--model-path", str(ARITH / "model"),
+                 "--backend", "megatron",
+                 "--set", f"prompt-data={ARITH / 'train.jsonl'}", "--set", "rm-type=exact",
+                 "--set", "num-rollout=1"], log)
+    assert "--tensor-model-parallel-size" not in proc.stdout
+    text = out.read_text()
+    assert "--plugins slime_grpo,slime_compat,megatron_backend" in text
+    assert 'backend = "megatron"' in text and "tensor_model_parallel_size = 2" in text
+    run_dir = tmp_path / "run"
+    core(["run", "--plugins", "slime_grpo,slime_compat,megatron_backend", "--config", str(out),
+          "-o", "rollout.batch_size=2", "-o", "rollout.n_samples_per_prompt=4",
+          "-o", "rollout.max_new_tokens=8", "-o", "train.num_steps_per_rollout=1",
+          "-o", f"run.run_dir={run_dir}", "-o", "run.progress=false", "-o", 'run.loggers=["jsonl"]'], log)
+    assert len(metrics(run_dir)) == 1
+    assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 8
