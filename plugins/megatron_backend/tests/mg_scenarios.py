@@ -100,16 +100,19 @@ def resume(rank: int, world_size: int, data: dict[str, Any], ckpt: str) -> dict[
 
 
 def data_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
-    """TP=1 over ``world_size`` ranks (pure data parallel): each rank trains on its groups;
-    the step must equal the torch backend's on the whole batch in one process."""
+    """Data parallel over ``world_size`` ranks (with tensor parallelism when ``[megatron]``
+    asks): each data-parallel replica trains on its groups; the step must equal the torch
+    backend's on the whole batch in one process."""
     from megatron_backend.trainer import MegatronTrainer
     from slime_core.trainer.torch_trainer import TorchTrainer
 
     config = make_config(data)
     torch_tr = TorchTrainer(config, 0, 1, None)
     mg = MegatronTrainer(config, rank, world_size, None)
-    batch = grpo_batch(mg.layout.vocab, groups=2 * world_size)
-    mine = [i for i, g in enumerate(batch.group_indices) if g % world_size == rank]
+    # each data-parallel replica trains on its own groups; its tensor-parallel ranks share them
+    dp_rank, dp_size = mg.data_parallel_rank, mg.data_parallel_size
+    batch = grpo_batch(mg.layout.vocab, groups=2 * dp_size)
+    mine = [i for i, g in enumerate(batch.group_indices) if g % dp_size == dp_rank]
     ref = hf_reference(config)
     off_policy(batch, torch_tr.compute_log_probs(copy_batch(batch), "actor"))
     m_torch = torch_tr.train_step(copy_batch(batch), 0)

@@ -77,3 +77,19 @@ def test_tp2_pp2_and_distributed_optimizer_save_load_resume_exactly(tmp_path: Pa
             # the distributed optimizer's state: one file per data-parallel rank
             dp_file = path / "megatron" / shard / f"model_optim.dp{rank:03d}.pt"
             assert dp_file.is_file() == (CASES[i][1] is ZERO), dp_file
+
+
+def _tp2_dp2(rank: int, world_size: int, ckpt: str) -> dict[str, Any]:
+    return resume(rank, world_size, base_data(
+        megatron={**TP2, **ZERO}, train={"num_ranks": 4}), ckpt)
+
+
+def test_tp2_times_dp2_distributed_optimizer_resumes_exactly(tmp_path: Path) -> None:
+    # four processes: each TP shard's AdamW state is split over the data-parallel pair, so
+    # the checkpoint holds a file per (TP index, DP rank)
+    ckpt = tmp_path / "ckpt"
+    for result in spawn(_tp2_dp2, 4, str(ckpt)):
+        check(result)
+    for tp in (0, 1):
+        for dp in (0, 1):
+            assert (ckpt / "megatron" / f"mp_rank_{tp:02d}_000" / f"model_optim.dp{dp:03d}.pt").is_file()

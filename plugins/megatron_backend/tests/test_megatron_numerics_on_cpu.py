@@ -95,6 +95,22 @@ def test_data_parallel_2_matches_one_process(distributed_optimizer: bool) -> Non
         assert (abs(share - 0.5) < 1e-3) if distributed_optimizer else share == 1.0, result
 
 
+def test_tp2_times_dp2_with_the_distributed_optimizer_matches_one_process() -> None:
+    # four gloo processes: two data-parallel replicas of a TP=2 model; the sharded AdamW of
+    # each TP rank covers its TP shard over the data-parallel pair, and the norm adds the TP
+    # shards' squares once: the step is still the one-process torch step
+    per_rank = spawn(data_parallel, 4, base_data(
+        train={"num_ranks": 4},
+        megatron={"tensor_model_parallel_size": 2, "use_distributed_optimizer": True}))
+    assert sorted(r["dp"] for r in per_rank) == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    for result in per_rank:
+        for key in ("loss", "grad_norm", "entropy"):
+            a, b = result[key]
+            assert abs(a - b) < STEP_TOL, (key, result)
+        assert result["update_cosine"] > 0.999, result
+        assert abs(result["state_share"] - 0.5) < 1e-2, result
+
+
 def _whiten_tp2(rank: int, world_size: int) -> dict[str, Any]:
     data = base_data(algorithm={"advantage_estimator": "reinforce_plus_plus",
                                 "whiten_advantages": True, "gamma": 0.9},
