@@ -6,7 +6,8 @@ pipeline and context parallelism are taken: ``dp = num_ranks / (tp * pp * cp)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, fields
 from typing import Any
 
 BACKEND = "megatron"
@@ -47,9 +48,17 @@ class MegatronSection:
 
 def check_config(config: Any) -> None:
     """Reject what this backend cannot run, naming the keys (``slime_configure``)."""
-    if config.train.backend != BACKEND:
-        return
     mg: MegatronSection = config.megatron
+    if config.train.backend != BACKEND:
+        # kept (one config may serve both backends, as -o train.backend=torch comparisons do),
+        # but said: a TP size that silently does nothing is a surprise
+        changed = [f"megatron.{f.name}" for f in fields(MegatronSection)
+                   if getattr(mg, f.name) != f.default]
+        if changed:
+            warnings.warn(f"{', '.join(changed)} set, but train.backend = "
+                          f"{config.train.backend!r}: [megatron] applies only to train.backend "
+                          f"= {BACKEND!r}", stacklevel=2)
+        return
     _need(mg.context_parallel_size == 1, "megatron.context_parallel_size",
           f"{mg.context_parallel_size}: context parallelism is not implemented in this version "
           "of slime-megatron-backend")

@@ -65,8 +65,10 @@ def test_config_refuses_what_the_backend_cannot_run(sections: dict[str, Any], me
         make_config(data)
 
 
-def test_torch_runs_ignore_the_section() -> None:
-    cfg = make_config(base_data(megatron={"pipeline_model_parallel_size": 2}))
+def test_torch_runs_ignore_the_section_and_say_so() -> None:
+    with pytest.warns(UserWarning, match=r"megatron.pipeline_model_parallel_size set, but "
+                                         r"train.backend = 'torch'"):
+        cfg = make_config(base_data(megatron={"pipeline_model_parallel_size": 2}))
     assert cfg.train.backend == "torch" and cfg.megatron.pipeline_model_parallel_size == 2
 
 
