@@ -95,13 +95,17 @@ def test_data_parallel_2_matches_one_process(distributed_optimizer: bool) -> Non
         assert (abs(share - 0.5) < 1e-3) if distributed_optimizer else share == 1.0, result
 
 
-def test_tp2_times_dp2_with_the_distributed_optimizer_matches_one_process() -> None:
-    # four gloo processes: two data-parallel replicas of a TP=2 model; the sharded AdamW of
-    # each TP rank covers its TP shard over the data-parallel pair, and the norm adds the TP
-    # shards' squares once: the step is still the one-process torch step
+@pytest.mark.parametrize("model_parallel", [{"tensor_model_parallel_size": 2},
+                                            {"pipeline_model_parallel_size": 2}],
+                         ids=["tp2", "pp2"])
+def test_model_parallel_times_dp2_with_the_distributed_optimizer_matches_one_process(
+        model_parallel: dict[str, int]) -> None:
+    # four gloo processes: two data-parallel replicas of a TP=2 (or PP=2) model; the sharded
+    # AdamW of each rank covers its shard (or stage) over the data-parallel pair, the norm adds
+    # the TP shards' squares once (the stages' over the pipeline, the tied output weight's
+    # copy left out): the step is still the one-process torch step
     per_rank = spawn(data_parallel, 4, base_data(
-        train={"num_ranks": 4},
-        megatron={"tensor_model_parallel_size": 2, "use_distributed_optimizer": True}))
+        train={"num_ranks": 4}, megatron={**model_parallel, "use_distributed_optimizer": True}))
     assert sorted(r["dp"] for r in per_rank) == [(0, 2), (0, 2), (1, 2), (1, 2)]
     for result in per_rank:
         for key in ("loss", "grad_norm", "entropy"):
