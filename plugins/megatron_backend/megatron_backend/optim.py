@@ -32,12 +32,14 @@ def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
     that are copies of another stage's (the last stage's tied output weight); ``pp_group``:
     the stages' squares are summed over it.
     """
-    sharded = torch.zeros((), dtype=torch.float64)
-    replicated = torch.zeros((), dtype=torch.float64)
+    # on the gradients' device: an nccl group reduces device tensors only
+    device = next(iter(params.values())).device if params else torch.device("cpu")
+    sharded = torch.zeros((), dtype=torch.float64, device=device)
+    replicated = torch.zeros((), dtype=torch.float64, device=device)
     for name, p in params.items():
         if p.grad is None or name in skip:
             continue
-        sq = p.grad.detach().double().pow(2).sum().cpu()
+        sq = p.grad.detach().double().pow(2).sum()
         if name in sharded_names:
             sharded += sq
         else:

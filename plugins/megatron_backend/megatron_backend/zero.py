@@ -110,7 +110,9 @@ class DistributedAdamW(torch.optim.AdamW):
             for piece in (pc for b in self.buckets for pc in b.pieces):
                 piece.shard.copy_(piece.param.reshape(-1)[piece.lo:piece.hi])
         present = self._present()
-        squares = torch.zeros(2, dtype=torch.float64)  # [TP-sharded, replicated]
+        # [TP-sharded, replicated], on the parameters' device: an nccl group reduces device
+        # tensors only
+        squares = torch.zeros(2, dtype=torch.float64, device=self._device())
         for bucket in self.buckets:
             mine = self._reduce_scatter(bucket)
             for piece in bucket.pieces:
@@ -122,7 +124,7 @@ class DistributedAdamW(torch.optim.AdamW):
                 shard.grad = g
                 if piece.name not in skip:
                     squares[0 if piece.name in sharded_names else 1] += \
-                        g.detach().double().pow(2).sum().cpu()
+                        g.detach().double().pow(2).sum()
         dist.all_reduce(squares, group=self.group)  # the chunks' squares: the whole model's
         sharded, replicated = squares[0].clone(), squares[1].clone()
         if parallel.tp_size() > 1:
@@ -141,11 +143,14 @@ class DistributedAdamW(torch.optim.AdamW):
         self._all_gather()
         return norm
 
+    def _device(self) -> torch.device:
+        return self.model_params[0].device if self.model_params else torch.device("cpu")
+
     def _present(self) -> dict[int, bool]:
         """Which parameters have a gradient on some data-parallel rank."""
         params = [p for b in self.buckets for _, p in b.params]
         flags = torch.tensor([p.grad is not None for p in params], dtype=torch.float32,
-                             device=params[0].device if params else "cpu")
+                             device=self._device())
         dist.all_reduce(flags, group=self.group)
         return {id(p): bool(f) for p, f in zip(params, flags.tolist(), strict=True)}
 
