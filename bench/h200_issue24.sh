@@ -30,6 +30,9 @@ fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}hookspecs:core:plugins/slime_grpo:bench"
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader 2>/dev/null || true
+# TRL's HF-generate loop is bound by the host's launch speed (slime's CUDA graphs are not):
+# the host CPU is part of the peer's figure
+lscpu 2>/dev/null | grep -E "^Model name|^CPU\(s\)|MHz" | tr -s ' ' || true
 
 case "${1:-}" in
   anchor)
