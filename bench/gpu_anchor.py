@@ -93,10 +93,12 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     "megatron_mb16k": {"rollout": {"cuda_graphs": True, "compile_decode": True},
                        "train": {"micro_batch_tokens": 16384, "backend": "megatron"}},
 }
-# every variant above ran with cuDNN attention, the default until 2026-12-02: pinned so that
-# each stays comparable with its recorded figures (the *_nocudnn variants are the default now)
+# every variant above ran with cuDNN attention and AdamW on the bf16 weights, the defaults
+# until 2026-12-02: pinned so that each stays comparable with its recorded figures (the
+# *_nocudnn variants have the defaults' attention; *_master the fp32 master weights)
 for _overrides in VARIANTS.values():
     _overrides.setdefault("run", {})["cudnn_attention"] = True
+    _overrides.setdefault("train", {})["master_weights"] = False
 
 
 
@@ -123,6 +125,9 @@ VARIANTS.update({
     # beside fast_eager_train_mb16k's heuristic splits: the full step's A/B of the splits
     "fast_eager_train_mb16k_split1": _variant("fast_eager_train_mb16k",
                                               rollout={"decode_attention_splits": 1}),
+    # the defaults since 2026-12-02: no cuDNN attention, fp32 master weights for AdamW
+    "fast_mb16k_defaults": _variant("fast_mb16k", run={"cudnn_attention": False},
+                                    train={"master_weights": True}),
 })
 
 

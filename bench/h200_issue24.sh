@@ -40,8 +40,9 @@ case "${1:-}" in
     timeout 60 python3 bench/decode_attention.py | tee -a "$OUT/decode_attention.jsonl"
     timeout 60 python3 bench/decode_attention.py --batch 256 --groups 6 --head-dim 128 \
       --length 1088 --filled 700 | tee -a "$OUT/decode_attention.jsonl"
-    # the defaults since 2026-12-02 (cuDNN attention off); fast_mb16k is the same with it on
-    timeout 330 python3 bench/gpu_anchor.py --variants "${ANCHOR_VARIANT:-fast_mb16k_nocudnn}" \
+    # the defaults since 2026-12-02 (cuDNN attention off, fp32 master weights); fast_mb16k is
+    # the same as it ran before them
+    timeout 330 python3 bench/gpu_anchor.py --variants "${ANCHOR_VARIANT:-fast_mb16k_defaults}" \
       --steps 5 --warmup 2 \
       --out "$OUT/anchor.jsonl" --stderr-dir "$OUT"
     timeout 150 python3 bench/trl_grpo.py --shape 0.5b --steps 4 --out "$OUT/anchor.jsonl" \

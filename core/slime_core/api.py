@@ -27,7 +27,7 @@ Groups:
   :func:`sum_metrics`; :func:`data_parallel_group` / :func:`set_data_parallel_group` (the
   group the trainer of this process reduces over).
 * **training steps**: :class:`Accumulation`, :func:`step_indices`,
-  :func:`rollout_optimizer_steps`, :func:`micro_batches`,
+  :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`micro_batches`,
   :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
   :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
@@ -76,6 +76,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Accumulation": ("slime_core.trainer.accumulate", "Accumulation"),
     "step_indices": ("slime_core.trainer.accumulate", "step_indices"),
     "rollout_optimizer_steps": ("slime_core.trainer.accumulate", "rollout_optimizer_steps"),
+    "make_adamw": ("slime_core.trainer.master", "make_adamw"),
     "micro_batches": ("slime_core.trainer.batching", "micro_batches"),
     "response_log_probs": ("slime_core.trainer.batching", "response_log_probs"),
     "to_tensor_list": ("slime_core.trainer.batching", "to_tensor_list"),
@@ -128,6 +129,7 @@ if TYPE_CHECKING:
     from slime_core.trainer.accumulate import Accumulation as Accumulation
     from slime_core.trainer.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainer.accumulate import step_indices as step_indices
+    from slime_core.trainer.master import make_adamw as make_adamw
     from slime_core.trainer.batching import micro_batches as micro_batches
     from slime_core.trainer.batching import response_log_probs as response_log_probs
     from slime_core.trainer.batching import to_tensor_list as to_tensor_list

@@ -130,6 +130,7 @@ class TrainConfig(Protocol):
     weight_decay: float
     adam_betas: list[float]
     adam_eps: float
+    master_weights: bool
     grad_clip: float
     micro_batch_tokens: int
     num_steps_per_rollout: int

@@ -181,6 +181,7 @@ class TrainSection:
     weight_decay: float = 0.0  # AdamW weight decay
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW betas
     adam_eps: float = 1e-8  # AdamW epsilon
+    master_weights: bool = True  # a bf16/fp16 model: AdamW steps fp32 copies of the weights and writes them back (stepping bf16 weights rounds lr-1e-6 updates away); no effect on an fp32 model
     grad_clip: float = 1.0  # gradient-norm clip (0: off)
     micro_batch_tokens: int = 8192  # token budget of one micro-batch: rows x its longest row (right-padded, rows sorted by length, even row counts)
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)

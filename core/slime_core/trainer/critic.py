@@ -23,6 +23,7 @@ from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, resolve_dtype
 from slime_core.trainer import data_parallel
 from slime_core.trainer.accumulate import Accumulation
+from slime_core.trainer.master import make_adamw
 from slime_core.trainer.batching import micro_batches
 
 # Seed offset of init = "random", so its weights differ from an init_config policy's.
@@ -154,9 +155,9 @@ class TorchCritic:
         self.model: torch.nn.Module = model.to(device).train()
         self.device = device
         t = config.train
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=spec.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
-            weight_decay=spec.weight_decay,
+        self.optimizer = make_adamw(
+            self.model.parameters(), t.master_weights, lr=spec.lr, betas=tuple(t.adam_betas),
+            eps=t.adam_eps, weight_decay=spec.weight_decay,
         )
 
     def _budget(self) -> int:

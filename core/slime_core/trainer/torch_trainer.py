@@ -24,6 +24,7 @@ from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
 from slime_core.trainer.accumulate import Accumulation, rollout_optimizer_steps
+from slime_core.trainer.master import make_adamw
 from slime_core.trainer.batching import (
     micro_batches,
     response_log_probs,
@@ -83,9 +84,9 @@ class TorchTrainer:
         tok = load_tokenizer(config.model)
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
         t = config.train
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas), eps=t.adam_eps,
-            weight_decay=t.weight_decay,
+        self.optimizer = make_adamw(
+            self.model.parameters(), t.master_weights, lr=t.lr, betas=tuple(t.adam_betas),
+            eps=t.adam_eps, weight_decay=t.weight_decay,
             # one kernel over every parameter instead of a dozen multi-tensor passes, where
             # the accelerator says torch has it
             fused=bool(getattr(accelerator, "fused_optimizer", False)),

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from slime_core.api import make_adamw
 
 from megatron_backend import parallel
 
@@ -185,12 +186,14 @@ class DistributedAdamW(torch.optim.AdamW):
 def make_optimizer(model: torch.nn.Module, config: Any, lr: float,
                    weight_decay: float) -> torch.optim.Optimizer:
     """The rank's AdamW over ``model``: :class:`DistributedAdamW` when
-    ``megatron.use_distributed_optimizer`` is set and there are several data-parallel ranks,
-    torch's AdamW otherwise (one data-parallel rank: nothing to shard)."""
+    ``megatron.use_distributed_optimizer`` is set and there are several data-parallel ranks
+    (its chunks in the parameters' dtype), else ``slime_core.api.make_adamw`` (fp32 master
+    weights for a bf16 model with ``train.master_weights``; one data-parallel rank: nothing to
+    shard)."""
     t = config.train
     adamw = {"lr": lr, "betas": tuple(t.adam_betas), "eps": t.adam_eps,
              "weight_decay": weight_decay}
     if config.megatron.use_distributed_optimizer and parallel.dp_size() > 1:
         return DistributedAdamW(list(model.named_parameters()), parallel.dp_group(),
                                 parallel.dp_rank(), parallel.dp_size(), **adamw)
-    return torch.optim.AdamW(model.parameters(), **adamw)
+    return make_adamw(model.parameters(), t.master_weights, **adamw)

@@ -1,0 +1,81 @@
+"""AdamW with fp32 master weights for a model held in bf16 / fp16 (``train.master_weights``).
+
+AdamW stepping bf16 parameters rounds every update to the parameter's precision: at the
+learning rates of RL fine-tuning (1e-6) an update is about 1% of a bf16 weight's spacing, so
+most weights never move (measured on a bf16 ``Linear(896, 896)``: 1.4% of the weights changed
+after ten steps at lr 1e-6). Megatron, DeepSpeed and verl keep fp32 copies for the optimizer;
+so does :class:`MasterAdamW`: AdamW runs on fp32 copies of the parameters, whose gradients are
+the model's cast up, and each step writes the copies back into the model in its own dtype. The
+copies travel in ``state_dict`` so a checkpoint resumes exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+class MasterAdamW(torch.optim.AdamW):
+    """torch's AdamW on fp32 master copies of ``params`` (see the module).
+
+    ``zero_grad`` clears the model's gradients too; ``step`` casts the model's gradients up
+    (after the trainer reduced and clipped them), steps the copies and writes them back. A
+    parameter changed from outside since the last step (a checkpoint load into the model, a
+    hook that sets weights) is re-read: its copy is taken from the model again where the two
+    differ in the model's dtype."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], **adamw: Any) -> None:
+        self.model_params = [p for p in params if p.requires_grad]
+        self.masters = [p.detach().float().clone() for p in self.model_params]
+        super().__init__(self.masters, **adamw)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none)
+        for p in self.model_params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # noqa: ANN401 - torch's signature
+        for p, m in zip(self.model_params, self.masters, strict=True):
+            stale = m.to(p.dtype) != p
+            if stale.any():
+                m[stale] = p[stale].float()
+            m.grad = None if p.grad is None else p.grad.float()
+        loss = super().step(closure)
+        for p, m in zip(self.model_params, self.masters, strict=True):
+            p.copy_(m)
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["master_weights"] = [m.detach().clone() for m in self.masters]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        masters = state.pop("master_weights", None)
+        if masters is None or len(masters) != len(self.masters):
+            raise ValueError("optimizer state without this model's fp32 master weights (saved "
+                             "with train.master_weights = false, or for another model); resume "
+                             "with the setting it was saved with")
+        super().load_state_dict(state)
+        with torch.no_grad():
+            for m, saved in zip(self.masters, masters, strict=True):
+                m.copy_(saved)
+
+
+def make_adamw(params: Iterable[torch.nn.Parameter], master_weights: bool,
+               **adamw: Any) -> torch.optim.Optimizer:
+    """AdamW over ``params``: :class:`MasterAdamW` when ``master_weights`` is set and some
+    trainable parameter is not fp32 (bf16 / fp16 models), torch's AdamW otherwise (an fp32
+    model needs no copies)."""
+    params = list(params)
+    low = any(p.requires_grad and p.dtype != torch.float32 for p in params)
+    if master_weights and low:
+        return MasterAdamW(params, **adamw)
+    return torch.optim.AdamW(params, **adamw)

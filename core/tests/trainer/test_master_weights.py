@@ -1,0 +1,94 @@
+"""``train.master_weights``: AdamW on fp32 copies of a bf16 model's weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from slime_core.trainer.master import MasterAdamW, make_adamw
+
+ADAMW = {"lr": 1e-5, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.01}
+
+
+def _model() -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(64, 32).to(torch.bfloat16)
+
+
+def _grads(model: torch.nn.Module, step: int) -> None:
+    torch.manual_seed(100 + step)
+    model(torch.randn(8, 64, dtype=torch.bfloat16)).float().pow(2).mean().backward()
+
+
+def test_the_copies_follow_fp32_adamw_and_the_model_their_rounding() -> None:
+    model = _model()
+    opt = MasterAdamW(model.parameters(), **ADAMW)
+    ref = [p.detach().float().clone().requires_grad_(True) for p in model.parameters()]
+    ref_opt = torch.optim.AdamW(ref, **ADAMW)
+    plain = _model()
+    plain_opt = torch.optim.AdamW(plain.parameters(), **ADAMW)
+    for step in range(30):
+        opt.zero_grad()
+        _grads(model, step)
+        for r, p in zip(ref, model.parameters(), strict=True):
+            r.grad = p.grad.float()
+        opt.step()
+        ref_opt.step()
+        plain_opt.zero_grad()
+        _grads(plain, step)
+        plain_opt.step()
+    for m, r, p in zip(opt.masters, ref, model.parameters(), strict=True):
+        assert torch.equal(m, r.detach())  # the same fp32 trajectory, given the same gradients
+        assert torch.equal(p, r.detach().to(torch.bfloat16))
+    # stepping the bf16 weights themselves loses most of it: lr * 30 is below most spacings
+    w0 = _model().weight
+    moved_master = (model.weight != w0).float().mean().item()
+    moved_plain = (plain.weight != w0).float().mean().item()
+    assert moved_master > 2 * moved_plain, (moved_master, moved_plain)
+
+
+def test_state_dict_carries_the_copies_for_an_exact_resume() -> None:
+    model = _model()
+    opt = MasterAdamW(model.parameters(), **ADAMW)
+    for step in range(3):
+        opt.zero_grad()
+        _grads(model, step)
+        opt.step()
+    saved_model = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_opt = copy.deepcopy(opt.state_dict())  # as torch.save would freeze it
+    opt.zero_grad()
+    _grads(model, 3)
+    opt.step()
+    # a fresh model and optimizer loaded from the checkpoint take the same fourth step
+    fresh = _model()
+    fresh.load_state_dict(saved_model)
+    fresh_opt = MasterAdamW(fresh.parameters(), **ADAMW)
+    fresh_opt.load_state_dict(saved_opt)
+    fresh_opt.zero_grad()
+    _grads(fresh, 3)
+    fresh_opt.step()
+    for a, b in zip(opt.masters, fresh_opt.masters, strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="fp32 master weights"):
+        MasterAdamW(_model().parameters(), **ADAMW).load_state_dict(
+            torch.optim.AdamW(_model().parameters(), **ADAMW).state_dict())
+
+
+def test_a_weight_set_from_outside_is_read_again() -> None:
+    model = _model()
+    opt = MasterAdamW(model.parameters(), **ADAMW)
+    with torch.no_grad():
+        model.weight[0, 0] = 0.5  # e.g. a hook that sets weights after the optimizer exists
+    opt.zero_grad()
+    _grads(model, 0)
+    opt.step()
+    assert abs(float(opt.masters[0][0, 0]) - 0.5) < 1e-3
+    assert abs(float(model.weight[0, 0]) - 0.5) < 1e-2
+
+
+def test_make_adamw_copies_only_what_needs_copies() -> None:
+    assert isinstance(make_adamw(_model().parameters(), True, **ADAMW), MasterAdamW)
+    assert type(make_adamw(_model().parameters(), False, **ADAMW)) is torch.optim.AdamW
+    fp32 = torch.nn.Linear(4, 4)
+    assert type(make_adamw(fp32.parameters(), True, **ADAMW)) is torch.optim.AdamW
