@@ -129,7 +129,6 @@ if TYPE_CHECKING:
     from slime_core.trainer.accumulate import Accumulation as Accumulation
     from slime_core.trainer.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainer.accumulate import step_indices as step_indices
-    from slime_core.trainer.master import make_adamw as make_adamw
     from slime_core.trainer.batching import micro_batches as micro_batches
     from slime_core.trainer.batching import response_log_probs as response_log_probs
     from slime_core.trainer.batching import to_tensor_list as to_tensor_list
@@ -141,6 +140,7 @@ if TYPE_CHECKING:
     from slime_core.trainer.data_parallel import global_totals as global_totals
     from slime_core.trainer.data_parallel import set_data_parallel_group as set_data_parallel_group
     from slime_core.trainer.data_parallel import sum_metrics as sum_metrics
+    from slime_core.trainer.master import make_adamw as make_adamw
     from slime_core.trainer.torch_trainer import lr_lambda as lr_schedule  # noqa: F401 (renamed export)
 
 

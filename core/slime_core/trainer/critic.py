@@ -23,8 +23,8 @@ from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, resolve_dtype
 from slime_core.trainer import data_parallel
 from slime_core.trainer.accumulate import Accumulation
-from slime_core.trainer.master import make_adamw
 from slime_core.trainer.batching import micro_batches
+from slime_core.trainer.master import make_adamw
 
 # Seed offset of init = "random", so its weights differ from an init_config policy's.
 RANDOM_INIT_SEED_OFFSET = 1

@@ -24,12 +24,12 @@ from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.trainer import data_parallel, logprob_head
 from slime_core.trainer.accumulate import Accumulation, rollout_optimizer_steps
-from slime_core.trainer.master import make_adamw
 from slime_core.trainer.batching import (
     micro_batches,
     response_log_probs,
     shared_micro_batches,
 )
+from slime_core.trainer.master import make_adamw
 from slime_core.trainer.shared_prefix import prompt_groups
 
 
