@@ -13,6 +13,8 @@ chunks, and rank ``r`` keeps an AdamW over the pieces of chunk ``r``. A step
 3. steps AdamW on the chunk, writes it into the parameters and all-gathers the chunks, so every
    rank holds the whole updated model again.
 
+With ``train.master_weights`` and a bf16/fp16 model the chunk is an fp32 master copy (as in
+Megatron's DistributedOptimizer and ``slime_core.api.make_adamw``), kept in ``state_dict``.
 AdamW is elementwise, so the result equals the unsharded step's (reductions aside); a parameter
 that has no gradient on any rank keeps ``grad = None`` in every chunk, and AdamW skips it as
 it would skip the parameter. Only the optimizer state is sharded: the gradients stay full-size
@@ -57,7 +59,8 @@ class _Bucket:
     pieces: list[_Piece]
 
 
-def _layout(named: list[tuple[str, torch.nn.Parameter]], rank: int, size: int) -> list[_Bucket]:
+def _layout(named: list[tuple[str, torch.nn.Parameter]], rank: int, size: int,
+            master_weights: bool = False) -> list[_Bucket]:
     by_dtype: dict[torch.dtype, list[tuple[str, torch.nn.Parameter]]] = {}
     for name, p in named:
         if p.requires_grad:
@@ -73,6 +76,8 @@ def _layout(named: list[tuple[str, torch.nn.Parameter]], rank: int, size: int) -
             lo, hi = max(start, offset), min(end, offset + p.numel())
             if lo < hi:
                 shard = p.detach().reshape(-1)[lo - offset:hi - offset].clone()
+                if master_weights and shard.dtype != torch.float32:
+                    shard = shard.float()  # fp32 master copy of a bf16/fp16 chunk
                 pieces.append(_Piece(name, p, lo - offset, hi - offset, lo - start, shard))
             offset += p.numel()
         buckets.append(_Bucket(params, chunk, pieces))
@@ -87,9 +92,9 @@ class DistributedAdamW(torch.optim.AdamW):
     so a trainer calls it as it would call AdamW's."""
 
     def __init__(self, named: list[tuple[str, torch.nn.Parameter]], group: Any, rank: int,
-                 size: int, **adamw: Any) -> None:
+                 size: int, master_weights: bool = False, **adamw: Any) -> None:
         self.group, self.dp_rank, self.dp_size = group, rank, size
-        self.buckets = _layout(named, rank, size)
+        self.buckets = _layout(named, rank, size, master_weights)
         self.model_params = [p for _, p in named]
         self.shards = [piece.shard for b in self.buckets for piece in b.pieces]
         # a rank whose chunk is only padding still steps (and gathers); AdamW needs a tensor
@@ -105,11 +110,15 @@ class DistributedAdamW(torch.optim.AdamW):
         """Reduce-scatter, norm of the whole model, clip, step, all-gather; the norm before
         clipping. A collective of the data-parallel group (and of the TP / PP groups for the
         norm)."""
-        # the chunk is read from the parameters at every step: a checkpoint load, or a hook
-        # that sets weights, changes them between steps
+        # the chunk is read again from the parameters where they differ from it (a checkpoint
+        # load or a hook that sets weights between steps); elsewhere an fp32 master chunk
+        # keeps the precision the parameters' dtype rounds away
         with torch.no_grad():
             for piece in (pc for b in self.buckets for pc in b.pieces):
-                piece.shard.copy_(piece.param.reshape(-1)[piece.lo:piece.hi])
+                current = piece.param.reshape(-1)[piece.lo:piece.hi]
+                stale = piece.shard.to(current.dtype) != current
+                if stale.any():
+                    piece.shard[stale] = current[stale].to(piece.shard.dtype)
         present = self._present()
         # [TP-sharded, replicated], on the parameters' device: an nccl group reduces device
         # tensors only
@@ -143,6 +152,23 @@ class DistributedAdamW(torch.optim.AdamW):
         self.step()
         self._all_gather()
         return norm
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["chunk"] = [piece.shard.detach().clone() for b in self.buckets for piece in b.pieces]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        chunk = state.pop("chunk", None)
+        pieces = [piece for b in self.buckets for piece in b.pieces]
+        if chunk is None or [c.shape for c in chunk] != [p.shard.shape for p in pieces]:
+            raise ValueError("optimizer state without this rank's chunk of the weights (saved "
+                             "by another optimizer or data-parallel layout)")
+        super().load_state_dict(state)
+        with torch.no_grad():
+            for piece, saved in zip(pieces, chunk, strict=True):
+                piece.shard.copy_(saved)
 
     def _device(self) -> torch.device:
         return self.model_params[0].device if self.model_params else torch.device("cpu")
@@ -187,7 +213,8 @@ def make_optimizer(model: torch.nn.Module, config: Any, lr: float,
                    weight_decay: float) -> torch.optim.Optimizer:
     """The rank's AdamW over ``model``: :class:`DistributedAdamW` when
     ``megatron.use_distributed_optimizer`` is set and there are several data-parallel ranks
-    (its chunks in the parameters' dtype), else ``slime_core.api.make_adamw`` (fp32 master
+    (fp32 master chunks of a bf16 model with ``train.master_weights``), else
+    ``slime_core.api.make_adamw`` (fp32 master
     weights for a bf16 model with ``train.master_weights``; one data-parallel rank: nothing to
     shard)."""
     t = config.train
@@ -195,5 +222,6 @@ def make_optimizer(model: torch.nn.Module, config: Any, lr: float,
              "weight_decay": weight_decay}
     if config.megatron.use_distributed_optimizer and parallel.dp_size() > 1:
         return DistributedAdamW(list(model.named_parameters()), parallel.dp_group(),
-                                parallel.dp_rank(), parallel.dp_size(), **adamw)
+                                parallel.dp_rank(), parallel.dp_size(),
+                                master_weights=bool(t.master_weights), **adamw)
     return make_adamw(model.parameters(), t.master_weights, **adamw)

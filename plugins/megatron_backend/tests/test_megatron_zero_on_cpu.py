@@ -41,7 +41,7 @@ def _model() -> torch.nn.Module:
 
 def _grads(model: torch.nn.Module, rank: int) -> None:
     torch.manual_seed(10 + rank)
-    x = torch.randn(4, 5)
+    x = torch.randn(4, 5).to(model[0].weight.dtype)
     out = model[1](model[0](x))
     loss = (out ** 2).sum() * 50  # large enough that the clip acts
     loss.backward()
@@ -134,3 +134,45 @@ def test_the_sharded_step_is_adamws_on_the_summed_gradients(tmp_path: Path) -> N
         assert "use_distributed_optimizer = true" in unsharded
         assert "model_optim.dp" in other_kind and "use_distributed_optimizer = false" in other_kind
         assert "one of 2 optimizer shards" in other_size and "1 data-parallel" in other_size
+
+
+def _bf16_worker(rank: int, world_size: int) -> list[torch.Tensor]:
+    import torch.distributed as dist
+    from megatron_backend import parallel
+    from megatron_backend.zero import DistributedAdamW
+
+    parallel.tp_size = lambda: 1
+    model = _model().to(torch.bfloat16)
+    opt = DistributedAdamW(list(model.named_parameters()), dist.group.WORLD, rank, world_size,
+                           master_weights=True, lr=1e-5, weight_decay=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        _grads(model, rank)
+        opt.reduce_clip_step(set(), frozenset(), None, grad_clip=0.0)
+    assert all(s.dtype == torch.float32 for s in opt.shards)  # fp32 master chunks
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_bf16_model_steps_fp32_master_chunks() -> None:
+    # the same as the one-process MasterAdamW on the summed gradients: lr 1e-5 updates that
+    # stepping the bf16 weights would round away accumulate in the fp32 chunks
+    from slime_core.api import make_adamw
+
+    per_rank = spawn(_bf16_worker, 2)
+    model = _model().to(torch.bfloat16)
+    opt = make_adamw(model.parameters(), True, lr=1e-5, weight_decay=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        grads = []
+        for rank in range(2):
+            replica = _model().to(torch.bfloat16)
+            replica.load_state_dict(model.state_dict())
+            _grads(replica, rank)
+            grads.append([p.grad for p in replica.parameters()])
+        for p, *gs in zip(model.parameters(), *grads, strict=True):
+            present = [g for g in gs if g is not None]
+            p.grad = sum(present[1:], present[0]) if present else None
+        opt.step()
+    for result in per_rank:
+        for got, want in zip(result, model.parameters(), strict=True):
+            assert torch.equal(got, want.detach())
