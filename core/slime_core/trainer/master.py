@@ -11,6 +11,7 @@ copies travel in ``state_dict`` so a checkpoint resumes exactly.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,11 +60,17 @@ class MasterAdamW(torch.optim.AdamW):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state = dict(state_dict)
         masters = state.pop("master_weights", None)
-        if masters is None or len(masters) != len(self.masters):
-            raise ValueError("optimizer state without this model's fp32 master weights (saved "
-                             "with train.master_weights = false, or for another model); resume "
-                             "with the setting it was saved with")
+        if masters is not None and len(masters) != len(self.masters):
+            raise ValueError(f"optimizer state with {len(masters)} fp32 master weights for a "
+                             f"model of {len(self.masters)} trainable tensors (another model)")
         super().load_state_dict(state)
+        if masters is None:
+            # a checkpoint of AdamW on the model's own weights (train.master_weights = false,
+            # or written before the setting existed): the copies start from the loaded model,
+            # re-read at the next step; only the precision below its dtype is new
+            warnings.warn("optimizer state has no fp32 master weights: they start from the "
+                          "model's loaded weights", stacklevel=2)
+            return
         with torch.no_grad():
             for m, saved in zip(self.masters, masters, strict=True):
                 m.copy_(saved)

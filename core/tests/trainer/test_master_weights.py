@@ -70,9 +70,15 @@ def test_state_dict_carries_the_copies_for_an_exact_resume() -> None:
     fresh_opt.step()
     for a, b in zip(opt.masters, fresh_opt.masters, strict=True):
         assert torch.equal(a, b)
-    with pytest.raises(ValueError, match="fp32 master weights"):
+    # a checkpoint of plain AdamW (master weights off, or older): the copies start from the
+    # model, with a warning; one of another model is refused
+    with pytest.warns(UserWarning, match="no fp32 master weights"):
         MasterAdamW(_model().parameters(), **ADAMW).load_state_dict(
             torch.optim.AdamW(_model().parameters(), **ADAMW).state_dict())
+    other = torch.nn.Sequential(_model(), _model()).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="another model"):
+        MasterAdamW(_model().parameters(), **ADAMW).load_state_dict(
+            MasterAdamW(other.parameters(), **ADAMW).state_dict())
 
 
 def test_a_weight_set_from_outside_is_read_again() -> None:
