@@ -18,6 +18,17 @@ from typing import Any
 import torch
 
 
+@torch.no_grad()
+def refresh_copy(copy: torch.Tensor, current: torch.Tensor) -> None:
+    """Take ``current``'s values into ``copy`` (an optimizer's copy of a weight, fp32 for a
+    bf16 model) where the two differ in ``current``'s dtype: a weight set from outside since
+    the last step (a checkpoint load, a hook) is read again, one that is the copy rounded keeps
+    the copy's precision."""
+    stale = copy.to(current.dtype) != current
+    if stale.any():
+        copy[stale] = current[stale].to(copy.dtype)
+
+
 class MasterAdamW(torch.optim.AdamW):
     """torch's AdamW on fp32 master copies of ``params`` (see the module).
 
@@ -43,9 +54,7 @@ class MasterAdamW(torch.optim.AdamW):
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # noqa: ANN401 - torch's signature
         for p, m in zip(self.model_params, self.masters, strict=True):
-            stale = m.to(p.dtype) != p
-            if stale.any():
-                m[stale] = p[stale].float()
+            refresh_copy(m, p)
             m.grad = None if p.grad is None else p.grad.float()
         loss = super().step(closure)
         for p, m in zip(self.model_params, self.masters, strict=True):

@@ -4,10 +4,7 @@ The same weighting as the core's ``Accumulation`` (each micro-batch's loss at it
 mini-batch's loss-masked tokens or samples, the shares of the totals over data-parallel
 ranks), with the reductions over Megatron's groups instead of the default one: totals,
 gradients and metrics are summed over the **data-parallel** group (tensor-parallel peers hold
-the same samples), and the gradient norm adds each tensor-parallel shard's squares once over
-the **tensor-parallel** group (replicated tensors, the norms, are counted once). Clipping then
-matches ``torch.nn.utils.clip_grad_norm_`` of the unsharded model: coefficient
-``max_norm / (norm + 1e-6)`` when below 1.
+the same samples); the gradient norm of the whole model and the clip are :mod:`norm`'s.
 """
 
 from __future__ import annotations
@@ -18,38 +15,19 @@ import torch
 import torch.distributed as dist
 from slime_core.api import all_reduce_gradients, global_totals, sum_metrics
 
-from megatron_backend import parallel
+from megatron_backend import norm, parallel
 from megatron_backend.zero import DistributedAdamW
 
 
 def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
-              skip: frozenset[str] = frozenset(), pp_group: Any = None) -> torch.Tensor:
-    """L2 norm of the gradients of the whole (unsharded) model, on every rank.
-
-    Which tensors are TP shards comes from the converter's table, not from Megatron's
-    ``tensor_model_parallel`` attribute: that is only set when Megatron initialises the weights
-    itself, which this backend skips (the HF checkpoint overwrites them). ``skip``: tensors
-    that are copies of another stage's (the last stage's tied output weight); ``pp_group``:
-    the stages' squares are summed over it.
-    """
-    # on the gradients' device: an nccl group reduces device tensors only
+              skip: frozenset[str] = frozenset(), pp_group: Any = None) -> float:
+    """L2 norm of the gradients of the whole (unsharded) model, on every rank (:mod:`norm`).
+    ``skip``: tensors that are copies of another stage's (the last stage's tied output
+    weight); ``pp_group``: the stages' squares are summed over it."""
     device = next(iter(params.values())).device if params else torch.device("cpu")
-    sharded = torch.zeros((), dtype=torch.float64, device=device)
-    replicated = torch.zeros((), dtype=torch.float64, device=device)
-    for name, p in params.items():
-        if p.grad is None or name in skip:
-            continue
-        sq = p.grad.detach().double().pow(2).sum()
-        if name in sharded_names:
-            sharded += sq
-        else:
-            replicated += sq
-    if parallel.tp_size() > 1:
-        dist.all_reduce(sharded, group=parallel.tp_group())
-    total = sharded + replicated
-    if pp_group is not None:
-        dist.all_reduce(total, group=pp_group)
-    return total.sqrt()
+    grads = ((name, p.grad) for name, p in params.items()
+             if p.grad is not None and name not in skip)
+    return norm.model_norm(norm.squares(grads, sharded_names, device), pp_group)
 
 
 class Accumulation:
@@ -98,21 +76,16 @@ class Accumulation:
         if isinstance(optimizer, DistributedAdamW):  # ZeRO-1: reduce-scatter, step, gather
             if self.dp:
                 metrics = sum_metrics(metrics, parallel.dp_group())
-            norm_ = optimizer.reduce_clip_step(sharded_names, skip,
+            total = optimizer.reduce_clip_step(sharded_names, skip,
                                                stages.group if piped else None, grad_clip)
-            return metrics, norm_
+            return metrics, total
         if self.dp:
             # the core's reduction over the data-parallel group: one flat buffer per dtype,
             # a parameter no rank has a gradient for keeps None (AdamW skips it)
             group = parallel.dp_group()
             all_reduce_gradients(params, group)
             metrics = sum_metrics(metrics, group)
-        norm = grad_norm(named, sharded_names, skip, stages.group if piped else None)
-        if grad_clip and grad_clip > 0:
-            coef = grad_clip / (float(norm) + 1e-6)
-            if coef < 1.0:
-                for p in params:
-                    if p.grad is not None:
-                        p.grad.mul_(coef)
+        total = grad_norm(named, sharded_names, skip, stages.group if piped else None)
+        norm.clip_((p.grad for p in params), total, grad_clip)
         optimizer.step()
-        return metrics, float(norm)
+        return metrics, total

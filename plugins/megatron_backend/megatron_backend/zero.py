@@ -9,7 +9,7 @@ chunks, and rank ``r`` keeps an AdamW over the pieces of chunk ``r``. A step
 1. reduce-scatters the gradients over the data-parallel group, so each rank holds the summed
    gradient of its chunk only;
 2. takes the norm of the whole model from the chunks' squares (summed over data-parallel
-   ranks, then over tensor- and pipeline-parallel ranks as ``optim.grad_norm`` does) and clips;
+   ranks, then over tensor- and pipeline-parallel ranks as :mod:`norm` does) and clips;
 3. steps AdamW on the chunk, writes it into the parameters and all-gathers the chunks, so every
    rank holds the whole updated model again.
 
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from slime_core.api import make_adamw
+from slime_core.api import make_adamw, refresh_copy
 
-from megatron_backend import parallel
+from megatron_backend import norm, parallel
 
 # torch 2.13 renamed the flat collectives (the old names warn); the H200 image's 2.11 has only
 # the old ones
@@ -110,48 +110,27 @@ class DistributedAdamW(torch.optim.AdamW):
         """Reduce-scatter, norm of the whole model, clip, step, all-gather; the norm before
         clipping. A collective of the data-parallel group (and of the TP / PP groups for the
         norm)."""
-        # the chunk is read again from the parameters where they differ from it (a checkpoint
-        # load or a hook that sets weights between steps); elsewhere an fp32 master chunk
-        # keeps the precision the parameters' dtype rounds away
-        with torch.no_grad():
-            for piece in (pc for b in self.buckets for pc in b.pieces):
-                current = piece.param.reshape(-1)[piece.lo:piece.hi]
-                stale = piece.shard.to(current.dtype) != current
-                if stale.any():
-                    piece.shard[stale] = current[stale].to(piece.shard.dtype)
+        for piece in (pc for b in self.buckets for pc in b.pieces):
+            refresh_copy(piece.shard, piece.param.detach().reshape(-1)[piece.lo:piece.hi])
         present = self._present()
-        # [TP-sharded, replicated], on the parameters' device: an nccl group reduces device
-        # tensors only
-        squares = torch.zeros(2, dtype=torch.float64, device=self._device())
+        grads: list[tuple[str, torch.Tensor]] = []
         for bucket in self.buckets:
             mine = self._reduce_scatter(bucket)
             for piece in bucket.pieces:
-                shard = piece.shard
                 if not present[id(piece.param)]:
-                    shard.grad = None
+                    piece.shard.grad = None
                     continue
-                g = mine[piece.at:piece.at + piece.hi - piece.lo].to(shard.dtype)
-                shard.grad = g
+                piece.shard.grad = mine[piece.at:piece.at + piece.hi - piece.lo].to(
+                    piece.shard.dtype)
                 if piece.name not in skip:
-                    squares[0 if piece.name in sharded_names else 1] += \
-                        g.detach().double().pow(2).sum()
-        dist.all_reduce(squares, group=self.group)  # the chunks' squares: the whole model's
-        sharded, replicated = squares[0].clone(), squares[1].clone()
-        if parallel.tp_size() > 1:
-            dist.all_reduce(sharded, group=parallel.tp_group())
-        total = sharded + replicated
-        if pp_group is not None:
-            dist.all_reduce(total, group=pp_group)
-        norm = float(total.sqrt())
-        if grad_clip and grad_clip > 0:
-            coef = grad_clip / (norm + 1e-6)
-            if coef < 1.0:
-                for shard in self.param_groups[0]["params"]:
-                    if shard.grad is not None:
-                        shard.grad.mul_(coef)
+                    grads.append((piece.name, piece.shard.grad))
+        sq = norm.squares(grads, sharded_names, self._device())
+        dist.all_reduce(sq, group=self.group)  # the chunks' squares: the whole stage's
+        total = norm.model_norm(sq, pp_group)
+        norm.clip_((shard.grad for shard in self.shards), total, grad_clip)
         self.step()
         self._all_gather()
-        return norm
+        return total
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
