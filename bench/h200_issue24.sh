@@ -8,6 +8,7 @@
 #   bash bench/h200_issue24.sh large_compiled  # the 1.5b shape with the compiled decode step
 #   bash bench/h200_issue24.sh trl_ab   # TRL 0.5b without and with the anchor's generate warm-up
 #   bash bench/h200_issue24.sh profile_large  # one profiled 1.5b step of 128 tokens
+#   bash bench/h200_issue24.sh profile_anchor # one profiled 0.5b anchor step (defaults), then trl_ab
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -70,11 +71,29 @@ case "${1:-}" in
       --variants "${PROFILE_VARIANT:-graphs_fused_mb16k}" --steps 2 --warmup 1 \
       --profile-dir "$OUT" --profile-steps 2,2 --out "$OUT/profile.jsonl" --stderr-dir "$OUT"
     ;;
+  profile_anchor)
+    # where the anchor's 0.84 s go: training of rollout 3, weight sync, rollout 4, training of
+    # rollout 4 under the profiler (the variant of the defaults; 2 warm-up + 3 steps), reduced
+    # on the device by bench/trace_summary.py (the trace holds ~10^5 kernels); then trl_ab
+    timeout 300 python3 bench/gpu_anchor.py --variants "${PROFILE_VARIANT:-fast_mb16k_defaults}" \
+      --steps 3 --warmup 2 --profile-dir "$OUT" --profile-steps 3,4 \
+      --out "$OUT/profile_anchor.jsonl" --stderr-dir "$OUT"
+    for trace in "$OUT"/trace_*.json.gz; do
+      [ -f "$trace" ] || continue
+      timeout 120 python3 bench/trace_summary.py "$trace" --decode-steps 256 --top 40 \
+        > "${trace%.json.gz}_summary.txt" 2>&1
+      head -c 3000 "${trace%.json.gz}_summary.txt"
+      # only what fits what a call returns (16 MiB a file)
+      [ "$(stat -c %s "$trace")" -lt 15000000 ] || rm -f "$trace"
+    done
+    rm -f "$OUT"/worker_*.log.tmp
+    TRL_TIMEOUT=130 bash "$0" trl_ab
+    ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
     # shared anchor script on earlier machines, whose only difference is HF generate run first
     for warm in "" --generate-warmup; do
-      timeout 200 python3 bench/trl_grpo.py --shape 0.5b --steps 4 $warm \
+      timeout "${TRL_TIMEOUT:-200}" python3 bench/trl_grpo.py --shape 0.5b --steps 4 $warm \
         --out "$OUT/trl_ab.jsonl" > "$OUT/trl_0.5b$warm.log" 2>&1
       grep -h '"trl_step"' "$OUT/trl_0.5b$warm.log"
     done
