@@ -99,6 +99,8 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
 for _overrides in VARIANTS.values():
     _overrides.setdefault("run", {})["cudnn_attention"] = True
     _overrides.setdefault("train", {})["master_weights"] = False
+    # and the torch sampler (noise tensor; compiled with compile_decode) until 2026-12-02
+    _overrides.setdefault("rollout", {})["sample_kernel"] = "torch"
 
 
 def _variant(base: str, **changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -124,9 +126,12 @@ VARIANTS.update({
     # beside fast_eager_train_mb16k's heuristic splits: the full step's A/B of the splits
     "fast_eager_train_mb16k_split1": _variant("fast_eager_train_mb16k",
                                               rollout={"decode_attention_splits": 1}),
-    # the defaults since 2026-12-02: no cuDNN attention, fp32 master weights for AdamW
+    # the defaults since 2026-12-02: no cuDNN attention, fp32 master weights for AdamW, the
+    # Triton sampler (rollout.sample_kernel; the profiled call of 2026-12-02's fourth session
+    # ran this variant with the torch sampler)
     "fast_mb16k_defaults": _variant("fast_mb16k", run={"cudnn_attention": False},
-                                    train={"master_weights": True}),
+                                    train={"master_weights": True},
+                                    rollout={"sample_kernel": "auto"}),
 })
 
 

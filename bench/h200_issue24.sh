@@ -9,6 +9,7 @@
 #   bash bench/h200_issue24.sh trl_ab   # TRL 0.5b without and with the anchor's generate warm-up
 #   bash bench/h200_issue24.sh profile_large  # one profiled 1.5b step of 128 tokens
 #   bash bench/h200_issue24.sh profile_anchor # one profiled 0.5b anchor step (defaults), then trl_ab
+#   bash bench/h200_issue24.sh sampler        # kernel tests, sampler + training-mask A/Bs, anchor, TRL
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -89,6 +90,21 @@ case "${1:-}" in
     rm -f "$OUT"/worker_*.log.tmp
     TRL_TIMEOUT=130 bash "$0" trl_ab
     ;;
+  sampler)
+    # 2026-12-02, fourth session, after the profile: the Triton sampler, the training forward
+    # without the padding mask and MasterAdamW without its host syncs, each A/B in one
+    # process where a knob or a micro-benchmark allows; then the anchor with the defaults
+    # and TRL in the same call
+    timeout 100 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
+    timeout 45 python3 bench/sample_race.py | tee -a "$OUT/micro.jsonl"
+    timeout 60 python3 bench/train_attention.py | tee -a "$OUT/micro.jsonl"
+    timeout 290 python3 bench/gpu_anchor.py --variants fast_mb16k_defaults --steps 5 --warmup 2 \
+      --out "$OUT/anchor.jsonl" --stderr-dir "$OUT"
+    timeout 120 python3 bench/trl_grpo.py --shape 0.5b --steps 4 --out "$OUT/anchor.jsonl" \
+      > "$OUT/trl_0.5b.log" 2>&1; grep -h '"trl_step"' "$OUT/trl_0.5b.log"
+    timeout 30 python3 bench/sample_race.py --rows 256 | tee -a "$OUT/micro.jsonl"
+    timeout 60 python3 bench/train_attention.py --shape 1.5b | tee -a "$OUT/micro.jsonl"
+    ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
     # shared anchor script on earlier machines, whose only difference is HF generate run first
@@ -111,7 +127,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|trl_ab|ab" >&2
+    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|profile_anchor|sampler|trl_ab|ab" >&2
     exit 2
     ;;
 esac

@@ -99,6 +99,7 @@ class RolloutConfig(Protocol):
     cuda_graphs: bool
     compile_decode: bool
     decode_attention: str
+    sample_kernel: str
     decode_attention_splits: int
     async_threads: int
 

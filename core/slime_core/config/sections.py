@@ -132,6 +132,7 @@ class RolloutSection:
     cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
     compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
     decode_attention: str = "auto"  # with cuda_graphs: one-token attention over the static cache: "triton" (one kernel that skips unwritten columns), "sdpa", or "auto" (triton on CUDA when triton imports)
+    sample_kernel: str = "auto"  # local engine: full-vocabulary sampling (temperature > 0, no top-k / top-p) as one Triton pass with in-kernel noise: "triton", "torch" (noise tensor + torch ops), or "auto" (triton on CUDA when triton imports); same distribution, other random numbers
     decode_attention_splits: int = 0  # with decode_attention = triton and the fused decoder: cache-column splits per row and KV head (0: the kernel's heuristic; 1: one program walks the whole row)
     async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
 
@@ -142,6 +143,8 @@ class RolloutSection:
         _need(self.temperature >= 0, "rollout.temperature", "must be >= 0")
         _need(self.decode_attention in ("auto", "triton", "sdpa"), "rollout.decode_attention",
               "must be auto, triton or sdpa")
+        _need(self.sample_kernel in ("auto", "triton", "torch"), "rollout.sample_kernel",
+              "must be auto, triton or torch")
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")

@@ -107,6 +107,11 @@ class LocalEngine:
                 splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None)
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
+        # rollout.sample_kernel: the full-vocabulary race as one Triton pass ("auto": CUDA
+        # only; the interpreter that runs the kernels on a CPU is for their tests)
+        setting = str(getattr(config.rollout, "sample_kernel", "auto"))
+        self._sample_kernel = (kernels.choose(setting, self.device, "rollout.sample_kernel")
+                               and (setting == "triton" or self.device.type == "cuda"))
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the
         # model's q/k/v and gate/up weights become views of the fused tensors)
         self._fused: FusedDecoder | None = None
@@ -234,7 +239,8 @@ class LocalEngine:
                 if sp.seed is not None:
                     gen = torch.Generator(device=self.device)
                     gen.manual_seed(int(sp.seed))
-                samplers[key] = GroupSampler(key, gen, compiled=self._compile_sampler)
+                samplers[key] = GroupSampler(key, gen, compiled=self._compile_sampler,
+                                             kernel=self._sample_kernel)
             stops = list(sp.stop_token_ids) + ([] if sp.ignore_eos else self.eos_token_ids)
             out.append(Request(
                 prompt=prompt,

@@ -18,6 +18,11 @@ the group's generator as before and runs the rest (fp32 cast, temperature, log-s
 gather) as one ``torch.compile``d function: eagerly that is about eight passes over the
 [rows, V] fp32 values each decode step (0.3 ms a step for the anchor's 128 x 152k), compiled
 two or three. Same noise, same tokens and log-probs up to float rounding.
+
+``kernel=True`` (``rollout.sample_kernel``, on CUDA with triton by default) runs the race as
+one Triton pass over the logits with its noise drawn inside the kernel
+(:mod:`slime_core.kernels.race_sample`): no noise tensor, no fp32 copy of the logits. Same
+distribution and log-probs; other random numbers, so other tokens for a seed.
 """
 
 from __future__ import annotations
@@ -41,12 +46,15 @@ class GroupSampler:
     """Picks the next token and its log-prob for the rows of one :class:`SamplingKey`."""
 
     def __init__(self, key: SamplingKey, generator: torch.Generator | None,
-                 race: bool | None = None, compiled: bool = False) -> None:
+                 race: bool | None = None, compiled: bool = False,
+                 kernel: bool = False) -> None:
         """``race``: full-vocabulary draws by the exponential race (None: on accelerators);
-        ``compiled``: the race after its noise runs compiled."""
+        ``compiled``: the race after its noise runs compiled; ``kernel``: the race as the
+        Triton kernel (the caller checked that it can run)."""
         self.key = key
         self.race = race
         self.compiled = compiled
+        self.kernel = kernel
         self.greedy = key.temperature == 0
         self.temperature = 1.0 if self.greedy else float(key.temperature)
         self.top_k = key.top_k if key.top_k > 0 else 0
@@ -57,7 +65,11 @@ class GroupSampler:
         """``logits`` [n, V] -> (token ids [n] long, log-probs [n] float32)."""
         truncated = bool(self.top_k) or self.top_p < 1.0
         race = not (self.greedy or truncated) and (
-            self.race if self.race is not None else logits.device.type != "cpu")
+            self.kernel or (self.race if self.race is not None else logits.device.type != "cpu"))
+        if race and self.kernel:
+            from slime_core.kernels.race_sample import race_sample
+
+            return race_sample(logits, self.temperature, self.generator)
         if race and self.compiled:
             noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
             noise.exponential_(generator=self.generator)

@@ -23,10 +23,13 @@ def refresh_copy(copy: torch.Tensor, current: torch.Tensor) -> None:
     """Take ``current``'s values into ``copy`` (an optimizer's copy of a weight, fp32 for a
     bf16 model) where the two differ in ``current``'s dtype: a weight set from outside since
     the last step (a checkpoint load, a hook) is read again, one that is the copy rounded keeps
-    the copy's precision."""
-    stale = copy.to(current.dtype) != current
-    if stale.any():
-        copy[stale] = current[stale].to(copy.dtype)
+    the copy's precision.
+
+    Elementwise on the device, without a host sync: an optimizer calls it for every weight at
+    every step, and a check on the host (``.any()``) per weight cost 63 ms a step for the
+    290 weights of a 0.5B model on an H200 (2026-12-02 profile), a fifth of the training."""
+    same = copy.to(current.dtype) == current
+    copy.copy_(torch.where(same, copy, current.to(copy.dtype)))
 
 
 class MasterAdamW(torch.optim.AdamW):
@@ -57,8 +60,8 @@ class MasterAdamW(torch.optim.AdamW):
             refresh_copy(m, p)
             m.grad = None if p.grad is None else p.grad.float()
         loss = super().step(closure)
-        for p, m in zip(self.model_params, self.masters, strict=True):
-            p.copy_(m)
+        # one multi-tensor copy back (casting to the model's dtype), not a kernel per weight
+        torch._foreach_copy_(self.model_params, self.masters)
         return loss
 
     def state_dict(self) -> dict[str, Any]:

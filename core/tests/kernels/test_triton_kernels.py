@@ -175,3 +175,66 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     base = logits[("sdpa", False)]
     for key, got in logits.items():  # graph-replayed steps: transformers' or the fused step
         torch.testing.assert_close(got, base, atol=5e-2, rtol=5e-2, msg=lambda m, k=key: f"{k}: {m}")
+
+
+def _race_rows(rows: int, vocab: int, hot: dict[int, float], floor: float = -30.0) -> torch.Tensor:
+    logits = torch.full((rows, vocab), floor)
+    for col, value in hot.items():
+        logits[:, col] = value
+    return logits.to(DEVICE, DTYPE)
+
+
+def test_race_sample_log_probs_are_log_softmax_across_slices() -> None:
+    from slime_core.kernels.race_sample import num_slices, race_sample
+
+    rows, vocab = 4, 20000  # 10 tiles: two slices per row
+    assert num_slices(rows, vocab) == 2
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    logits = (torch.randn(rows, vocab, generator=torch.Generator().manual_seed(1)) * 3).to(
+        DEVICE, DTYPE)
+    logits[:, 5000:6000] = float("-inf")  # e.g. masked vocabulary: never drawn
+    for temperature in (1.0, 0.7):
+        tokens, lp = race_sample(logits, temperature, gen)
+        assert tokens.dtype == torch.int64 and lp.dtype == torch.float32
+        assert not ((tokens >= 5000) & (tokens < 6000)).any()
+        ref = torch.log_softmax(logits.float() / temperature, dim=-1)
+        torch.testing.assert_close(lp, ref.gather(1, tokens.unsqueeze(1)).squeeze(1),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_race_sample_draws_from_softmax() -> None:
+    # a few hot tokens in both slices of a row, drawn many times: the frequencies
+    # follow softmax (chi-square, 6 cells, p < 1e-4 to fail), the rest is never drawn
+    from slime_core.kernels.race_sample import race_sample
+
+    hot = {3: 1.0, 1000: 0.0, 2500: 2.0, 4095: -1.0, 3000: 0.5}
+    probs = torch.softmax(torch.tensor(list(hot.values())), 0)
+    gen = torch.Generator(device=DEVICE).manual_seed(123)
+    logits = _race_rows(64, 4096, hot)
+    counts = torch.zeros(len(hot))
+    cols = list(hot)
+    draws = 0
+    for _ in range(8):
+        tokens, _ = race_sample(logits, 1.0, gen, slices=2)
+        for t in tokens.tolist():
+            assert t in hot, t
+            counts[cols.index(t)] += 1
+            draws += 1
+    expected = probs * draws
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 23.5, (counts.tolist(), expected.tolist())  # 4 dof, p = 1e-4
+
+
+def test_race_sample_is_seeded_and_follows_the_temperature() -> None:
+    from slime_core.kernels.race_sample import race_sample
+
+    logits = _race_rows(32, 3000, {10: 0.0, 20: 1.5})
+    draw = [race_sample(logits, 1.0, torch.Generator(device=DEVICE).manual_seed(7))[0]
+            for _ in range(2)]
+    assert torch.equal(draw[0], draw[1])
+    # a low temperature makes the larger logit (p = 0.82 at T = 1) nearly certain
+    cold, _ = race_sample(logits, 0.05, torch.Generator(device=DEVICE).manual_seed(8))
+    assert (cold == 20).all()
+    hot_share = sum((race_sample(logits, 1.0, torch.Generator(device=DEVICE).manual_seed(s))[0]
+                     == 10).sum().item() for s in range(8)) / (8 * 32)
+    assert 0.08 < hot_share < 0.30  # p = 0.18
