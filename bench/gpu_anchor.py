@@ -63,6 +63,7 @@ SHAPES: dict[str, tuple[dict[str, Any], int, int, int]] = {
 }
 SHAPE = "0.5b"  # set by --shape
 PROMPTS, GROUP, NEW = SHAPES[SHAPE][1:]
+PROFILE_SCOPE = "all"  # set by --profile-scope
 TRL_ANCHOR_S = 5.57  # median of TRL's steady steps 2-4 (anchors README; 0.5b shape only)
 
 # name -> rollout / train (/ run) overrides
@@ -132,6 +133,16 @@ VARIANTS.update({
     "fast_mb16k_defaults": _variant("fast_mb16k", run={"cudnn_attention": False},
                                     train={"master_weights": True},
                                     rollout={"sample_kernel": "auto"}),
+})
+VARIANTS.update({
+    # the defaults without train.compile or a compiled decode step (CUDA graphs of the eager
+    # fused step: a minute of warm-up, not four): A/Bs of the training options in one call
+    "eager_defaults": _variant("graphs_fused_mb16k", run={"cudnn_attention": False},
+                               train={"master_weights": True}, rollout={"sample_kernel": "auto"}),
+})
+VARIANTS.update({
+    "eager_defaults_nomaster": _variant("eager_defaults", train={"master_weights": False}),
+    "eager_defaults_cudnn": _variant("eager_defaults", run={"cudnn_attention": True}),
 })
 
 
@@ -302,7 +313,7 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         # training to the second's, so the second's rollout and weight sync are in it
         last = warmup + steps
         first_last = list(profile_steps) if profile_steps else [last, last + 1]
-        data["profile"] = {"steps": first_last, "scope": "all", "row_limit": 80,
+        data["profile"] = {"steps": first_last, "scope": PROFILE_SCOPE, "row_limit": 80,
                            "sort_by": "self_cpu_time_total" if smoke else "self_cuda_time_total"}
     extra = ("megatron_backend",) if over["train"].get("backend") == "megatron" else ()
     manager, config = resolve(plugin_selection(extra), None, (), data)
@@ -385,6 +396,8 @@ def main() -> None:
                     "(inclusive, e.g. 3,4: the slow step 4 beside step 3) instead of two extra "
                     "ones; their timings then include the profiler's cost. The Chrome trace "
                     "comes back gzipped beside the table")
+    ap.add_argument("--profile-scope", default="all", choices=["all", "train"],
+                    help="with --profile-dir: profile.scope (train: the training phases only)")
     ap.add_argument("--stderr-dir", help="keep each worker's stderr here (e.g. with "
                     "TORCH_LOGS=recompiles)")
     ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES),
@@ -397,8 +410,9 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true",
                     help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
     a = ap.parse_args()
-    global SHAPE, PROMPTS, GROUP, NEW
+    global SHAPE, PROMPTS, GROUP, NEW, PROFILE_SCOPE
     SHAPE = a.shape
+    PROFILE_SCOPE = a.profile_scope
     PROMPTS, GROUP, NEW = SHAPES[SHAPE][1:]
     NEW = a.new_tokens or NEW
     work = Path(a.work_dir)
@@ -432,6 +446,7 @@ def main() -> None:
             cmd += ["--profile-dir", a.profile_dir]
             if a.profile_steps:
                 cmd += ["--profile-steps", a.profile_steps]
+            cmd += ["--profile-scope", a.profile_scope]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if a.stderr_dir:
             os.makedirs(a.stderr_dir, exist_ok=True)

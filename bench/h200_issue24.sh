@@ -10,6 +10,7 @@
 #   bash bench/h200_issue24.sh profile_large  # one profiled 1.5b step of 128 tokens
 #   bash bench/h200_issue24.sh profile_anchor # one profiled 0.5b anchor step (defaults), then trl_ab
 #   bash bench/h200_issue24.sh sampler        # kernel tests, sampler + training-mask A/Bs, anchor, TRL
+#   bash bench/h200_issue24.sh train_ab       # master weights / cuDNN A/B without compile, profiled training
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -104,6 +105,26 @@ case "${1:-}" in
       > "$OUT/trl_0.5b.log" 2>&1; grep -h '"trl_step"' "$OUT/trl_0.5b.log"
     timeout 30 python3 bench/sample_race.py --rows 256 | tee -a "$OUT/micro.jsonl"
     timeout 60 python3 bench/train_attention.py --shape 1.5b | tee -a "$OUT/micro.jsonl"
+    ;;
+  train_ab)
+    # the training phase rose from 0.311 s (fast_mb16k, 2026-12-02 third session) to 0.349 s
+    # with the defaults (master weights, no cuDNN): which of the two, without the four-minute
+    # compile warm-up (CUDA graphs of the eager steps), one process a variant; then the
+    # training of the defaults under the profiler (table and trace)
+    for variant in eager_defaults eager_defaults_nomaster eager_defaults_cudnn; do
+      timeout 120 python3 bench/gpu_anchor.py --variants "$variant" --steps 4 --warmup 2 \
+        --out "$OUT/train_ab.jsonl" --stderr-dir "$OUT" | tail -1
+    done
+    timeout 150 python3 bench/gpu_anchor.py --variants eager_defaults --steps 2 --warmup 2 \
+      --profile-dir "$OUT" --profile-steps 2,3 --profile-scope train \
+      --out "$OUT/train_ab.jsonl" | tail -1
+    for trace in "$OUT"/trace_*.json.gz; do
+      [ -f "$trace" ] || continue
+      timeout 60 python3 bench/trace_summary.py "$trace" --decode-steps 1 --top 40 \
+        > "${trace%.json.gz}_summary.txt" 2>&1
+      rm -f "$trace"
+    done
+    rm -f "$OUT"/worker_*.log
     ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
