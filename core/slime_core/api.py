@@ -27,7 +27,8 @@ Groups:
   :func:`sum_metrics`; :func:`data_parallel_group` / :func:`set_data_parallel_group` (the
   group the trainer of this process reduces over).
 * **training steps**: :class:`Accumulation`, :func:`step_indices`,
-  :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :func:`micro_batches`,
+  :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
+  :func:`micro_batches`,
   :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
   :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "rollout_optimizer_steps": ("slime_core.trainer.accumulate", "rollout_optimizer_steps"),
     "make_adamw": ("slime_core.trainer.master", "make_adamw"),
     "refresh_copy": ("slime_core.trainer.master", "refresh_copy"),
+    "WeightVersions": ("slime_core.trainer.master", "WeightVersions"),
     "micro_batches": ("slime_core.trainer.batching", "micro_batches"),
     "response_log_probs": ("slime_core.trainer.batching", "response_log_probs"),
     "to_tensor_list": ("slime_core.trainer.batching", "to_tensor_list"),
@@ -142,6 +144,7 @@ if TYPE_CHECKING:
     from slime_core.trainer.data_parallel import set_data_parallel_group as set_data_parallel_group
     from slime_core.trainer.data_parallel import sum_metrics as sum_metrics
     from slime_core.trainer.master import make_adamw as make_adamw
+    from slime_core.trainer.master import WeightVersions as WeightVersions
     from slime_core.trainer.master import refresh_copy as refresh_copy
     from slime_core.trainer.torch_trainer import lr_lambda as lr_schedule  # noqa: F401 (renamed export)
 

@@ -32,19 +32,55 @@ def refresh_copy(copy: torch.Tensor, current: torch.Tensor) -> None:
     copy.copy_(torch.where(same, copy, current.to(copy.dtype)))
 
 
+class WeightVersions:
+    """Which of some tensors were written in place since :meth:`mark`, from torch's version
+    counter (bumped by every in-place write through the tensor or a view of it: ``copy_``,
+    ``load_state_dict``, optimizer steps) and the storage address (``p.data = ...``).
+
+    An optimizer that keeps copies of the weights re-reads only the weights this names, so a
+    step costs no pass over every weight. Not seen: writes through ``p.data`` (a tensor with its
+    own version counter); code that writes weights that way calls the optimizer's ``reread``."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+        self.tensors = list(tensors)
+        self._seen: list[tuple[int, int] | None] = [None] * len(self.tensors)
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> tuple[int, int]:
+        return t.data_ptr(), t._version
+
+    def changed(self) -> list[int]:
+        """Indices of the tensors written since the last :meth:`mark` (all before the first)."""
+        return [i for i, t in enumerate(self.tensors) if self._seen[i] != self._key(t)]
+
+    def mark(self) -> None:
+        """Remember the tensors as they are now."""
+        self._seen = [self._key(t) for t in self.tensors]
+
+
 class MasterAdamW(torch.optim.AdamW):
     """torch's AdamW on fp32 master copies of ``params`` (see the module).
 
     ``zero_grad`` clears the model's gradients too; ``step`` casts the model's gradients up
     (after the trainer reduced and clipped them), steps the copies and writes them back. A
-    parameter changed from outside since the last step (a checkpoint load into the model, a
-    hook that sets weights) is re-read: its copy is taken from the model again where the two
-    differ in the model's dtype."""
+    parameter written from outside since the last step (a checkpoint load into the model, a
+    hook that sets weights; :class:`WeightVersions` says which) is re-read: its copy is taken
+    from the model again where the two differ in the model's dtype. :meth:`reread` re-reads
+    every parameter (after writes the version counter does not see)."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter], **adamw: Any) -> None:
         self.model_params = [p for p in params if p.requires_grad]
         self.masters = [p.detach().float().clone() for p in self.model_params]
         super().__init__(self.masters, **adamw)
+        self._versions = WeightVersions(self.model_params)
+        self._versions.mark()
+
+    @torch.no_grad()
+    def reread(self) -> None:
+        """Take every weight written from outside into its copy (see :func:`refresh_copy`)."""
+        for p, m in zip(self.model_params, self.masters, strict=True):
+            refresh_copy(m, p)
+        self._versions.mark()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
@@ -56,12 +92,16 @@ class MasterAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # noqa: ANN401 - torch's signature
+        # only the weights written since the last step: a pass over all of them cost 42 ms of
+        # GPU time a step for a 0.5B model on an H200 (2026-12-02 profile)
+        for i in self._versions.changed():
+            refresh_copy(self.masters[i], self.model_params[i])
         for p, m in zip(self.model_params, self.masters, strict=True):
-            refresh_copy(m, p)
             m.grad = None if p.grad is None else p.grad.float()
         loss = super().step(closure)
         # one multi-tensor copy back (casting to the model's dtype), not a kernel per weight
         torch._foreach_copy_(self.model_params, self.masters)
+        self._versions.mark()
         return loss
 
     def state_dict(self) -> dict[str, Any]:

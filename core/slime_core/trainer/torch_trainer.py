@@ -93,6 +93,11 @@ class TorchTrainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
         self.pm.hook.slime_trainer_init(config=config, model=self.model)
+        # a plugin may have set weights (even through .data, which the optimizer's version
+        # check does not see): its copies of the weights read them again
+        reread = getattr(self.optimizer, "reread", None)
+        if reread is not None:
+            reread()
 
     # -- models --------------------------------------------------------------------------
     def _build(self, role: str) -> torch.nn.Module:

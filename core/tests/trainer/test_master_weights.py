@@ -98,3 +98,37 @@ def test_make_adamw_copies_only_what_needs_copies() -> None:
     assert type(make_adamw(_model().parameters(), False, **ADAMW)) is torch.optim.AdamW
     fp32 = torch.nn.Linear(4, 4)
     assert type(make_adamw(fp32.parameters(), True, **ADAMW)) is torch.optim.AdamW
+
+
+def test_only_weights_written_since_the_last_step_are_read_again() -> None:
+    from slime_core.trainer.master import WeightVersions
+
+    a, b = torch.zeros(3), torch.zeros(3)
+    versions = WeightVersions([a, b])
+    assert versions.changed() == [0, 1]  # nothing marked yet
+    versions.mark()
+    assert versions.changed() == []
+    b[1] = 2.0  # an in-place write through the tensor (or a view of it)
+    assert versions.changed() == [1]
+    versions.mark()
+    a.data = torch.ones(3)  # new storage
+    assert versions.changed() == [0]
+
+
+def test_a_step_reads_no_unwritten_weight_and_reread_takes_data_writes() -> None:
+    model = _model()
+    opt = MasterAdamW(model.parameters(), **ADAMW)
+    opt.zero_grad()
+    _grads(model, 0)
+    opt.step()
+    # a write through .data bypasses the version counter: the step does not see it ...
+    before = float(opt.masters[0][0, 1])
+    model.weight.data[0, 1] = 0.25
+    opt.zero_grad()
+    _grads(model, 1)
+    opt.step()
+    assert abs(float(opt.masters[0][0, 1]) - before) < 1e-2
+    # ... reread() does
+    model.weight.data[0, 1] = 0.25
+    opt.reread()
+    assert abs(float(opt.masters[0][0, 1]) - 0.25) < 1e-3

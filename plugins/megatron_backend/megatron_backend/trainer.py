@@ -122,6 +122,11 @@ class MegatronTrainer:
                                         config.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule(config))
         self.pm.hook.slime_trainer_init(config=config, model=self.models)
+        # a plugin may have set weights (even through .data, which the optimizer's version
+        # check does not see): its copies of the weights read them again
+        reread = getattr(self.optimizer, "reread", None)
+        if reread is not None:
+            reread()
 
     def _seed(self, seed: int, on_cpu: bool) -> None:
         torch.manual_seed(seed)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from slime_core.api import make_adamw, refresh_copy
+from slime_core.api import WeightVersions, make_adamw, refresh_copy
 
 from megatron_backend import norm, parallel
 
@@ -99,6 +99,20 @@ class DistributedAdamW(torch.optim.AdamW):
         self.shards = [piece.shard for b in self.buckets for piece in b.pieces]
         # a rank whose chunk is only padding still steps (and gathers); AdamW needs a tensor
         super().__init__(self.shards or [torch.zeros(0)], **adamw)
+        self._versions = WeightVersions(self.model_params)
+        self._versions.mark()
+
+    @torch.no_grad()
+    def reread(self) -> None:
+        """Take every weight written from outside into this rank's chunk."""
+        self._refresh(range(len(self.model_params)))
+
+    def _refresh(self, indices: Any) -> None:
+        written = {id(self.model_params[i]) for i in indices}
+        for piece in (pc for b in self.buckets for pc in b.pieces):
+            if id(piece.param) in written:
+                refresh_copy(piece.shard, piece.param.detach().reshape(-1)[piece.lo:piece.hi])
+        self._versions.mark()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
@@ -110,8 +124,8 @@ class DistributedAdamW(torch.optim.AdamW):
         """Reduce-scatter, norm of the whole model, clip, step, all-gather; the norm before
         clipping. A collective of the data-parallel group (and of the TP / PP groups for the
         norm)."""
-        for piece in (pc for b in self.buckets for pc in b.pieces):
-            refresh_copy(piece.shard, piece.param.detach().reshape(-1)[piece.lo:piece.hi])
+        # only the weights written since the last step (a checkpoint load, a hook)
+        self._refresh(self._versions.changed())
         present = self._present()
         grads: list[tuple[str, torch.Tensor]] = []
         for bucket in self.buckets:
@@ -130,6 +144,7 @@ class DistributedAdamW(torch.optim.AdamW):
         norm.clip_((shard.grad for shard in self.shards), total, grad_clip)
         self.step()
         self._all_gather()
+        self._versions.mark()
         return total
 
     def state_dict(self) -> dict[str, Any]:
