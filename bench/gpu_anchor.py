@@ -100,8 +100,10 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
 for _overrides in VARIANTS.values():
     _overrides.setdefault("run", {})["cudnn_attention"] = True
     _overrides.setdefault("train", {})["master_weights"] = False
-    # and the torch sampler (noise tensor; compiled with compile_decode) until 2026-12-02
+    # and the torch sampler (noise tensor; compiled with compile_decode) and the rotary
+    # embedding and cache write as kernels of their own, until 2026-12-02
     _overrides.setdefault("rollout", {})["sample_kernel"] = "torch"
+    _overrides["rollout"]["decode_fuse_rope"] = False
 
 
 def _variant(base: str, **changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -132,15 +134,22 @@ VARIANTS.update({
     # ran this variant with the torch sampler)
     "fast_mb16k_defaults": _variant("fast_mb16k", run={"cudnn_attention": False},
                                     train={"master_weights": True},
-                                    rollout={"sample_kernel": "auto"}),
+                                    rollout={"sample_kernel": "auto", "decode_fuse_rope": True}),
 })
 VARIANTS.update({
     # the defaults without train.compile or a compiled decode step (CUDA graphs of the eager
     # fused step: a minute of warm-up, not four): A/Bs of the training options in one call
     "eager_defaults": _variant("graphs_fused_mb16k", run={"cudnn_attention": False},
-                               train={"master_weights": True}, rollout={"sample_kernel": "auto"}),
+                               train={"master_weights": True},
+                               rollout={"sample_kernel": "auto", "decode_fuse_rope": True}),
 })
 VARIANTS.update({
+    # A/Bs of the last changes in the compiled anchor: the rotary embedding and cache write
+    # outside the attention kernel; the torch sampler
+    "fast_mb16k_defaults_norope": _variant("fast_mb16k_defaults",
+                                           rollout={"decode_fuse_rope": False}),
+    "fast_mb16k_defaults_torch_sampler": _variant("fast_mb16k_defaults",
+                                                  rollout={"sample_kernel": "torch"}),
     "eager_defaults_nomaster": _variant("eager_defaults", train={"master_weights": False}),
     "eager_defaults_cudnn": _variant("eager_defaults", run={"cudnn_attention": True}),
 })

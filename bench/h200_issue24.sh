@@ -11,6 +11,8 @@
 #   bash bench/h200_issue24.sh profile_anchor # one profiled 0.5b anchor step (defaults), then trl_ab
 #   bash bench/h200_issue24.sh sampler        # kernel tests, sampler + training-mask A/Bs, anchor, TRL
 #   bash bench/h200_issue24.sh train_ab       # master weights / cuDNN A/B without compile, profiled training
+#   bash bench/h200_issue24.sh next_a         # kernel tests, optimizer-step A/B, anchor (defaults), TRL
+#   bash bench/h200_issue24.sh next_b         # anchor A/Bs: rotary in the attention kernel, Triton sampler
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -126,6 +128,25 @@ case "${1:-}" in
     done
     rm -f "$OUT"/worker_*.log
     ;;
+  next_a)
+    # written at the end of 2026-12-02's fourth session, for the next one (not yet run): the
+    # kernel tests (the fused rotary + cache write is new), MasterAdamW's step as it is
+    # beside its earlier forms, the anchor at the defaults, TRL in the same call
+    timeout 100 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
+    timeout 90 python3 bench/master_step.py | tee -a "$OUT/micro.jsonl"
+    timeout 290 python3 bench/gpu_anchor.py --variants fast_mb16k_defaults --steps 5 --warmup 2 \
+      --out "$OUT/anchor.jsonl" --stderr-dir "$OUT"
+    timeout 120 python3 bench/trl_grpo.py --shape 0.5b --steps 4 --out "$OUT/anchor.jsonl" \
+      > "$OUT/trl_0.5b.log" 2>&1; grep -h '"trl_step"' "$OUT/trl_0.5b.log"
+    ;;
+  next_b)
+    # the anchor without the fused rotary + cache write, and with the torch sampler (one
+    # process each; the first pays the compile warm-up, the second reuses inductor's cache)
+    for variant in fast_mb16k_defaults_norope fast_mb16k_defaults_torch_sampler; do
+      timeout 280 python3 bench/gpu_anchor.py --variants "$variant" --steps 5 --warmup 2 \
+        --out "$OUT/anchor_ab.jsonl" --stderr-dir "$OUT" | tail -1
+    done
+    ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
     # shared anchor script on earlier machines, whose only difference is HF generate run first
@@ -148,7 +169,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|profile_anchor|sampler|trl_ab|ab" >&2
+    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|profile_anchor|sampler|train_ab|next_a|next_b|trl_ab|ab" >&2
     exit 2
     ;;
 esac

@@ -100,6 +100,7 @@ class RolloutConfig(Protocol):
     compile_decode: bool
     decode_attention: str
     sample_kernel: str
+    decode_fuse_rope: bool
     decode_attention_splits: int
     async_threads: int
 

@@ -44,7 +44,10 @@ import torch
 import torch.nn.functional as F
 
 from slime_core.engine.fused_decoder import FusedDecoder, _project, _rms
-from slime_core.kernels.decode_attention import decode_attention  # imports no triton
+from slime_core.kernels.decode_attention import (  # imports no triton
+    decode_attention,
+    decode_attention_rope,
+)
 
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
 TRITON_ATTENTION_NAME = "slime_grouped_decode_triton"
@@ -121,7 +124,8 @@ class StaticDecoder:
 
     def __init__(self, model: Any, batch: int, length: int, capture: bool,
                  compile_step: bool = False, attention: str = ATTENTION_NAME,
-                 fused: FusedDecoder | None = None, splits: int | None = None) -> None:
+                 fused: FusedDecoder | None = None, splits: int | None = None,
+                 fuse_rope: bool = False) -> None:
         from transformers import StaticCache
 
         self.model, self.batch, self.length = model, batch, length
@@ -131,6 +135,9 @@ class StaticDecoder:
         # layer) instead of transformers' modeling code; the prefill stays transformers'
         self.fused = fused
         self.splits = splits  # the Triton attention's column splits (None: its heuristic)
+        # with the Triton attention: each layer's rotary embedding and cache write inside the
+        # attention kernel (layers without q/k norms)
+        self.fuse_rope = fuse_rope
         forward = self._fused_forward if fused is not None else self._forward
         # the decode forward, compiled when asked (prefill has other shapes and stays eager)
         self._step_forward = torch.compile(forward, dynamic=False) if compile_step else forward
@@ -176,6 +183,17 @@ class StaticDecoder:
         triton = self.attention == TRITON_ATTENTION_NAME
         for i, layer in enumerate(f.layers):
             cache = self.cache.layers[i]
+            if triton and self.fuse_rope and layer.q_norm is None:
+                qkv = _project(_rms(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b)
+                out = decode_attention_rope(
+                    qkv[:, : h * d].view(b, hkv, h // hkv, d),
+                    qkv[:, h * d:(h + hkv) * d].view(b, hkv, d),
+                    qkv[:, (h + hkv) * d:].view(b, hkv, d),
+                    cos.view(b, d), sin.view(b, d), self.column, cache.keys, cache.values,
+                    mask, layer.scaling, self.splits)
+                x = x + _project(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b)
+                x = x + _project(layer.gated(x), layer.down_w, layer.down_t, layer.down_b)
+                continue
             qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
             cache.keys.index_copy_(2, self.column, qk[:, h:].reshape(b, hkv, 1, d))
             cache.values.index_copy_(2, self.column, v.reshape(b, hkv, 1, d))
@@ -245,12 +263,14 @@ class StaticDecoders:
     """The decoders of one engine, by (batch, cache length)."""
 
     def __init__(self, capture: bool, compile_step: bool = False,
-                 decode_attention: str = "sdpa", splits: int | None = None) -> None:
+                 decode_attention: str = "sdpa", splits: int | None = None,
+                 fuse_rope: bool = False) -> None:
         """``decode_attention``: ``"sdpa"`` or ``"triton"`` (resolved by the caller);
         ``splits``: the Triton kernel's column splits in fused decode steps (None: its
-        heuristic)."""
+        heuristic); ``fuse_rope``: the rotary embedding and cache write in that kernel."""
         self.capture = capture
         self.splits = splits
+        self.fuse_rope = fuse_rope
         self.compile_step = compile_step
         self.attention = TRITON_ATTENTION_NAME if decode_attention == "triton" else ATTENTION_NAME
         self._by_shape: dict[tuple[int, int], StaticDecoder] = {}
@@ -264,7 +284,7 @@ class StaticDecoders:
         dec = self._by_shape.get(key)
         if dec is None or dec.model is not model or dec.fused is not fused:
             dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step,
-                                self.attention, fused, self.splits)
+                                self.attention, fused, self.splits, self.fuse_rope)
             self._by_shape[key] = dec
         return dec
 

@@ -51,6 +51,7 @@ def _kernel() -> Any:
     @triton.jit
     def decode_attention_kernel(
         q_ptr, k_ptr, v_ptr, m_ptr, o_ptr, ml_ptr,
+        kn_ptr, vn_ptr, cos_ptr, sin_ptr, col_ptr, s_knb, s_vnb, s_cb,
         s_qb, s_qh, s_qg,
         s_kb, s_kh, s_kl,
         s_vb, s_vh, s_vl,
@@ -59,6 +60,7 @@ def _kernel() -> Any:
         s_mlb, s_mlh, s_mls,
         length, split_cols, groups, scale_log2e,
         D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+        ROPE: tl.constexpr,
     ):
         b = tl.program_id(0)
         h = tl.program_id(1)
@@ -67,15 +69,37 @@ def _kernel() -> Any:
         offs_d = tl.arange(0, D)
         offs_n = tl.arange(0, BLOCK_N)
         g_ok = offs_g < groups
-        q = tl.load(q_ptr + b * s_qb + h * s_qh + offs_g[:, None] * s_qg + offs_d[None, :],
-                    mask=g_ok[:, None], other=0.0)
-        m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-        l_i = tl.zeros((BLOCK_G,), tl.float32)
-        acc = tl.zeros((BLOCK_G, D), tl.float32)
         k_base = k_ptr + b * s_kb + h * s_kh
         v_base = v_ptr + b * s_vb + h * s_vh
         lo = sp * split_cols
         hi = tl.minimum(lo + split_cols, length)
+        q_rows = q_ptr + b * s_qb + h * s_qh + offs_g[:, None] * s_qg
+        if ROPE:
+            # the step's rotary embedding, x * cos + roll(x, D/2) * sin (sin carrying
+            # rotate_half's sign), in fp32 and rounded once, as the compiled step's fused
+            # kernel did; the split holding this step's column writes the rotated key and the
+            # value there before reading its columns
+            rolled = (offs_d + D // 2) % D
+            c = tl.load(cos_ptr + b * s_cb + offs_d).to(tl.float32)
+            sn = tl.load(sin_ptr + b * s_cb + offs_d).to(tl.float32)
+            q1 = tl.load(q_rows + offs_d[None, :], mask=g_ok[:, None], other=0.0)
+            q2 = tl.load(q_rows + rolled[None, :], mask=g_ok[:, None], other=0.0)
+            q = (q1.to(tl.float32) * c[None, :] + q2.to(tl.float32) * sn[None, :]).to(
+                q1.dtype)
+            col = tl.load(col_ptr)
+            if (col >= lo) & (col < hi):
+                kn = kn_ptr + b * s_knb + h * D
+                k1 = tl.load(kn + offs_d).to(tl.float32)
+                k2 = tl.load(kn + rolled).to(tl.float32)
+                tl.store(k_base + col * s_kl + offs_d,
+                         (k1 * c + k2 * sn).to(k_ptr.dtype.element_ty))
+                tl.store(v_base + col * s_vl + offs_d, tl.load(vn_ptr + b * s_vnb + h * D + offs_d))
+                tl.debug_barrier()  # the stores are seen by this program's loads below
+        else:
+            q = tl.load(q_rows + offs_d[None, :], mask=g_ok[:, None], other=0.0)
+        m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_G,), tl.float32)
+        acc = tl.zeros((BLOCK_G, D), tl.float32)
         for start in range(lo, hi, BLOCK_N):
             cols = start + offs_n
             in_range = cols < hi
@@ -167,13 +191,29 @@ def num_splits(programs: int, length: int, device: torch.device) -> int:
 
 
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-            scale: float, splits: int | None = None) -> torch.Tensor:
+            scale: float, splits: int | None = None,
+            rope: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    """``rope``: (new keys [B, H_kv, D], new values [B, H_kv, D], cos [B, D], sin [B, D],
+    column [1]) to rotate ``q`` and write the step's key and value (see
+    :func:`decode_attention_rope`)."""
     b, hkv, groups, d = q.shape
     length = k.shape[2]
     if d & (d - 1) or d < 16:
         raise ValueError(f"decode attention kernel: head dim {d} is not a power of two >= 16")
     if k.stride(-1) != 1 or v.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("decode attention kernel: the head dimension must be contiguous")
+    if rope is not None:
+        k_new, v_new, cos, sin, column = rope
+        for name, t in (("keys", k_new), ("values", v_new)):
+            if t.shape != (b, hkv, d) or t.stride(1) != d or t.stride(2) != 1:
+                raise ValueError(f"decode attention kernel: new {name} must be [B, H_kv, D] "
+                                 f"with contiguous heads, got {tuple(t.shape)} {t.stride()}")
+        if cos.shape != (b, d) or sin.shape != (b, d) or cos.stride() != sin.stride() \
+                or cos.stride(1) != 1:
+            raise ValueError("decode attention kernel: cos and sin must be [B, D], rows alike")
+        extra = (k_new, v_new, cos, sin, column, k_new.stride(0), v_new.stride(0), cos.stride(0))
+    else:
+        extra = (q, q, q, q, q, 0, 0, 0)  # unread
     m = mask.reshape(b, -1)
     if m.shape[1] != length:
         raise ValueError(f"decode attention kernel: mask has {m.shape[1]} columns, cache {length}")
@@ -193,7 +233,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         part = torch.empty((b, hkv, splits, groups, d), device=q.device, dtype=torch.float32)
         ml = torch.empty((b, hkv, splits, groups, 2), device=q.device, dtype=torch.float32)
     _kernel()[(b, hkv, splits)](
-        q, k, v, m, part, ml,
+        q, k, v, m, part, ml, *extra,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
@@ -201,7 +241,8 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         part.stride(0), part.stride(1), part.stride(2), part.stride(3),
         ml.stride(0), ml.stride(1), ml.stride(2),
         length, split_cols, groups, scale * 1.4426950408889634,
-        D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, SPLIT=splits > 1, num_warps=4, num_stages=2,
+        D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, SPLIT=splits > 1, ROPE=rope is not None,
+        num_warps=4, num_stages=2,
     )
     if splits > 1:
         _combine_kernel()[(b, hkv)](
@@ -230,3 +271,33 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
       scale: float, splits: int | None = None) -> torch.Tensor:
     return q.new_empty(q.shape)
+
+
+@torch.library.custom_op("slime::decode_attention_rope", mutates_args=("k", "v"))
+def decode_attention_rope(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                          cos: torch.Tensor, sin: torch.Tensor, column: torch.Tensor,
+                          k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
+                          splits: int | None = None) -> torch.Tensor:
+    """One decode step's attention with its rotary embedding and cache write in the same
+    kernel: ``q`` [B, H_kv, G, D] and ``k_new`` / ``v_new`` [B, H_kv, D] as the q/k/v product
+    gave them (views of it: heads contiguous), ``cos`` / ``sin`` [B, D] (``sin`` carrying
+    ``rotate_half``'s sign), ``column`` [1] (long) the cache column of this step, which
+    ``mask`` already marks. Writes the rotated key and the value into ``k`` / ``v`` at
+    ``column`` and returns :func:`decode_attention` of the rotated queries. The compiled step
+    then has no separate rotary and cache-write kernels (four a layer on the anchor)."""
+    return _launch(q, k, v, mask, scale, splits, (k_new, v_new, cos, sin, column))
+
+
+@decode_attention_rope.register_fake
+def _(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cos: torch.Tensor,
+      sin: torch.Tensor, column: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+      mask: torch.Tensor, scale: float, splits: int | None = None) -> torch.Tensor:
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
+def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x`` [..., D] rotated as the kernel does (fp32, one rounding); ``cos`` / ``sin``
+    broadcast against it."""
+    d = x.shape[-1]
+    out = x.float() * cos.float() + x.float().roll(d // 2, -1) * sin.float()
+    return out.to(x.dtype)

@@ -93,6 +93,39 @@ def test_decode_attention_never_reads_unwritten_columns() -> None:
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_attention_rope_rotates_writes_and_attends(splits: int) -> None:
+    # the fused step: q/k/v as the projection gave them (one row: q heads | k heads | v
+    # heads), the rotary embedding and the cache write in the kernel, against doing each apart
+    from slime_core.kernels.decode_attention import (
+        decode_attention_rope, reference, rope_reference)
+
+    b, hkv, g, d, length = 5, 2, 7, 64, 320
+    q, k, v, mask = _decode_inputs(b, hkv, g, d, length, seed=splits)
+    gen = torch.Generator().manual_seed(9)
+    qkv = torch.randn(b, (hkv * g + 2 * hkv) * d, generator=gen).to(DEVICE, DTYPE)
+    angle = torch.rand(b, d // 2, generator=gen) * 6
+    cos = torch.cat((angle.cos(), angle.cos()), -1).to(DEVICE, DTYPE)
+    sin = torch.cat((-angle.sin(), angle.sin()), -1).to(DEVICE, DTYPE)
+    col = 200  # in the second split of three, the first of one
+    mask[:, col] = True
+    q_raw = qkv[:, : hkv * g * d].view(b, hkv, g, d)
+    k_new = qkv[:, hkv * g * d: (hkv * g + hkv) * d].view(b, hkv, d)
+    v_new = qkv[:, (hkv * g + hkv) * d:].view(b, hkv, d)
+    k_ref, v_ref = k.clone(), v.clone()
+    k_ref[:, :, col] = rope_reference(k_new, cos[:, None], sin[:, None])
+    v_ref[:, :, col] = v_new
+    q_rot = rope_reference(q_raw, cos[:, None, None], sin[:, None, None])
+    column = torch.tensor([col], device=DEVICE)
+    out = decode_attention_rope(q_raw, k_new, v_new, cos, sin, column, k, v, mask, d ** -0.5,
+                                splits)
+    torch.testing.assert_close(k, k_ref, atol=0, rtol=0)  # the write, exactly; nothing else
+    torch.testing.assert_close(v, v_ref, atol=0, rtol=0)
+    ref = reference(q_rot.float(), k_ref.float(), v_ref.float(), mask, d ** -0.5)
+    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
 def test_decode_attention_compiles_as_one_op() -> None:
     if DEVICE != "cuda":
         pytest.skip("torch.compile of the custom op is checked on CUDA")
@@ -140,19 +173,20 @@ def test_head_kernels_match_the_torch_functions(entropy: bool, temperature: floa
 def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     """The engine's static decode path: the same prefill and steps through both attention
     functions, with transformers' decoder layers or the fused step, give the same logits (a
-    grouped-query Qwen2, left-padded prompts, CUDA graphs captured and replayed)."""
-    if DEVICE != "cuda":
-        pytest.skip("the static decode path with CUDA graphs is a CUDA path")
+    grouped-query Qwen2, left-padded prompts, CUDA graphs captured and replayed; on the CPU
+    under the interpreter, the same steps eagerly). The fused step also with its rotary
+    embedding and cache write inside the attention kernel (``rollout.decode_fuse_rope``)."""
     from slime_core.engine.static_decode import StaticDecoders
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512)
-    model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    model = Qwen2ForCausalLM(cfg).to(DEVICE, DTYPE).eval()
+    capture = DEVICE == "cuda"
     batch, width, new = 6, 12, 20
-    ids = torch.randint(3, 512, (batch, width), device="cuda")
-    prompt_mask = torch.ones(batch, width, dtype=torch.long, device="cuda")
+    ids = torch.randint(3, 512, (batch, width), device=DEVICE)
+    prompt_mask = torch.ones(batch, width, dtype=torch.long, device=DEVICE)
     for i in range(batch):
         prompt_mask[i, : i % 4] = 0  # left padding
     pos = (prompt_mask.cumsum(1) - 1).clamp(min=0)
@@ -160,8 +194,10 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
 
     fused = FusedDecoder(model)  # the model's q/k/v and gate/up weights become views
     logits = {}
-    for name, step in [("sdpa", None), ("triton", None), ("sdpa", fused), ("triton", fused)]:
-        decoders = StaticDecoders(capture=True, decode_attention=name)
+    for name, step, rope in [("sdpa", None, False), ("triton", None, False),
+                             ("sdpa", fused, False), ("triton", fused, False),
+                             ("triton", fused, True)]:
+        decoders = StaticDecoders(capture=capture, decode_attention=name, fuse_rope=rope)
         dec = decoders.get(model, batch, width, new, step)
         with torch.no_grad():
             out = [dec.prefill(ids, prompt_mask, pos)]
@@ -169,12 +205,13 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
             last = pos[:, -1:]
             for s in range(new):
                 out.append(dec.step(nxt, last + 1 + s, width + s).clone())
-                nxt = torch.randint(3, 512, (batch, 1), device="cuda",
-                                    generator=torch.Generator("cuda").manual_seed(s))
-        logits[(name, step is not None)] = torch.stack(out).float()
-    base = logits[("sdpa", False)]
+                nxt = torch.randint(3, 512, (batch, 1), generator=torch.Generator().manual_seed(s))
+                nxt = nxt.to(DEVICE)
+        logits[(name, step is not None, rope)] = torch.stack(out).float()
+    base = logits[("sdpa", False, False)]
+    tol = 5e-2 if DTYPE == torch.bfloat16 else 1e-4
     for key, got in logits.items():  # graph-replayed steps: transformers' or the fused step
-        torch.testing.assert_close(got, base, atol=5e-2, rtol=5e-2, msg=lambda m, k=key: f"{k}: {m}")
+        torch.testing.assert_close(got, base, atol=tol, rtol=tol, msg=lambda m, k=key: f"{k}: {m}")
 
 
 def _race_rows(rows: int, vocab: int, hot: dict[int, float], floor: float = -30.0) -> torch.Tensor:
