@@ -9,7 +9,8 @@ fp32 values: on an H200 about 150 us of a 1.9 ms decode step for the anchor's 12
 vocabulary, against about 10 us to read the bf16 logits once (2026-12-02 profile).
 
 Here each program reads a slice of one row's logits once and keeps, per lane, the running max
-and sum of ``exp(z)`` and the best race score with its column; the noise comes from Philox
+and sum of ``exp(z)`` and the best race ratio ``exp(z - max) / E`` (rescaled with the max, as
+the sum) with its column; the noise comes from Philox
 counters inside the kernel (seed: one draw from the caller's generator per call; counter: the
 row and column), so no noise tensor exists. A second small kernel combines the slices of a
 row. The draw is exact up to the uniforms' 24-bit resolution, which torch's ``exponential_``
@@ -28,7 +29,10 @@ from typing import Any
 import torch
 
 BLOCK = 2048  # columns per tile (four sub-tiles, one Philox output each)
-MIN_PROGRAMS = 512  # rows x slices: enough programs to keep the memory system busy
+# rows x slices: programs enough to hide each one's dependent tile loads (the anchor's 128 rows
+# x 4 slices ran at 12x the read bound on an H200 with two logs and two exps an element;
+# 8 slices and the ratio form are not yet measured there)
+MIN_PROGRAMS = 1024
 MIN_SLICE_TILES = 4  # a slice holds at least this many tiles
 
 
@@ -61,10 +65,12 @@ def _kernels() -> tuple[Any, Any]:
         Q: tl.constexpr = BLOCK // 4
         lanes = tl.arange(0, Q)
         seed = tl.load(seed_ptr) + row  # one Philox key per row
-        # per lane: running max and sum of exp(z - max), best score, its z and column
+        # per lane, in log2 units: running max m of z and sum of 2^(z - m); the best race
+        # ratio 2^(z - m) / E (E ~ Exp(1), up to a constant factor) rescaled with m, as the
+        # sum is; its z (natural units) and column. One lg2 and two ex2 an element.
         m = tl.full((Q,), -3.0e38, tl.float32)
         s = tl.zeros((Q,), tl.float32)
-        best = tl.full((Q,), float("-inf"), tl.float32)
+        ratio = tl.zeros((Q,), tl.float32)
         best_z = tl.zeros((Q,), tl.float32)
         best_col = tl.zeros((Q,), tl.int32)
         lo = sl * slice_cols
@@ -77,18 +83,24 @@ def _kernels() -> tuple[Any, Any]:
                 cols = start + k * Q + lanes
                 ok = cols < hi
                 z = tl.load(base + cols, mask=ok, other=float("-inf")).to(tl.float32) * inv_t
+                z2 = z * 1.4426950408889634
                 bits = (r.to(tl.uint32, bitcast=True) >> 9).to(tl.float32)
                 u = (bits * 2.0 + 1.0) * 5.9604644775390625e-08  # (2k + 1) / 2^24, in (0, 1)
-                score = tl.where(ok, z - tl.log(-tl.log(u)), float("-inf"))
-                take = score > best
-                best = tl.where(take, score, best)
+                m_new = tl.maximum(m, z2)
+                alpha = tl.exp2(m - m_new)
+                p = tl.exp2(z2 - m_new)  # 0 for masked columns
+                s = s * alpha + p
+                ratio = ratio * alpha
+                cand = p / -tl.log2(u)  # -log2(u) = E / ln 2
+                take = cand > ratio
+                ratio = tl.where(take, cand, ratio)
                 best_z = tl.where(take, z, best_z)
                 best_col = tl.where(take, cols, best_col)
-                m_new = tl.maximum(m, z)
-                s = s * tl.exp(m - m_new) + tl.exp(z - m_new)
                 m = m_new
         mx = tl.max(m, axis=0)
-        total = tl.sum(s * tl.exp(m - mx), axis=0)
+        total = tl.sum(s * tl.exp2(m - mx), axis=0)
+        # race scores comparable across lanes (and slices): z - log2(E), log2 units
+        best = tl.where(ratio > 0, tl.log2(ratio) + m, float("-inf"))
         top = tl.max(best, axis=0)
         # ties: the lowest column, as torch's argmax
         col = tl.min(tl.where(best == top, best_col, 2147483647), axis=0)
@@ -112,8 +124,8 @@ def _kernels() -> tuple[Any, Any]:
         score = tl.load(p + 2, mask=ok, other=float("-inf"))
         zc = tl.load(p + 3, mask=ok, other=float("-inf"))
         col = tl.load(idx_ptr + row * slices + offs, mask=ok, other=2147483647)
-        mx = tl.max(m, axis=0)
-        lse = mx + tl.log(tl.sum(s * tl.exp(m - mx), axis=0))
+        mx = tl.max(m, axis=0)  # log2 units, as the sums
+        lse = (mx + tl.log2(tl.sum(s * tl.exp2(m - mx), axis=0))) * 0.6931471805599453
         top = tl.max(score, axis=0)
         # slices are in column order: the lowest winning column is in the first winning slice
         win = tl.min(tl.where(score == top, col, 2147483647), axis=0)
