@@ -108,11 +108,11 @@ class LocalEngine:
                 fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", False)))
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
-        # rollout.sample_kernel: the full-vocabulary race as one Triton pass ("auto": CUDA
-        # only; the interpreter that runs the kernels on a CPU is for their tests)
-        setting = str(getattr(config.rollout, "sample_kernel", "auto"))
-        self._sample_kernel = (kernels.choose(setting, self.device, "rollout.sample_kernel")
-                               and (setting == "triton" or self.device.type == "cuda"))
+        # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the
+        # kernels run (as rollout.decode_attention)
+        self._sample_kernel = kernels.choose(
+            str(getattr(config.rollout, "sample_kernel", "auto")), self.device,
+            "rollout.sample_kernel")
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the
         # model's q/k/v and gate/up weights become views of the fused tensors)
         self._fused: FusedDecoder | None = None
