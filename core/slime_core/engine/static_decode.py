@@ -191,19 +191,17 @@ class StaticDecoder:
                     qkv[:, (h + hkv) * d:].view(b, hkv, d),
                     cos.view(b, d), sin.view(b, d), self.column, cache.keys, cache.values,
                     mask, layer.scaling, self.splits)
-                x = x + _project(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b)
-                x = x + _project(layer.gated(x), layer.down_w, layer.down_t, layer.down_b)
-                continue
-            qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
-            cache.keys.index_copy_(2, self.column, qk[:, h:].reshape(b, hkv, 1, d))
-            cache.values.index_copy_(2, self.column, v.reshape(b, hkv, 1, d))
-            q = qk[:, :h].reshape(b, hkv, h // hkv, d)
-            if triton:
-                out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling,
-                                       self.splits)
             else:
-                out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
-                                                     attn_mask=mask, scale=layer.scaling)
+                qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
+                cache.keys.index_copy_(2, self.column, qk[:, h:].reshape(b, hkv, 1, d))
+                cache.values.index_copy_(2, self.column, v.reshape(b, hkv, 1, d))
+                q = qk[:, :h].reshape(b, hkv, h // hkv, d)
+                if triton:
+                    out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling,
+                                           self.splits)
+                else:
+                    out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
+                                                         attn_mask=mask, scale=layer.scaling)
             # the residual is added after the product's own rounding, as transformers' layer
             # (and so the trainer) does: one addmm would round once, and the rollout's
             # log-probs would drift from the trainer's (H200 anchor: mismatch 0.0084 -> 0.0094)
