@@ -17,8 +17,9 @@ row. The draw is exact up to the uniforms' 24-bit resolution, which torch's ``ex
 has too: ``U = (2k + 1) / 2^24`` for 23 random bits ``k``, so ``-log U`` is never 0 (an
 infinite score) or infinite.
 
-Same distribution as :func:`reference` (not the same tokens for a seed: the random numbers
-differ); the log-prob of a given token is the same function up to float rounding.
+Same distribution as the sampler's torch race (``slime_core.engine.sampler._race``, not the
+same tokens for a seed: the random numbers differ); the log-prob of a given token is the same
+function up to float rounding.
 """
 
 from __future__ import annotations
@@ -34,18 +35,6 @@ BLOCK = 2048  # columns per tile (four sub-tiles, one Philox output each)
 # 8 slices and the ratio form are not yet measured there)
 MIN_PROGRAMS = 1024
 MIN_SLICE_TILES = 4  # a slice holds at least this many tiles
-
-
-def reference(logits: torch.Tensor, noise: torch.Tensor,
-              temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The torch form with explicit ``noise`` ``E ~ Exp(1)`` [n, V]: (tokens [n] long,
-    log-probs [n] fp32)."""
-    z = logits.float()
-    if temperature != 1.0:
-        z = z / temperature
-    tokens = (z - noise.log()).argmax(dim=-1)
-    lp = z.gather(1, tokens.unsqueeze(1)).squeeze(1) - torch.logsumexp(z, dim=-1)
-    return tokens, lp
 
 
 @functools.cache

@@ -99,12 +99,14 @@ class MasterAdamW(torch.optim.AdamW):
             refresh_copy(self.masters[i], self.model_params[i])
         # the gradients cast up in one multi-tensor copy (a cast kernel per weight was ~290
         # launches a step, which the GPU waits for)
-        have = [(p, m) for p, m in zip(self.model_params, self.masters, strict=True)
-                if p.grad is not None]
+        grads, copies = [], []
         for p, m in zip(self.model_params, self.masters, strict=True):
             m.grad = None if p.grad is None else torch.empty_like(m)
-        if have:
-            torch._foreach_copy_([m.grad for _, m in have], [p.grad for p, _ in have])
+            if p.grad is not None:
+                grads.append(p.grad)
+                copies.append(m.grad)
+        if grads:
+            torch._foreach_copy_(copies, grads)
         loss = super().step(closure)
         # one multi-tensor copy back (casting to the model's dtype), not a kernel per weight
         torch._foreach_copy_(self.model_params, self.masters)
