@@ -105,7 +105,7 @@ class LocalEngine:
                 capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)),
                 decode_attention="triton" if triton else "sdpa",
                 splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None,
-                fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", False)))
+                fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)))
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the
