@@ -152,6 +152,18 @@ VARIANTS.update({
     "fast_mb16k_defaults_torch_sampler": _variant("fast_mb16k_defaults",
                                                   rollout={"sample_kernel": "torch"}),
     "eager_defaults_nomaster": _variant("eager_defaults", train={"master_weights": False}),
+    # the compiled decode step's inductor options (2026-12-02, fifth session), first as
+    # rollout A/Bs without train.compile (its warm-up is ~200 s of the ~220 s; the rollout
+    # phase does not depend on it), then in the full anchor
+    "rollout_defaults": _variant("fast_mb16k_defaults", train={"compile": False}),
+    "rollout_pdl": _variant("fast_mb16k_defaults", train={"compile": False},
+                            rollout={"compile_pdl": True}),
+    "rollout_tuned": _variant("fast_mb16k_defaults", train={"compile": False},
+                              rollout={"compile_pdl": True, "compile_autotune": True}),
+    "fast_mb16k_defaults_pdl": _variant("fast_mb16k_defaults", rollout={"compile_pdl": True}),
+    "fast_mb16k_defaults_tuned": _variant("fast_mb16k_defaults",
+                                          rollout={"compile_pdl": True,
+                                                   "compile_autotune": True}),
     "eager_defaults_cudnn": _variant("eager_defaults", run={"cudnn_attention": True}),
 })
 

@@ -13,6 +13,7 @@
 #   bash bench/h200_issue24.sh train_ab       # master weights / cuDNN A/B without compile, profiled training
 #   bash bench/h200_issue24.sh next_a         # kernel tests, optimizer-step A/B, anchor (defaults), TRL
 #   bash bench/h200_issue24.sh next_b         # anchor A/Bs: rotary in the attention kernel, Triton sampler
+#   bash bench/h200_issue24.sh next_c         # decode-step inductor options (PDL, autotune), then the anchor with the best
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -147,6 +148,27 @@ case "${1:-}" in
         --out "$OUT/anchor_ab.jsonl" --stderr-dir "$OUT" | tail -1
     done
     ;;
+  next_c)
+    # 2026-12-02, fifth session: the compiled decode step with programmatic dependent launch
+    # (rollout.compile_pdl) and with inductor's autotuned products (rollout.compile_autotune),
+    # as rollout A/Bs without train.compile (one process each), then the full anchor with
+    # whichever rollout was fastest (rollout_defaults -> fast_mb16k_defaults)
+    for variant in rollout_defaults rollout_pdl rollout_tuned; do
+      timeout 170 python3 bench/gpu_anchor.py --variants "$variant" --steps 4 --warmup 2 \
+        --out "$OUT/rollout_ab.jsonl" --stderr-dir "$OUT" | tail -1
+    done
+    best=$(python3 - "$OUT/rollout_ab.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"what": "variant"' in l]
+best = min(rows, key=lambda r: r["rollout_s"])["variant"] if rows else "rollout_defaults"
+print({"rollout_defaults": "fast_mb16k_defaults", "rollout_pdl": "fast_mb16k_defaults_pdl",
+       "rollout_tuned": "fast_mb16k_defaults_tuned"}[best])
+PY
+)
+    echo "full anchor: $best"
+    timeout 300 python3 bench/gpu_anchor.py --variants "$best" --steps 5 --warmup 2 \
+      --out "$OUT/anchor.jsonl" --stderr-dir "$OUT" | tail -2
+    ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
     # shared anchor script on earlier machines, whose only difference is HF generate run first
@@ -169,7 +191,7 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|profile_anchor|sampler|train_ab|next_a|next_b|trl_ab|ab" >&2
+    echo "usage: bash bench/h200_issue24.sh anchor|large|large_compiled|profile_large|profile_anchor|sampler|train_ab|next_a|next_b|next_c|trl_ab|ab" >&2
     exit 2
     ;;
 esac

@@ -98,6 +98,8 @@ class RolloutConfig(Protocol):
     fused_decoder: bool
     cuda_graphs: bool
     compile_decode: bool
+    compile_autotune: bool
+    compile_pdl: bool
     decode_attention: str
     sample_kernel: str
     decode_fuse_rope: bool

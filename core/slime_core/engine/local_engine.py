@@ -47,7 +47,7 @@ from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, reso
 from slime_core.engine.output_head import stream_output_head
 from slime_core.engine.prompts import check_generate_inputs
 from slime_core.engine.sampler import GroupSampler, SamplingKey
-from slime_core.engine.static_decode import StaticDecoders
+from slime_core.engine.static_decode import StaticDecoders, compile_options
 from slime_core.engine.stopping import StopStrings
 
 
@@ -105,7 +105,9 @@ class LocalEngine:
                 capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)),
                 decode_attention="triton" if triton else "sdpa",
                 splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None,
-                fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)))
+                fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)),
+                options=compile_options(bool(getattr(config.rollout, "compile_autotune", False)),
+                                        bool(getattr(config.rollout, "compile_pdl", False))))
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the

@@ -14,6 +14,7 @@ from slime_core.engine.static_decode import (
     BUCKET,
     StaticDecoders,
     cache_length,
+    compile_options,
     grouped_decode_attention,
 )
 from slime_hookspecs import SamplingParams
@@ -114,19 +115,30 @@ def test_cuda_graphs_flag_is_off_on_the_cpu(make_engine):
     assert make_engine(rollout={"cuda_graphs": True})._static is None
 
 
-def test_compiled_decode_step_matches_the_dynamic_cache(make_engine):
+@pytest.mark.parametrize("options", [{}, compile_options(autotune=True, pdl=True)],
+                         ids=["default", "autotune-pdl"])
+def test_compiled_decode_step_matches_the_dynamic_cache(make_engine, options):
     """``rollout.compile_decode``: the torch.compile'd step (inductor's CPU backend here; on
     CUDA the compiled step is what the graph captures) gives the eager loop's tokens and
-    log-probs."""
+    log-probs, also with ``rollout.compile_autotune`` and ``compile_pdl``'s options (on the
+    CPU inductor's C++ templates are what autotuning weighs; PDL is a Triton option, so
+    here it shows only that the options reach ``torch.compile`` and change nothing computed)."""
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5, ignore_eos=True)
     dynamic = make_engine().generate(PROMPTS, [params] * len(PROMPTS))
     engine = make_engine()
-    engine._static = StaticDecoders(capture=False, compile_step=True)
+    engine._static = StaticDecoders(capture=False, compile_step=True, options=options)
     static = engine.generate(PROMPTS, [params] * len(PROMPTS))
     for d, s in zip(dynamic, static, strict=True):
         assert s.token_ids == d.token_ids
         torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
                                    atol=1e-5, rtol=0)
+
+
+def test_compile_options_name_inductors_settings():
+    assert compile_options(autotune=False, pdl=False) == {}
+    assert compile_options(autotune=False, pdl=True) == {"triton.enable_pdl": True}
+    tuned = compile_options(autotune=True, pdl=False)
+    assert tuned["max_autotune"] is True and "triton.enable_pdl" not in tuned
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
