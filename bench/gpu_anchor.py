@@ -104,6 +104,9 @@ for _overrides in VARIANTS.values():
     # embedding and cache write as kernels of their own, until 2026-12-02
     _overrides.setdefault("rollout", {})["sample_kernel"] = "torch"
     _overrides["rollout"]["decode_fuse_rope"] = False
+    # and inductor's kernels launched without programmatic dependent launch, until the fifth
+    # session of 2026-12-02 (fast_mb16k_defaults_pdl is the defaults since)
+    _overrides["rollout"]["compile_pdl"] = False
 
 
 def _variant(base: str, **changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -160,6 +163,7 @@ VARIANTS.update({
                             rollout={"compile_pdl": True}),
     "rollout_tuned": _variant("fast_mb16k_defaults", train={"compile": False},
                               rollout={"compile_pdl": True, "compile_autotune": True}),
+    # the defaults since (rollout.compile_pdl on)
     "fast_mb16k_defaults_pdl": _variant("fast_mb16k_defaults", rollout={"compile_pdl": True}),
     "fast_mb16k_defaults_tuned": _variant("fast_mb16k_defaults",
                                           rollout={"compile_pdl": True,

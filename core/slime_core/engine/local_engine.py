@@ -107,7 +107,7 @@ class LocalEngine:
                 splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None,
                 fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)),
                 options=compile_options(bool(getattr(config.rollout, "compile_autotune", False)),
-                                        bool(getattr(config.rollout, "compile_pdl", False))))
+                                        bool(getattr(config.rollout, "compile_pdl", True))))
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the

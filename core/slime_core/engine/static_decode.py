@@ -42,6 +42,7 @@ results are checked against the dynamic-cache loop.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +58,7 @@ from slime_core.kernels.decode_attention import (  # imports no triton
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
 TRITON_ATTENTION_NAME = "slime_grouped_decode_triton"
 BUCKET = 64
+_log = logging.getLogger(__name__)
 
 
 def grouped_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
@@ -124,8 +126,10 @@ def compile_options(autotune: bool, pdl: bool) -> dict[str, Any]:
     """The inductor options of the compiled decode step (``torch.compile(options=...)``).
 
     ``autotune``: inductor's ``max-autotune-no-cudagraphs`` mode (the CUDA graph is captured
-    here, not by inductor); ``pdl``: ``triton.enable_pdl``. Raises ``ValueError`` naming
-    ``rollout.compile_pdl`` when this torch's inductor has no such option."""
+    here, not by inductor); ``pdl``: ``triton.enable_pdl`` where this torch's inductor has it
+    (inductor itself uses it only on CUDA devices of compute capability 9 and newer). PDL
+    changes when kernels start, never what they compute, so where it is missing the step
+    compiles without it and a warning says so."""
     options: dict[str, Any] = {}
     if autotune:
         from torch._inductor import list_mode_options
@@ -134,10 +138,12 @@ def compile_options(autotune: bool, pdl: bool) -> dict[str, Any]:
     if pdl:
         from torch._inductor import config as inductor_config
 
-        if not hasattr(inductor_config.triton, "enable_pdl"):
-            raise ValueError(f"rollout.compile_pdl: torch {torch.__version__}'s inductor has no "
-                             "programmatic dependent launch (triton.enable_pdl); set it false")
-        options["triton.enable_pdl"] = True
+        if hasattr(inductor_config.triton, "enable_pdl"):
+            options["triton.enable_pdl"] = True
+        else:
+            _log.warning("rollout.compile_pdl: torch %s's inductor has no programmatic dependent "
+                         "launch (triton.enable_pdl); the decode step compiles without it",
+                         torch.__version__)
     return options
 
 

@@ -141,6 +141,14 @@ def test_compile_options_name_inductors_settings():
     assert tuned["max_autotune"] is True and "triton.enable_pdl" not in tuned
 
 
+def test_compile_options_without_pdl_in_this_torch_warn_and_go_on(monkeypatch, caplog):
+    from torch._inductor import config as inductor_config
+
+    monkeypatch.delattr(inductor_config.triton, "enable_pdl")
+    assert compile_options(autotune=False, pdl=True) == {}
+    assert "rollout.compile_pdl" in caplog.text
+
+
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_fused_static_steps_match_the_dynamic_cache_for_other_families(make_engine, family):
     # Qwen3: per-head q/k norms before the rotary embedding; Llama: no projection biases
