@@ -118,6 +118,8 @@ ALLOWED: list[tuple[str, str, str]] = [
      "optional CUDA-graph decoding, only when the record's device is already cuda"),
     ("core/slime_core/engine/static_decode.py", "torch.cuda",
      "CUDA-graph capture/replay, entered only on a cuda device (rollout.cuda_graphs)"),
+    ("core/slime_core/engine/static_decode.py", "max-autotune-no-cudagraphs",
+     "the name of inductor's mode for rollout.compile_autotune (the graph is captured here)"),
     ("core/slime_core/config/sections.py", "cuda_graphs",
      "the rollout.cuda_graphs option (used only on a cuda device, see local_engine.py)"),
 ]
