@@ -134,8 +134,9 @@ VARIANTS.update({
                                               rollout={"decode_attention_splits": 1}),
     # the defaults since 2026-12-02: no cuDNN attention, fp32 master weights for AdamW, the
     # Triton sampler (rollout.sample_kernel; the profiled call of 2026-12-02's fourth session
-    # ran this variant with the torch sampler); and rollout.decode_fuse_rope, which is to
-    # become a default once it has run here (written after the fourth session's last call)
+    # ran this variant with the torch sampler); and rollout.decode_fuse_rope (a default since
+    # the fifth session, after this variant's run in it). Without rollout.compile_pdl, which
+    # became a default after it: fast_mb16k_defaults_pdl is the defaults now
     "fast_mb16k_defaults": _variant("fast_mb16k", run={"cudnn_attention": False},
                                     train={"master_weights": True},
                                     rollout={"sample_kernel": "auto", "decode_fuse_rope": True}),
