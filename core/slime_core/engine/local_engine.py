@@ -101,13 +101,18 @@ class LocalEngine:
         if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
             setting = str(getattr(config.rollout, "decode_attention", "auto"))
             triton = kernels.choose(setting, self.device, "rollout.decode_attention")
+            compile_step = bool(getattr(config.rollout, "compile_decode", False))
+            # inductor's options only where there is a compilation to take them (a missing
+            # PDL option warns, which is noise for an uncompiled step)
+            options = compile_options(
+                bool(getattr(config.rollout, "compile_autotune", False)),
+                bool(getattr(config.rollout, "compile_pdl", True))) if compile_step else None
             self._static = StaticDecoders(
-                capture=True, compile_step=bool(getattr(config.rollout, "compile_decode", False)),
+                capture=True, compile_step=compile_step,
                 decode_attention="triton" if triton else "sdpa",
                 splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None,
                 fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)),
-                options=compile_options(bool(getattr(config.rollout, "compile_autotune", False)),
-                                        bool(getattr(config.rollout, "compile_pdl", True))))
+                options=options)
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the
