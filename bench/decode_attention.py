@@ -4,9 +4,12 @@ backend, the explicit three-operation form (scores, masked fp32 softmax, weighte
 eager and compiled, and slime's Triton kernel (``slime_core.kernels.decode_attention``) with
 its own choice of column splits and with each count of ``--splits``. Prints microseconds per
 call (on CUDA: GPU time of calls replayed from a CUDA graph, as the decode loop runs them) and
-the largest difference from an fp32 reference.
+the largest difference from an fp32 reference. ``--sweep`` also times the fused-rotary form the
+compiled decode step calls (``decode_attention_rope``, this step's column the last switched on)
+under each launch tuning: tile width, warps, pipeline stages, with and without the per-tile
+mask test, at its own split count and twice that.
 
-    python bench/decode_attention.py [--batch 128] [--length 320] [--filled 270]
+    python bench/decode_attention.py [--batch 128] [--length 320] [--filled 270] [--sweep]
 """
 
 from __future__ import annotations
@@ -41,6 +44,29 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
+def _rope_sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                scale: float, column: int) -> dict[str, Callable[[], torch.Tensor]]:
+    """The fused-rotary kernel at ``column`` (cos 1, sin 0 and the new key and value copied
+    from the cache's own column there: the reference still holds) under each launch tuning."""
+    from slime_core.kernels.decode_attention import _launch, num_splits
+
+    b, hkv, _, d = q.shape
+    k_new, v_new = k[:, :, column].clone(), v[:, :, column].clone()
+    cos = torch.ones(b, d, device=q.device, dtype=q.dtype)
+    rope = (k_new, v_new, cos, cos * 0, torch.tensor([column], device=q.device))
+    own = num_splits(b * hkv, k.shape[2], q.device)
+    cands: dict[str, Callable[[], torch.Tensor]] = {}
+    tunings = [(True, 64, 4, 2)] + [(False, bn, w, st) for bn in (32, 64, 128)
+                                    for w in (2, 4, 8) for st in (1, 2, 3)]
+    for splits in sorted({own, 2 * own}):
+        for skip, bn, w, st in tunings:
+            name = f"rope_s{splits}_bn{bn}_w{w}_st{st}" + ("_skip" if skip else "")
+            cands[name] = (lambda splits=splits, skip=skip, bn=bn, w=w, st=st: _launch(
+                q, k, v, mask, scale, splits, rope, block_n=bn, num_warps=w, num_stages=st,
+                skip_tiles=skip))
+    return cands
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -53,6 +79,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--splits", default="1,2,3,4,6,8",
                     help="column splits of slime's kernel to time beside its own choice")
+    ap.add_argument("--sweep", action="store_true",
+                    help="time the fused-rotary kernel under each launch tuning")
     a = ap.parse_args()
     dev = torch.device(a.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -96,6 +124,8 @@ def main() -> None:
         for n in (int(x) for x in a.splits.split(",") if x):
             cands[f"slime_triton_split{n}"] = (
                 lambda n=n: decode_attention(q, k, v, mask, scale, n))
+        if a.sweep:
+            cands.update(_rope_sweep(q, k, v, mask, scale, a.filled - 1))
     out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
     for name, fn in cands.items():
         try:

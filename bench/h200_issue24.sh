@@ -15,6 +15,7 @@
 #   bash bench/h200_issue24.sh next_b         # anchor A/Bs: rotary in the attention kernel, Triton sampler
 #   bash bench/h200_issue24.sh next_c         # decode-step inductor options (PDL, autotune), then the anchor with the best
 #   bash bench/h200_issue24.sh next_d         # profile of the anchor at today's defaults, the 1.5b rollout compiled
+#   bash bench/h200_issue24.sh sweep          # decode attention launch tunings, the decode products
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -179,6 +180,21 @@ PY
     PROFILE_VARIANT=fast_mb16k_defaults_pdl SKIP_TRL=1 bash "$0" profile_anchor
     timeout 230 python3 bench/gpu_anchor.py --shape 1.5b --variants rollout_pdl \
       --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT" | tail -2
+    ;;
+  sweep)
+    # sixth session: the fused-rotary decode attention loop bounded by the step's column
+    # without its per-tile mask branch, under each launch tuning at both anchors' shapes; the
+    # decode step's products against every layer's weight at both shapes (what the 1.5b
+    # rollout's 4.4 ms decode step is made of, beside the attention)
+    python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
+    timeout 120 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
+    timeout 200 python3 bench/decode_attention.py --sweep --splits "" \
+      | tee -a "$OUT/sweep.jsonl" | tail -c 600
+    timeout 200 python3 bench/decode_attention.py --sweep --splits "" --batch 256 --groups 6 \
+      --head-dim 128 --length 1088 --filled 700 | tee -a "$OUT/sweep.jsonl" | tail -c 600
+    for shape in 0.5b 1.5b; do
+      timeout 60 python3 bench/decode_products.py --shape "$shape" | tee -a "$OUT/products.jsonl"
+    done
     ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the

@@ -60,7 +60,7 @@ def _kernel() -> Any:
         s_mlb, s_mlh, s_mls,
         length, split_cols, groups, scale_log2e,
         D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-        ROPE: tl.constexpr,
+        ROPE: tl.constexpr, SKIP_TILES: tl.constexpr,
     ):
         b = tl.program_id(0)
         h = tl.program_id(1)
@@ -95,6 +95,9 @@ def _kernel() -> Any:
                          (k1 * c + k2 * sn).to(k_ptr.dtype.element_ty))
                 tl.store(v_base + col * s_vl + offs_d, tl.load(vn_ptr + b * s_vnb + h * D + offs_d))
                 tl.debug_barrier()  # the stores are seen by this program's loads below
+            # no column past this step's is written (the static decode writes them in order):
+            # the loop stops there instead of testing each later tile's mask
+            hi = tl.minimum(hi, col + 1)
         else:
             q = tl.load(q_rows + offs_d[None, :], mask=g_ok[:, None], other=0.0)
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
@@ -104,14 +107,21 @@ def _kernel() -> Any:
             cols = start + offs_n
             in_range = cols < hi
             valid = tl.load(m_ptr + b * s_mb + cols, mask=in_range, other=0) != 0
-            if tl.max(valid.to(tl.int32), axis=0) > 0:  # a tile with nothing to attend: skipped
+            # without ROPE the unwritten tail is only known from the mask: a tile with nothing
+            # to attend is skipped (SKIP_TILES). With it the loop ends at the written tail and
+            # needs no branch, which lets the compiler prefetch the next tile's keys and values
+            # while this one is reduced (a masked-off column is not read either way)
+            if (not SKIP_TILES) or tl.max(valid.to(tl.int32), axis=0) > 0:
                 k = tl.load(k_base + cols[:, None] * s_kl + offs_d[None, :],
                             mask=valid[:, None], other=0.0)
                 s = tl.dot(q, tl.trans(k)) * scale_log2e  # log2 domain
                 s = tl.where(valid[None, :], s, float("-inf"))
+                # a row's first tiles may be all left padding: its max stays -inf, and
+                # exp2(-inf - -inf) would be NaN
                 m_new = tl.maximum(m_i, tl.max(s, axis=1))
-                alpha = tl.exp2(m_i - m_new)
-                p = tl.exp2(s - m_new[:, None])
+                m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)
+                alpha = tl.exp2(m_i - m_safe)
+                p = tl.exp2(s - m_safe[:, None])
                 l_i = l_i * alpha + tl.sum(p, axis=1)
                 v = tl.load(v_base + cols[:, None] * s_vl + offs_d[None, :],
                             mask=valid[:, None], other=0.0)
@@ -192,10 +202,14 @@ def num_splits(programs: int, length: int, device: torch.device) -> int:
 
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
             scale: float, splits: int | None = None,
-            rope: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+            rope: tuple[torch.Tensor, ...] | None = None, *, block_n: int = BLOCK_N,
+            num_warps: int = 4, num_stages: int = 2,
+            skip_tiles: bool | None = None) -> torch.Tensor:
     """``rope``: (new keys [B, H_kv, D], new values [B, H_kv, D], cos [B, D], sin [B, D],
     column [1]) to rotate ``q`` and write the step's key and value (see
-    :func:`decode_attention_rope`)."""
+    :func:`decode_attention_rope`). The keywords are the launch's tuning
+    (``bench/decode_attention.py --sweep`` times them); ``skip_tiles`` (None: without
+    ``rope`` only) tests each tile's mask and skips a tile with nothing to attend."""
     b, hkv, groups, d = q.shape
     length = k.shape[2]
     if d & (d - 1) or d < 16:
@@ -225,7 +239,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         splits = num_splits(b * hkv, length, q.device)
     # split boundaries on tile boundaries, so no tile straddles two splits
     per_split = -(-length // splits)
-    split_cols = -(-per_split // BLOCK_N) * BLOCK_N
+    split_cols = -(-per_split // block_n) * block_n
     splits = -(-length // split_cols)
     if splits == 1:
         part, ml = out.unsqueeze(2), out  # the output written directly; ml unread
@@ -241,8 +255,9 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         part.stride(0), part.stride(1), part.stride(2), part.stride(3),
         ml.stride(0), ml.stride(1), ml.stride(2),
         length, split_cols, groups, scale * 1.4426950408889634,
-        D=d, BLOCK_G=block_g, BLOCK_N=BLOCK_N, SPLIT=splits > 1, ROPE=rope is not None,
-        num_warps=4, num_stages=2,
+        D=d, BLOCK_G=block_g, BLOCK_N=block_n, SPLIT=splits > 1, ROPE=rope is not None,
+        SKIP_TILES=rope is None if skip_tiles is None else skip_tiles,
+        num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
         _combine_kernel()[(b, hkv)](

@@ -126,6 +126,37 @@ def test_decode_attention_rope_rotates_writes_and_attends(splits: int) -> None:
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("tuning", [{}, {"splits": 3}, {"skip_tiles": True},
+                                    {"block_n": 32, "num_warps": 8, "num_stages": 3},
+                                    {"block_n": 128, "splits": 2}])
+def test_decode_attention_rope_long_padding_reads_only_written_columns(tuning: dict) -> None:
+    # the fused step's loop ends at the step's column and has no per-tile branch: a row whose
+    # first tiles are all left padding (its running max still -inf there) and splits wholly
+    # past the column must give the reference, and no column outside [pad, col] may be read
+    # (NaN there would show); each launch tuning the bench sweeps computes the same
+    from slime_core.kernels.decode_attention import _launch, reference
+
+    b, hkv, g, d, length, col = 3, 2, 6, 64, 400, 260
+    q, k, v, _ = _decode_inputs(b, hkv, g, d, length, seed=5)
+    mask = torch.zeros(b, length, dtype=torch.bool, device=DEVICE)
+    for i, pad in enumerate((0, 150, 259)):  # the last row attends to its new column only
+        mask[i, pad:col + 1] = True
+    k_new = torch.randn(b, hkv, d, device=DEVICE).to(DTYPE)
+    v_new = torch.randn(b, hkv, d, device=DEVICE).to(DTYPE)
+    ones = torch.ones(b, d, device=DEVICE, dtype=DTYPE)  # cos 1, sin 0: no rotation
+    k_ref, v_ref = k.clone(), v.clone()
+    k_ref[:, :, col], v_ref[:, :, col] = k_new, v_new
+    k[~mask[:, None, :, None].expand_as(k)] = float("nan")
+    v[~mask[:, None, :, None].expand_as(v)] = float("nan")
+    column = torch.tensor([col], device=DEVICE)
+    out = _launch(q, k, v, mask, d ** -0.5, tuning.pop("splits", None),
+                  (k_new, v_new, ones, ones * 0, column), **tuning)
+    assert torch.isfinite(out).all()
+    ref = reference(q.float(), k_ref.float(), v_ref.float(), mask, d ** -0.5)
+    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
 def test_decode_attention_compiles_as_one_op() -> None:
     if DEVICE != "cuda":
         pytest.skip("torch.compile of the custom op is checked on CUDA")
