@@ -7,7 +7,8 @@ call (on CUDA: GPU time of calls replayed from a CUDA graph, as the decode loop 
 the largest difference from an fp32 reference. ``--sweep`` also times the fused-rotary form the
 compiled decode step calls (``decode_attention_rope``, this step's column the last switched on)
 under each launch tuning: tile width, warps, pipeline stages, with and without the per-tile
-mask test, at its own split count and twice that.
+mask test, at its own split count, and at each of ``--splits`` (which then replace the
+non-rotary kernel's split timings).
 
     python bench/decode_attention.py [--batch 128] [--length 320] [--filled 270] [--sweep]
 """
@@ -45,9 +46,11 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
 
 
 def _rope_sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                scale: float, column: int) -> dict[str, Callable[[], torch.Tensor]]:
+                scale: float, column: int, split_counts: list[int],
+                ) -> dict[str, Callable[[], torch.Tensor]]:
     """The fused-rotary kernel at ``column`` (cos 1, sin 0 and the new key and value copied
-    from the cache's own column there: the reference still holds) under each launch tuning."""
+    from the cache's own column there: the reference still holds) under each launch tuning at
+    its own split count, and at each of ``split_counts`` with two pipeline stages."""
     from slime_core.kernels.decode_attention import _launch, num_splits
 
     b, hkv, _, d = q.shape
@@ -56,10 +59,12 @@ def _rope_sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
     rope = (k_new, v_new, cos, cos * 0, torch.tensor([column], device=q.device))
     own = num_splits(b * hkv, k.shape[2], q.device)
     cands: dict[str, Callable[[], torch.Tensor]] = {}
-    tunings = [(True, 64, 4, 2)] + [(False, bn, w, st) for bn in (32, 64, 128)
-                                    for w in (2, 4, 8) for st in (1, 2, 3)]
-    for splits in sorted({own, 2 * own}):
+    tunings = [(True, 64, 4, 2)] + [(False, bn, w, st) for bn in (16, 32, 64)
+                                    for w in (1, 2, 4) for st in (2, 3)]
+    for splits in sorted({own, *split_counts}):
         for skip, bn, w, st in tunings:
+            if splits != own and (skip or st != 2):
+                continue  # the other split counts at two stages, without the mask test
             name = f"rope_s{splits}_bn{bn}_w{w}_st{st}" + ("_skip" if skip else "")
             cands[name] = (lambda splits=splits, skip=skip, bn=bn, w=w, st=st: _launch(
                 q, k, v, mask, scale, splits, rope, block_n=bn, num_warps=w, num_stages=st,
@@ -121,11 +126,12 @@ def main() -> None:
         cands["slime_triton"] = lambda: decode_attention(q, k, v, mask, scale)
         print(json.dumps({"slime_triton_splits": num_splits(a.batch * a.kv_heads, a.length,
                                                             dev)}))
-        for n in (int(x) for x in a.splits.split(",") if x):
+        counts = [int(x) for x in a.splits.split(",") if x]
+        for n in [] if a.sweep else counts:
             cands[f"slime_triton_split{n}"] = (
                 lambda n=n: decode_attention(q, k, v, mask, scale, n))
         if a.sweep:
-            cands.update(_rope_sweep(q, k, v, mask, scale, a.filled - 1))
+            cands.update(_rope_sweep(q, k, v, mask, scale, a.filled - 1, counts))
     out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
     for name, fn in cands.items():
         try:

@@ -196,6 +196,24 @@ PY
       timeout 60 python3 bench/decode_products.py --shape "$shape" | tee -a "$OUT/products.jsonl"
     done
     ;;
+  tuned)
+    # after `sweep`: the kernel's new launch defaults (two warps, ~4k-element key tiles) and
+    # the split counts under them at both shapes; the products again (bandwidth now measured
+    # as the anchor's ceilings are); then the rollout-only variant (eager training) at the
+    # 1.5b shape and at the 0.5b shape, against next_d's 4.46 s and next_c's 0.392 s
+    timeout 120 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
+    timeout 150 python3 bench/decode_attention.py --sweep --splits 1,2,3,4,6 \
+      | tee -a "$OUT/sweep.jsonl" | tail -c 300
+    timeout 150 python3 bench/decode_attention.py --sweep --splits 2,3,4,6,8 --batch 256 \
+      --groups 6 --head-dim 128 --length 1088 --filled 700 | tee -a "$OUT/sweep.jsonl" | tail -c 300
+    for shape in 0.5b 1.5b; do
+      timeout 60 python3 bench/decode_products.py --shape "$shape" | tee -a "$OUT/products.jsonl"
+    done
+    timeout 200 python3 bench/gpu_anchor.py --shape 1.5b --variants rollout_pdl \
+      --steps 2 --warmup 1 --out "$OUT/large.jsonl" --stderr-dir "$OUT" | tail -2
+    timeout 120 python3 bench/gpu_anchor.py --variants rollout_pdl --steps 5 --warmup 2 \
+      --out "$OUT/rollout.jsonl" --stderr-dir "$OUT" | tail -2
+    ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
     # shared anchor script on earlier machines, whose only difference is HF generate run first

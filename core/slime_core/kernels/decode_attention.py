@@ -28,10 +28,16 @@ from typing import Any
 
 import torch
 
-BLOCK_N = 64
+# Launch tuning, from bench/decode_attention.py --sweep on the H200 (2026-12-02, sixth
+# session, results/gpu_decode_attention_sweep_h200_2026-12-02.jsonl): two warps a program and
+# a key tile of about 4,096 elements (64 columns at D 64, 32 at D 128) were the fastest at both
+# anchors' shapes, 13-25% under four warps and 64 columns
+TILE_ELEMENTS = 4096
+NUM_WARPS = 2
+NUM_STAGES = 2
 # Split heuristic (bench/decode_attention.py --splits sweeps the alternatives on a GPU):
 PROGRAMS_PER_SM = 16  # one program's tile loads are dependent; others on its SM hide them
-MIN_SPLIT_COLS = 2 * BLOCK_N  # shorter splits pay more in q loads and partials than they hide
+MIN_SPLIT_COLS = 128  # shorter splits pay more in q loads and partials than they hide
 MAX_SPLITS = 16
 
 
@@ -189,6 +195,12 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def tile_columns(head_dim: int) -> int:
+    """Cache columns a program reduces per loop step at ``head_dim``: ``TILE_ELEMENTS`` keys'
+    worth, 16 to 128 (the product's shape limits)."""
+    return min(128, max(16, TILE_ELEMENTS // head_dim))
+
+
 def num_splits(programs: int, length: int, device: torch.device) -> int:
     """How many column splits a call of ``programs`` (rows x KV heads) programs over a cache of
     ``length`` columns gets: about ``PROGRAMS_PER_SM`` programs a multiprocessor, each split
@@ -202,14 +214,15 @@ def num_splits(programs: int, length: int, device: torch.device) -> int:
 
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
             scale: float, splits: int | None = None,
-            rope: tuple[torch.Tensor, ...] | None = None, *, block_n: int = BLOCK_N,
-            num_warps: int = 4, num_stages: int = 2,
+            rope: tuple[torch.Tensor, ...] | None = None, *, block_n: int | None = None,
+            num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
             skip_tiles: bool | None = None) -> torch.Tensor:
     """``rope``: (new keys [B, H_kv, D], new values [B, H_kv, D], cos [B, D], sin [B, D],
     column [1]) to rotate ``q`` and write the step's key and value (see
     :func:`decode_attention_rope`). The keywords are the launch's tuning
     (``bench/decode_attention.py --sweep`` times them); ``skip_tiles`` (None: without
-    ``rope`` only) tests each tile's mask and skips a tile with nothing to attend."""
+    ``rope`` only) tests each tile's mask and skips a tile with nothing to attend;
+    ``block_n`` None is :func:`tile_columns`."""
     b, hkv, groups, d = q.shape
     length = k.shape[2]
     if d & (d - 1) or d < 16:
@@ -235,6 +248,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     m = m.view(torch.uint8) if m.dtype == torch.bool else (m != 0).to(torch.uint8)
     out = torch.empty((b, hkv, groups, d), device=q.device, dtype=q.dtype)
     block_g = max(16, 1 << (groups - 1).bit_length())
+    block_n = block_n or tile_columns(d)
     if splits is None:
         splits = num_splits(b * hkv, length, q.device)
     # split boundaries on tile boundaries, so no tile straddles two splits
