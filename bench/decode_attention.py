@@ -8,7 +8,8 @@ the largest difference from an fp32 reference. ``--sweep`` also times the fused-
 compiled decode step calls (``decode_attention_rope``, this step's column the last switched on)
 under each launch tuning: tile width, warps, pipeline stages, with and without the per-tile
 mask test, at its own split count, and at each of ``--splits`` (which then replace the
-non-rotary kernel's split timings).
+non-rotary kernel's split timings). The fused-rotary op is also timed as the step calls it,
+with and without programmatic dependent launch (``rope``, ``rope_pdl``).
 
     python bench/decode_attention.py [--batch 128] [--length 320] [--filled 270] [--sweep]
 """
@@ -72,6 +73,22 @@ def _rope_sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
     return cands
 
 
+def _rope_pdl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+              scale: float, column: int) -> dict[str, Callable[[], torch.Tensor]]:
+    """The fused-rotary op as the decode step calls it, with and without programmatic
+    dependent launch (the graph of 50 calls then overlaps each launch with the call before:
+    a proxy for the step, where the kernel before is a product)."""
+    from slime_core.kernels.decode_attention import decode_attention_rope
+
+    b, _, _, d = q.shape
+    k_new, v_new = k[:, :, column].clone(), v[:, :, column].clone()
+    cos = torch.ones(b, d, device=q.device, dtype=q.dtype)
+    col = torch.tensor([column], device=q.device)
+    return {f"rope{'_pdl' if pdl else ''}": (lambda pdl=pdl: decode_attention_rope(
+        q, k_new, v_new, cos, cos * 0, col, k, v, mask, scale, None, pdl))
+        for pdl in (False, True)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -132,6 +149,7 @@ def main() -> None:
                 lambda n=n: decode_attention(q, k, v, mask, scale, n))
         if a.sweep:
             cands.update(_rope_sweep(q, k, v, mask, scale, a.filled - 1, counts))
+        cands.update(_rope_pdl(q, k, v, mask, scale, a.filled - 1))
     out: dict[str, object] = {"device": str(dev), "q": list(shape_q), "kv": list(shape_kv)}
     for name, fn in cands.items():
         try:

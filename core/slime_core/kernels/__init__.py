@@ -37,6 +37,27 @@ def available(device: torch.device | str) -> bool:
     return kind == "cuda" or (interpreted() and kind == "cpu")
 
 
+@functools.cache
+def _pdl_capable(index: int) -> bool:
+    try:
+        from triton.language.extra import cuda as tl_cuda
+    except Exception:  # noqa: BLE001 - an older triton: no device-side launch control
+        return False
+    return (hasattr(tl_cuda, "gdc_wait") and hasattr(tl_cuda, "gdc_launch_dependents")
+            and torch.cuda.get_device_capability(index)[0] >= 9)
+
+
+def pdl_supported(device: torch.device | str) -> bool:
+    """Whether a kernel here may launch with programmatic dependent launch on ``device``: a
+    CUDA device of compute capability >= 9 (Hopper on) and a triton with ``gdc_wait``. Such
+    a launch may start while the kernel before it finishes; the kernel waits
+    (``gdc_wait``) before its first load, so what it computes is unchanged."""
+    device = torch.device(device)
+    return (device.type == "cuda" and _triton_importable() and not interpreted()
+            and _pdl_capable(device.index if device.index is not None
+                             else torch.cuda.current_device()))
+
+
 def choose(setting: str, device: torch.device | str, key: str) -> bool:
     """Resolve a kernel setting (``"auto"``, ``"triton"`` or the torch name) for tensors on
     ``device``: True when the Triton kernel is to be used. ``"triton"`` where it cannot run is

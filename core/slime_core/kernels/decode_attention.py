@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from slime_core.kernels import pdl_supported
+
 # Launch tuning, from bench/decode_attention.py --sweep on the H200 (2026-12-02, sixth
 # session, results/gpu_decode_attention_sweep_h200_2026-12-02.jsonl): two warps a program and
 # a key tile of about 4,096 elements (64 columns at D 64, 32 at D 128) were the fastest at both
@@ -66,8 +68,10 @@ def _kernel() -> Any:
         s_mlb, s_mlh, s_mls,
         length, split_cols, groups, scale_log2e,
         D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-        ROPE: tl.constexpr, SKIP_TILES: tl.constexpr,
+        ROPE: tl.constexpr, SKIP_TILES: tl.constexpr, PDL: tl.constexpr,
     ):
+        if PDL:  # launched early (programmatic dependent launch): wait for the kernel before
+            tl.extra.cuda.gdc_wait()
         b = tl.program_id(0)
         h = tl.program_id(1)
         sp = tl.program_id(2)
@@ -133,6 +137,8 @@ def _kernel() -> Any:
                             mask=valid[:, None], other=0.0)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
                 m_i = m_new
+        if PDL:  # the next kernel may launch; it waits for this one's stores before reading
+            tl.extra.cuda.gdc_launch_dependents()
         o_offs = b * s_ob + h * s_oh + sp * s_os + offs_g[:, None] * s_og + offs_d[None, :]
         if SPLIT:  # unnormalised partial + its max and sum, combined by combine_kernel
             tl.store(o_ptr + o_offs, acc, mask=g_ok[:, None])
@@ -158,8 +164,10 @@ def _combine_kernel() -> Any:
         s_mlb, s_mlh, s_mls,
         s_ob, s_oh, s_og,
         splits, groups,
-        D: tl.constexpr, BLOCK_G: tl.constexpr,
+        D: tl.constexpr, BLOCK_G: tl.constexpr, PDL: tl.constexpr,
     ):
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         # one split at a time with a running max (log2 domain, as the partials' maxima), so
         # registers hold one [G, D] partial whatever the number of splits
         b = tl.program_id(0)
@@ -183,6 +191,8 @@ def _combine_kernel() -> Any:
             acc = acc * a_old[:, None] + part * a_new[:, None]
             l_run = l_run * a_old + l_s * a_new
             m_run = m_new
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         out = acc / tl.where(l_run > 0, l_run, 1.0)[:, None]
         tl.store(o_ptr + b * s_ob + h * s_oh + offs_g[:, None] * s_og + offs_d[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=g_ok[:, None])
@@ -216,13 +226,14 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
             scale: float, splits: int | None = None,
             rope: tuple[torch.Tensor, ...] | None = None, *, block_n: int | None = None,
             num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES,
-            skip_tiles: bool | None = None) -> torch.Tensor:
+            skip_tiles: bool | None = None, pdl: bool = False) -> torch.Tensor:
     """``rope``: (new keys [B, H_kv, D], new values [B, H_kv, D], cos [B, D], sin [B, D],
     column [1]) to rotate ``q`` and write the step's key and value (see
     :func:`decode_attention_rope`). The keywords are the launch's tuning
     (``bench/decode_attention.py --sweep`` times them); ``skip_tiles`` (None: without
     ``rope`` only) tests each tile's mask and skips a tile with nothing to attend;
-    ``block_n`` None is :func:`tile_columns`."""
+    ``block_n`` None is :func:`tile_columns`; ``pdl``: launch with programmatic dependent
+    launch where :func:`slime_core.kernels.pdl_supported` (else ignored)."""
     b, hkv, groups, d = q.shape
     length = k.shape[2]
     if d & (d - 1) or d < 16:
@@ -249,6 +260,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     out = torch.empty((b, hkv, groups, d), device=q.device, dtype=q.dtype)
     block_g = max(16, 1 << (groups - 1).bit_length())
     block_n = block_n or tile_columns(d)
+    pdl = pdl and pdl_supported(q.device)
     if splits is None:
         splits = num_splits(b * hkv, length, q.device)
     # split boundaries on tile boundaries, so no tile straddles two splits
@@ -270,8 +282,8 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         ml.stride(0), ml.stride(1), ml.stride(2),
         length, split_cols, groups, scale * 1.4426950408889634,
         D=d, BLOCK_G=block_g, BLOCK_N=block_n, SPLIT=splits > 1, ROPE=rope is not None,
-        SKIP_TILES=rope is None if skip_tiles is None else skip_tiles,
-        num_warps=num_warps, num_stages=num_stages,
+        SKIP_TILES=rope is None if skip_tiles is None else skip_tiles, PDL=pdl,
+        num_warps=num_warps, num_stages=num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     if splits > 1:
         _combine_kernel()[(b, hkv)](
@@ -280,25 +292,26 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
             ml.stride(0), ml.stride(1), ml.stride(2),
             out.stride(0), out.stride(1), out.stride(2),
             splits, groups,
-            D=d, BLOCK_G=block_g, num_warps=4,
+            D=d, BLOCK_G=block_g, PDL=pdl, num_warps=4, **({"launch_pdl": True} if pdl else {}),
         )
     return out
 
 
 @torch.library.custom_op("slime::decode_attention", mutates_args=())
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                     scale: float, splits: int | None = None) -> torch.Tensor:
+                     scale: float, splits: int | None = None, pdl: bool = False) -> torch.Tensor:
     """``q`` [B, H_kv, G, D] (the ``G = n_rep`` query heads of each KV head), ``k``/``v``
     [B, H_kv, L, D], ``mask`` [B, L] or [B, 1, 1, L] (nonzero = attend) -> [B, H_kv, G, D].
 
     A custom op, so ``torch.compile`` keeps it as one opaque call (the compiled decode step
-    that a CUDA graph captures). ``splits``: column splits (None: :func:`num_splits`)."""
-    return _launch(q, k, v, mask, scale, splits)
+    that a CUDA graph captures). ``splits``: column splits (None: :func:`num_splits`);
+    ``pdl``: programmatic dependent launch where supported (same result, launched early)."""
+    return _launch(q, k, v, mask, scale, splits, pdl=pdl)
 
 
 @decode_attention.register_fake
 def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-      scale: float, splits: int | None = None) -> torch.Tensor:
+      scale: float, splits: int | None = None, pdl: bool = False) -> torch.Tensor:
     return q.new_empty(q.shape)
 
 
@@ -306,7 +319,7 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
 def decode_attention_rope(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
                           cos: torch.Tensor, sin: torch.Tensor, column: torch.Tensor,
                           k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
-                          splits: int | None = None) -> torch.Tensor:
+                          splits: int | None = None, pdl: bool = False) -> torch.Tensor:
     """One decode step's attention with its rotary embedding and cache write in the same
     kernel: ``q`` [B, H_kv, G, D] and ``k_new`` / ``v_new`` [B, H_kv, D] as the q/k/v product
     gave them (views of it: heads contiguous), ``cos`` / ``sin`` [B, D] (``sin`` carrying
@@ -314,13 +327,14 @@ def decode_attention_rope(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Ten
     ``mask`` already marks. Writes the rotated key and the value into ``k`` / ``v`` at
     ``column`` and returns :func:`decode_attention` of the rotated queries. The compiled step
     then has no separate rotary and cache-write kernels (four a layer on the anchor)."""
-    return _launch(q, k, v, mask, scale, splits, (k_new, v_new, cos, sin, column))
+    return _launch(q, k, v, mask, scale, splits, (k_new, v_new, cos, sin, column), pdl=pdl)
 
 
 @decode_attention_rope.register_fake
 def _(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cos: torch.Tensor,
       sin: torch.Tensor, column: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-      mask: torch.Tensor, scale: float, splits: int | None = None) -> torch.Tensor:
+      mask: torch.Tensor, scale: float, splits: int | None = None,
+      pdl: bool = False) -> torch.Tensor:
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 

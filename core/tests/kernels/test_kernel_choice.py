@@ -20,6 +20,13 @@ def test_auto_and_torch_keep_the_torch_path_on_a_cpu(no_interpreter: None) -> No
     assert kernels.choose("sdpa", cpu, "rollout.decode_attention") is False
 
 
+def test_no_programmatic_dependent_launch_off_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a CPU tensor (also under the interpreter, which has no launch control) never asks for it
+    assert kernels.pdl_supported("cpu") is False
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert kernels.pdl_supported("cpu") is False
+
+
 def test_triton_where_it_cannot_run_names_the_key(no_interpreter: None) -> None:
     with pytest.raises(RuntimeError, match=r"train\.head_kernel = \"triton\" needs a CUDA"):
         kernels.choose("triton", "cpu", "train.head_kernel")

@@ -157,6 +157,48 @@ def test_decode_attention_rope_long_padding_reads_only_written_columns(tuning: d
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_attention_with_pdl_gives_the_same_bits(splits: int) -> None:
+    # programmatic dependent launch only moves when the kernels start: the split kernel and
+    # the combine kernel, launched early after a product that writes their input, inside a
+    # captured CUDA graph as the decode step runs them, give exactly the plain launch's output
+    # (where PDL is not supported, e.g. the interpreter, the flag is ignored)
+    from slime_core.kernels.decode_attention import decode_attention, decode_attention_rope
+
+    b, hkv, g, d, length = 6, 2, 7, 64, 320
+    q, k, v, mask = _decode_inputs(b, hkv, g, d, length, seed=11)
+    w = torch.randn(d, d, generator=torch.Generator().manual_seed(1)).to(DEVICE, DTYPE) * 0.1
+    col = 250
+    mask[:, col + 1:] = False
+    mask[:, col] = True
+    k_new = torch.randn(b, hkv, d, device=DEVICE).to(DTYPE)
+    v_new = torch.randn(b, hkv, d, device=DEVICE).to(DTYPE)
+    ones = torch.ones(b, d, device=DEVICE, dtype=DTYPE)
+    column = torch.tensor([col], device=DEVICE)
+    k[:, :, col], v[:, :, col] = k_new, v_new  # the rope form's write (no rotation) repeats
+
+    def step(pdl: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        qq = (q @ w).contiguous()  # the input written by the kernel just before
+        plain = decode_attention(qq, k, v, mask, d ** -0.5, splits, pdl)
+        rope = decode_attention_rope(qq, k_new, v_new, ones, ones * 0, column, k, v, mask,
+                                     d ** -0.5, splits, pdl)
+        return plain, rope
+
+    want = step(False)
+    if DEVICE == "cuda":
+        step(True)  # compiled and warmed before capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = step(True)
+        graph.replay()
+        torch.cuda.synchronize()
+    else:
+        got = step(True)
+    for a, b_ in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b_, atol=0, rtol=0)
+
+
 def test_decode_attention_compiles_as_one_op() -> None:
     if DEVICE != "cuda":
         pytest.skip("torch.compile of the custom op is checked on CUDA")
