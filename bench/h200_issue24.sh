@@ -16,6 +16,8 @@
 #   bash bench/h200_issue24.sh next_c         # decode-step inductor options (PDL, autotune), then the anchor with the best
 #   bash bench/h200_issue24.sh next_d         # profile of the anchor at today's defaults, the 1.5b rollout compiled
 #   bash bench/h200_issue24.sh sweep          # decode attention launch tunings, the decode products
+#   bash bench/h200_issue24.sh tuned          # the launch defaults, split counts, both rollouts
+#   bash bench/h200_issue24.sh pdl_kernels    # next: the attention kernels with PDL (not yet run)
 #
 # TRL and its needs travel as wheels (the image has no trl/datasets): once, here,
 #   echo /.whl/ >> .git/info/exclude
@@ -215,18 +217,17 @@ PY
       --out "$OUT/rollout.jsonl" --stderr-dir "$OUT" | tail -2
     ;;
   pdl_kernels)
-    # sixth session, last: slime's decode attention and split combine launched with
-    # programmatic dependent launch (with rollout.compile_pdl, as inductor's kernels): the
-    # CUDA tests (same bits with and without, in a captured graph), the op with and without in
-    # one process at both shapes, the 0.5b rollout (the `tuned` call's 0.385 s had it off)
+    # written at the end of 2026-12-02's sixth session, not run (no device time was left):
+    # the decode attention's `pdl` argument (programmatic dependent launch for it and its split
+    # combine; not wired into the engine yet): the CUDA tests (same bits with and without,
+    # in a captured graph), then the op with and without in one process at both shapes. If it
+    # is faster, pass rollout.compile_pdl through StaticDecoders to the op and time the rollout
     timeout 120 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
     timeout 60 python3 bench/decode_attention.py --splits "" | tee -a "$OUT/pdl.jsonl" \
       | python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if k.startswith('rope') and k.endswith('_us')}) for l in sys.stdin if l.startswith('{\"device')]"
     timeout 60 python3 bench/decode_attention.py --splits "" --batch 256 --groups 6 \
       --head-dim 128 --length 1088 --filled 700 | tee -a "$OUT/pdl.jsonl" \
       | python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if k.startswith('rope') and k.endswith('_us')}) for l in sys.stdin if l.startswith('{\"device')]"
-    timeout 120 python3 bench/gpu_anchor.py --variants rollout_pdl --steps 5 --warmup 2 \
-      --out "$OUT/rollout.jsonl" --stderr-dir "$OUT" | tail -2
     ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the

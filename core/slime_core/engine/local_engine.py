@@ -104,16 +104,15 @@ class LocalEngine:
             compile_step = bool(getattr(config.rollout, "compile_decode", False))
             # inductor's options only where there is a compilation to take them (a missing
             # PDL option warns, which is noise for an uncompiled step)
-            pdl = compile_step and bool(getattr(config.rollout, "compile_pdl", True))
             options = compile_options(
                 bool(getattr(config.rollout, "compile_autotune", False)),
-                pdl) if compile_step else None
+                bool(getattr(config.rollout, "compile_pdl", True))) if compile_step else None
             self._static = StaticDecoders(
                 capture=True, compile_step=compile_step,
                 decode_attention="triton" if triton else "sdpa",
                 splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None,
                 fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)),
-                options=options, pdl=pdl)
+                options=options)
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the

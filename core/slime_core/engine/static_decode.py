@@ -157,11 +157,8 @@ class StaticDecoder:
     def __init__(self, model: Any, batch: int, length: int, capture: bool,
                  compile_step: bool = False, attention: str = ATTENTION_NAME,
                  fused: FusedDecoder | None = None, splits: int | None = None,
-                 fuse_rope: bool = False, options: dict[str, Any] | None = None,
-                 pdl: bool = False) -> None:
-        """``options``: inductor options of the compiled step (:func:`compile_options`);
-        ``pdl``: the Triton attention kernels launch with programmatic dependent launch
-        where the device has it (``rollout.compile_pdl``, as the step's inductor kernels)."""
+                 fuse_rope: bool = False, options: dict[str, Any] | None = None) -> None:
+        """``options``: inductor options of the compiled step (:func:`compile_options`)."""
         from transformers import StaticCache
 
         self.model, self.batch, self.length = model, batch, length
@@ -174,7 +171,6 @@ class StaticDecoder:
         # with the Triton attention: each layer's rotary embedding and cache write inside the
         # attention kernel (layers without q/k norms)
         self.fuse_rope = fuse_rope
-        self.pdl = pdl
         forward = self._fused_forward if fused is not None else self._forward
         # the decode forward, compiled when asked (prefill has other shapes and stays eager)
         self._step_forward = (torch.compile(forward, dynamic=False, options=options or None)
@@ -228,7 +224,7 @@ class StaticDecoder:
                     qkv[:, h * d:(h + hkv) * d].view(b, hkv, d),
                     qkv[:, (h + hkv) * d:].view(b, hkv, d),
                     cos.view(b, d), sin.view(b, d), self.column, cache.keys, cache.values,
-                    mask, layer.scaling, self.splits, self.pdl)
+                    mask, layer.scaling, self.splits)
             else:
                 qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
                 cache.keys.index_copy_(2, self.column, qk[:, h:].reshape(b, hkv, 1, d))
@@ -236,7 +232,7 @@ class StaticDecoder:
                 q = qk[:, :h].reshape(b, hkv, h // hkv, d)
                 if triton:
                     out = decode_attention(q, cache.keys, cache.values, mask, layer.scaling,
-                                           self.splits, self.pdl)
+                                           self.splits)
                 else:
                     out = F.scaled_dot_product_attention(q, cache.keys, cache.values,
                                                          attn_mask=mask, scale=layer.scaling)
@@ -300,18 +296,15 @@ class StaticDecoders:
 
     def __init__(self, capture: bool, compile_step: bool = False,
                  decode_attention: str = "sdpa", splits: int | None = None,
-                 fuse_rope: bool = False, options: dict[str, Any] | None = None,
-                 pdl: bool = False) -> None:
+                 fuse_rope: bool = False, options: dict[str, Any] | None = None) -> None:
         """``decode_attention``: ``"sdpa"`` or ``"triton"`` (resolved by the caller);
         ``splits``: the Triton kernel's column splits in fused decode steps (None: its
         heuristic); ``fuse_rope``: the rotary embedding and cache write in that kernel;
-        ``options``: inductor options of compiled steps (:func:`compile_options`); ``pdl``:
-        that kernel launched with programmatic dependent launch where supported."""
+        ``options``: inductor options of compiled steps (:func:`compile_options`)."""
         self.capture = capture
         self.options = dict(options or {})
         self.splits = splits
         self.fuse_rope = fuse_rope
-        self.pdl = pdl
         self.compile_step = compile_step
         self.attention = TRITON_ATTENTION_NAME if decode_attention == "triton" else ATTENTION_NAME
         self._by_shape: dict[tuple[int, int], StaticDecoder] = {}
@@ -326,7 +319,7 @@ class StaticDecoders:
         if dec is None or dec.model is not model or dec.fused is not fused:
             dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step,
                                 self.attention, fused, self.splits, self.fuse_rope,
-                                self.options, self.pdl)
+                                self.options)
             self._by_shape[key] = dec
         return dec
 

@@ -305,7 +305,9 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
     A custom op, so ``torch.compile`` keeps it as one opaque call (the compiled decode step
     that a CUDA graph captures). ``splits``: column splits (None: :func:`num_splits`);
-    ``pdl``: programmatic dependent launch where supported (same result, launched early)."""
+    ``pdl``: programmatic dependent launch where supported (same result, launched early;
+    not yet timed on a GPU, so the engine does not pass it: ``bench/h200_issue24.sh
+    pdl_kernels``)."""
     return _launch(q, k, v, mask, scale, splits, pdl=pdl)
 
 
