@@ -221,13 +221,15 @@ PY
     # the decode attention's `pdl` argument (programmatic dependent launch for it and its split
     # combine; not wired into the engine yet): the CUDA tests (same bits with and without,
     # in a captured graph), then the op with and without in one process at both shapes. If it
-    # is faster, pass rollout.compile_pdl through StaticDecoders to the op and time the rollout
+    # is faster, pass rollout.compile_pdl through StaticDecoders to the op and time the rollout.
+    # The split counts under the new launch defaults ride along (PROGRAMS_PER_SM = 16 picks 3
+    # and 5; 1-4 and 2-3 were 1-5% faster in `tuned`, within the noise between calls)
     timeout 120 python3 -m pytest -q core/tests/kernels 2>&1 | tail -3
-    timeout 60 python3 bench/decode_attention.py --splits "" | tee -a "$OUT/pdl.jsonl" \
-      | python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if k.startswith('rope') and k.endswith('_us')}) for l in sys.stdin if l.startswith('{\"device')]"
-    timeout 60 python3 bench/decode_attention.py --splits "" --batch 256 --groups 6 \
+    timeout 60 python3 bench/decode_attention.py --splits 1,2,3,4,6 | tee -a "$OUT/pdl.jsonl" \
+      | python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if (k.startswith('rope') or k.startswith('slime')) and k.endswith('_us')}) for l in sys.stdin if l.startswith('{\"device')]"
+    timeout 60 python3 bench/decode_attention.py --splits 1,2,3,4,6 --batch 256 --groups 6 \
       --head-dim 128 --length 1088 --filled 700 | tee -a "$OUT/pdl.jsonl" \
-      | python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if k.startswith('rope') and k.endswith('_us')}) for l in sys.stdin if l.startswith('{\"device')]"
+      | python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if (k.startswith('rope') or k.startswith('slime')) and k.endswith('_us')}) for l in sys.stdin if l.startswith('{\"device')]"
     ;;
   trl_ab)
     # TRL's 0.5b steady step was 9.2-10.1 s in this script on 2026-12-02, 5.5-7.1 s in the
