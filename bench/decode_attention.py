@@ -46,18 +46,48 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
+def graph_us(fn: Callable[[], object], per_graph: int, replays: int) -> float:
+    """GPU microseconds of one ``fn()`` call: ``per_graph`` calls captured in one CUDA graph
+    (after a warm-up on a side stream), the graph replayed ``replays`` times."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(per_graph):
+            fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (per_graph * replays)
+
+
+def _rope_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 column: int) -> tuple[torch.Tensor, ...]:
+    """The fused-rotary op's extra inputs at ``column``: the new key and value copied from the
+    cache's own column there, cos 1, sin 0 (the reference still holds)."""
+    b, _, _, d = q.shape
+    cos = torch.ones(b, d, device=q.device, dtype=q.dtype)
+    return (k[:, :, column].clone(), v[:, :, column].clone(), cos, cos * 0,
+            torch.tensor([column], device=q.device))
+
+
 def _rope_sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                 scale: float, column: int, split_counts: list[int],
                 ) -> dict[str, Callable[[], torch.Tensor]]:
-    """The fused-rotary kernel at ``column`` (cos 1, sin 0 and the new key and value copied
-    from the cache's own column there: the reference still holds) under each launch tuning at
-    its own split count, and at each of ``split_counts`` with two pipeline stages."""
+    """The fused-rotary kernel at ``column`` (:func:`_rope_inputs`) under each launch tuning
+    at its own split count, and at each of ``split_counts`` with two pipeline stages."""
     from slime_core.kernels.decode_attention import _launch, num_splits
 
-    b, hkv, _, d = q.shape
-    k_new, v_new = k[:, :, column].clone(), v[:, :, column].clone()
-    cos = torch.ones(b, d, device=q.device, dtype=q.dtype)
-    rope = (k_new, v_new, cos, cos * 0, torch.tensor([column], device=q.device))
+    b, hkv = q.shape[:2]
+    rope = _rope_inputs(q, k, v, column)
     own = num_splits(b * hkv, k.shape[2], q.device)
     cands: dict[str, Callable[[], torch.Tensor]] = {}
     tunings = [(True, 64, 4, 2)] + [(False, bn, w, st) for bn in (16, 32, 64)
@@ -80,13 +110,9 @@ def _rope_pdl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     a proxy for the step, where the kernel before is a product)."""
     from slime_core.kernels.decode_attention import decode_attention_rope
 
-    b, _, _, d = q.shape
-    k_new, v_new = k[:, :, column].clone(), v[:, :, column].clone()
-    cos = torch.ones(b, d, device=q.device, dtype=q.dtype)
-    col = torch.tensor([column], device=q.device)
+    rope = _rope_inputs(q, k, v, column)
     return {f"rope{'_pdl' if pdl else ''}": (lambda pdl=pdl: decode_attention_rope(
-        q, k_new, v_new, cos, cos * 0, col, k, v, mask, scale, None, pdl))
-        for pdl in (False, True)}
+        q, *rope, k, v, mask, scale, None, pdl)) for pdl in (False, True)}
 
 
 def main() -> None:
@@ -156,24 +182,7 @@ def main() -> None:
             for _ in range(3):
                 got = fn()
             if dev.type == "cuda":  # GPU time: calls replayed from a CUDA graph, as in decoding
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    fn()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for _ in range(50):
-                        fn()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                graph.replay()
-                torch.cuda.synchronize()
-                start.record()
-                for _ in range(a.iters // 50):
-                    graph.replay()
-                end.record()
-                torch.cuda.synchronize()
-                us = start.elapsed_time(end) * 1e3 / (50 * (a.iters // 50))
+                us = graph_us(fn, 50, a.iters // 50)
             else:
                 import time
 

@@ -2,8 +2,9 @@
 decoder (q/k/v together, output, gate and up together, down, the vocabulary head) with the
 step's rows against every layer's own weight, as a decode step reads them (a loop over one
 weight would serve it from L2 after the first call), replayed from a CUDA graph. Prints
-microseconds per product and per step next to the weight-read bound at the measured copy
-bandwidth: the share of a decode step the products take and how far they are from memory speed.
+microseconds per product and per step next to the weight-read bound at the copy bandwidth
+``gpu_anchor.py`` measures: the share of a decode step the products take and how far they are
+from memory speed.
 
     python bench/decode_products.py [--shape 1.5b] [--rows 256]
 """
@@ -15,47 +16,8 @@ import json
 
 import torch
 import torch.nn.functional as F
-from gpu_anchor import SHAPES
-
-
-def _graph_us(fn, reps: int = 20) -> float:
-    """GPU microseconds of one ``fn()`` call, replayed ``reps`` times from a CUDA graph."""
-    for _ in range(2):
-        fn()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / reps
-
-
-def copy_bytes_per_s() -> float:
-    """Device memory bandwidth as a 2 GiB copy reaches it, read + write counted, timed in a
-    plain loop as ``gpu_anchor.py``'s ceilings are (a copy captured in a CUDA graph became a
-    copy-engine transfer there: 2.7 TB/s against 4.2)."""
-    src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        dst.copy_(src)
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * src.numel() * 2 / (start.elapsed_time(end) * 1e-3 / 10)
+from decode_attention import graph_us
+from gpu_anchor import SHAPES, ceilings
 
 
 def main() -> None:
@@ -75,7 +37,9 @@ def main() -> None:
         "down": (inter, h, layers),
         "lm_head": (h, c["vocab_size"], 1),
     }
-    bw = copy_bytes_per_s()
+    # the anchor's own copy bandwidth, timed in a plain loop: a copy captured in a CUDA graph
+    # became a copy-engine transfer there (2.7 TB/s against 4.2)
+    bw = ceilings()["copy_bytes_per_s"]
     out: dict[str, object] = {"what": "decode_products", "shape": a.shape, "rows": rows,
                               "copy_gb_per_s": round(bw / 1e9)}
     total_us = total_bound_us = 0.0
@@ -89,7 +53,9 @@ def main() -> None:
             for w in ws:
                 torch.matmul(x, w.t(), out=y)
 
-        us = _graph_us(step) / count
+        for _ in range(2):
+            step()
+        us = graph_us(step, 1, 20) / count
         bound = (fin * fout + rows * (fin + fout)) * 2 / bw * 1e6
         out[f"{name}_us"] = round(us, 2)
         out[f"{name}_bound_us"] = round(bound, 2)
