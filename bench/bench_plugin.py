@@ -114,7 +114,7 @@ class BenchPlugin:
     @hookimpl(tryfirst=True)
     async def slime_generate(self, config: Any, sample: Any, sampling_params: Any,
                              engine: Any) -> Any:
-        from slime_core.runner.rollout import default_generate
+        from slime_core.rollout.manager import default_generate
 
         return await default_generate(config, sample, sampling_params.replace(ignore_eos=True),
                                       engine)

@@ -13,8 +13,8 @@ import json
 import time
 
 import torch
-from slime_core.trainer import logprob_head
-from slime_core.trainer.logprob_head import head_log_probs
+from slime_core.trainkit import logprob_head
+from slime_core.trainkit.logprob_head import head_log_probs
 
 
 def model_forward_path(h_all, head, rows, cols, target):

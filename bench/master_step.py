@@ -16,7 +16,7 @@ import statistics
 import time
 
 import torch
-from slime_core.trainer.master import MasterAdamW
+from slime_core.trainkit.master import MasterAdamW
 
 
 def old_refresh(copy: torch.Tensor, current: torch.Tensor) -> None:

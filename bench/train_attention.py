@@ -1,5 +1,5 @@
 """The training forward + backward of one right-padded micro-batch with and without the
-padding mask, in one process (``slime_core.trainer.batching``'s fused-head path stopped
+padding mask, in one process (``slime_core.trainkit.batching``'s fused-head path stopped
 passing the mask on 2026-12-02: under the causal mask right padding is never attended, and
 without a mask SDPA may use its flash kernel). The anchor's shape by default (Qwen2-0.5B,
 random weights, bf16, 43 rows of 267-269 tokens, cuDNN attention off as the default); prints

@@ -44,7 +44,7 @@ def fakedev_config(base: dict[str, Any], accelerator: str, **sections: dict[str,
 
 def test_auto_picks_the_highest_priority_record() -> None:
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.runner.components import select_accelerator
+    from slime_core.runtime.accelerator import select_accelerator
 
     manager = SlimePluginManager(PluginSelection(plugins=[], modules=[ACCEL_PLUGIN])).load()
     rec = select_accelerator(manager, "auto")

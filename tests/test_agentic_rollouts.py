@@ -105,7 +105,7 @@ def test_rollout_buffer_as_its_own_process(base_config, tmp_path):
     from slime_core.agent.buffer.source import RolloutBufferSource
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
-    from slime_core.runner.components import make_data_source
+    from slime_core.rollout.components import make_data_source
     from slime_core.session import resolve
 
     port = free_port()

@@ -3,7 +3,7 @@ on the tiny arithmetic model, killed with SIGKILL at chosen points.
 
 Two kinds of kill points: lifecycle hooks (``tests/crash_plugin.py``, which works against any
 version of the driver) and the named points inside a checkpoint save
-(``SLIME_FAULT_KILL_AT``, :func:`slime_core.runner.durable.fault_point`).
+(``SLIME_FAULT_KILL_AT``, :func:`slime_core.runtime.durable.fault_point`).
 """
 
 from __future__ import annotations

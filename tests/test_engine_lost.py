@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from slime_hookspecs import RolloutEngineRecord, hookimpl
 
-from slime_core.executors.base import EngineLostError
+from slime_core.rollout.engine_client import EngineLostError
 
 
 @hookimpl

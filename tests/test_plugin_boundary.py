@@ -85,15 +85,15 @@ def test_the_check_catches_a_planted_internal_import(tmp_path: Path) -> None:
     src.write_text(
         "import slime_core.api\n"
         "from slime_core.api import whiten\n"
-        "from slime_core.trainer.batching import micro_batches\n"
+        "from slime_core.trainkit.batching import micro_batches\n"
         "from slime_core import context\n"
         "def f():\n"
-        "    import slime_core.runner.engine_client\n",
+        "    import slime_core.rollout.engine_client\n",
         encoding="utf-8",
     )
     bad = internal_imports(src)
     assert [b.split(": ", 1)[1] for b in bad] == [
-        "slime_core.trainer.batching", "slime_core.context", "slime_core.runner.engine_client",
+        "slime_core.trainkit.batching", "slime_core.context", "slime_core.rollout.engine_client",
     ]
 
 

@@ -52,37 +52,37 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # process state
     "get_manager": ("slime_core.context", "get_manager"),
     "get_registries": ("slime_core.context", "get_registries"),
-    "accelerator_record": ("slime_core.runner.components", "accelerator_record"),
+    "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
     # algorithm composition
-    "compute_advantages": ("slime_core.algo.compose", "compute_advantages"),
-    "compute_loss": ("slime_core.algo.compose", "compute_loss"),
-    "prepare_batch": ("slime_core.algo.compose", "prepare_batch"),
-    "make_reducer": ("slime_core.algo.compose", "make_reducer"),
-    "needs_ref": ("slime_core.algo.compose", "needs_ref"),
+    "compute_advantages": ("slime_core.trainkit.compose", "compute_advantages"),
+    "compute_loss": ("slime_core.trainkit.compose", "compute_loss"),
+    "prepare_batch": ("slime_core.trainkit.compose", "prepare_batch"),
+    "make_reducer": ("slime_core.trainkit.compose", "make_reducer"),
+    "needs_ref": ("slime_core.trainkit.compose", "needs_ref"),
     "opd_enabled": ("slime_core.algo.opd", "opd_enabled"),
     "teacher_in_trainer": ("slime_core.algo.opd", "teacher_in_trainer"),
     "teacher_model_config": ("slime_core.algo.opd", "teacher_model_config"),
-    "whiten": ("slime_core.algo.whiten", "whiten"),
-    "WHITEN_EPS": ("slime_core.algo.whiten", "WHITEN_EPS"),
-    "AllSum": ("slime_core.algo.whiten", "AllSum"),
+    "whiten": ("slime_core.trainkit.whiten", "whiten"),
+    "WHITEN_EPS": ("slime_core.trainkit.whiten", "WHITEN_EPS"),
+    "AllSum": ("slime_core.trainkit.whiten", "AllSum"),
     # data parallelism
-    "dp_active": ("slime_core.trainer.data_parallel", "active"),
-    "global_totals": ("slime_core.trainer.data_parallel", "global_totals"),
-    "all_reduce_gradients": ("slime_core.trainer.data_parallel", "all_reduce_gradients"),
-    "float_all_sum": ("slime_core.trainer.data_parallel", "float_all_sum"),
-    "sum_metrics": ("slime_core.trainer.data_parallel", "sum_metrics"),
-    "data_parallel_group": ("slime_core.trainer.data_parallel", "data_parallel_group"),
-    "set_data_parallel_group": ("slime_core.trainer.data_parallel", "set_data_parallel_group"),
+    "dp_active": ("slime_core.trainkit.data_parallel", "active"),
+    "global_totals": ("slime_core.trainkit.data_parallel", "global_totals"),
+    "all_reduce_gradients": ("slime_core.trainkit.data_parallel", "all_reduce_gradients"),
+    "float_all_sum": ("slime_core.trainkit.data_parallel", "float_all_sum"),
+    "sum_metrics": ("slime_core.trainkit.data_parallel", "sum_metrics"),
+    "data_parallel_group": ("slime_core.trainkit.data_parallel", "data_parallel_group"),
+    "set_data_parallel_group": ("slime_core.trainkit.data_parallel", "set_data_parallel_group"),
     # training steps
-    "Accumulation": ("slime_core.trainer.accumulate", "Accumulation"),
-    "step_indices": ("slime_core.trainer.accumulate", "step_indices"),
-    "rollout_optimizer_steps": ("slime_core.trainer.accumulate", "rollout_optimizer_steps"),
-    "make_adamw": ("slime_core.trainer.master", "make_adamw"),
-    "refresh_copy": ("slime_core.trainer.master", "refresh_copy"),
-    "WeightVersions": ("slime_core.trainer.master", "WeightVersions"),
-    "micro_batches": ("slime_core.trainer.batching", "micro_batches"),
-    "response_log_probs": ("slime_core.trainer.batching", "response_log_probs"),
-    "to_tensor_list": ("slime_core.trainer.batching", "to_tensor_list"),
+    "Accumulation": ("slime_core.trainkit.accumulate", "Accumulation"),
+    "step_indices": ("slime_core.trainkit.accumulate", "step_indices"),
+    "rollout_optimizer_steps": ("slime_core.trainkit.accumulate", "rollout_optimizer_steps"),
+    "make_adamw": ("slime_core.trainkit.master", "make_adamw"),
+    "refresh_copy": ("slime_core.trainkit.master", "refresh_copy"),
+    "WeightVersions": ("slime_core.trainkit.master", "WeightVersions"),
+    "micro_batches": ("slime_core.trainkit.batching", "micro_batches"),
+    "response_log_probs": ("slime_core.trainkit.batching", "response_log_probs"),
+    "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainer.torch_trainer", "lr_lambda"),
     # models
     "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
@@ -90,7 +90,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "resolve_dtype": ("slime_core.engine.model_loading", "resolve_dtype"),
     "build_value_model": ("slime_core.trainer.critic", "build_value_model"),
     # engines
-    "EngineClient": ("slime_core.runner.engine_client", "EngineClient"),
+    "EngineClient": ("slime_core.rollout.engine_client", "EngineClient"),
     "check_generate_inputs": ("slime_core.engine.prompts", "check_generate_inputs"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.agent.buffer.services", "run_agent_api"),
@@ -106,17 +106,17 @@ __all__ = list(_EXPORTS)
 # tests/test_plugin_boundary.py checks that these are exactly the exports above.
 if TYPE_CHECKING:
     from slime_core.agent.buffer.services import run_agent_api as run_agent_api
-    from slime_core.algo.compose import compute_advantages as compute_advantages
-    from slime_core.algo.compose import compute_loss as compute_loss
-    from slime_core.algo.compose import make_reducer as make_reducer
-    from slime_core.algo.compose import needs_ref as needs_ref
-    from slime_core.algo.compose import prepare_batch as prepare_batch
+    from slime_core.trainkit.compose import compute_advantages as compute_advantages
+    from slime_core.trainkit.compose import compute_loss as compute_loss
+    from slime_core.trainkit.compose import make_reducer as make_reducer
+    from slime_core.trainkit.compose import needs_ref as needs_ref
+    from slime_core.trainkit.compose import prepare_batch as prepare_batch
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
-    from slime_core.algo.whiten import WHITEN_EPS as WHITEN_EPS
-    from slime_core.algo.whiten import AllSum as AllSum
-    from slime_core.algo.whiten import whiten as whiten
+    from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
+    from slime_core.trainkit.whiten import AllSum as AllSum
+    from slime_core.trainkit.whiten import whiten as whiten
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
@@ -127,25 +127,25 @@ if TYPE_CHECKING:
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
-    from slime_core.runner.components import accelerator_record as accelerator_record
-    from slime_core.runner.engine_client import EngineClient as EngineClient
-    from slime_core.trainer.accumulate import Accumulation as Accumulation
-    from slime_core.trainer.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
-    from slime_core.trainer.accumulate import step_indices as step_indices
-    from slime_core.trainer.batching import micro_batches as micro_batches
-    from slime_core.trainer.batching import response_log_probs as response_log_probs
-    from slime_core.trainer.batching import to_tensor_list as to_tensor_list
+    from slime_core.runtime.accelerator import accelerator_record as accelerator_record
+    from slime_core.rollout.engine_client import EngineClient as EngineClient
+    from slime_core.trainkit.accumulate import Accumulation as Accumulation
+    from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
+    from slime_core.trainkit.accumulate import step_indices as step_indices
+    from slime_core.trainkit.batching import micro_batches as micro_batches
+    from slime_core.trainkit.batching import response_log_probs as response_log_probs
+    from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainer.critic import build_value_model as build_value_model
-    from slime_core.trainer.data_parallel import active as dp_active  # noqa: F401 (renamed export)
-    from slime_core.trainer.data_parallel import all_reduce_gradients as all_reduce_gradients
-    from slime_core.trainer.data_parallel import data_parallel_group as data_parallel_group
-    from slime_core.trainer.data_parallel import float_all_sum as float_all_sum
-    from slime_core.trainer.data_parallel import global_totals as global_totals
-    from slime_core.trainer.data_parallel import set_data_parallel_group as set_data_parallel_group
-    from slime_core.trainer.data_parallel import sum_metrics as sum_metrics
-    from slime_core.trainer.master import make_adamw as make_adamw
-    from slime_core.trainer.master import WeightVersions as WeightVersions
-    from slime_core.trainer.master import refresh_copy as refresh_copy
+    from slime_core.trainkit.data_parallel import active as dp_active  # noqa: F401 (renamed export)
+    from slime_core.trainkit.data_parallel import all_reduce_gradients as all_reduce_gradients
+    from slime_core.trainkit.data_parallel import data_parallel_group as data_parallel_group
+    from slime_core.trainkit.data_parallel import float_all_sum as float_all_sum
+    from slime_core.trainkit.data_parallel import global_totals as global_totals
+    from slime_core.trainkit.data_parallel import set_data_parallel_group as set_data_parallel_group
+    from slime_core.trainkit.data_parallel import sum_metrics as sum_metrics
+    from slime_core.trainkit.master import make_adamw as make_adamw
+    from slime_core.trainkit.master import WeightVersions as WeightVersions
+    from slime_core.trainkit.master import refresh_copy as refresh_copy
     from slime_core.trainer.torch_trainer import lr_lambda as lr_schedule  # noqa: F401 (renamed export)
 
 

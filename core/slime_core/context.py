@@ -45,7 +45,7 @@ def set_rollout_engine_clients(clients: list[Any]) -> None:
 
 
 def rollout_engine_clients() -> list[Any]:
-    """The :class:`~slime_core.runner.engine_client.EngineClient` of each rollout engine of this
+    """The :class:`~slime_core.rollout.engine_client.EngineClient` of each rollout engine of this
     process's rollout manager (empty where there is none: trainer ranks, listing commands).
     For plugins that generate outside ``slime_generate`` (e.g. an HTTP front of the engines)."""
     return list(_ENGINE_CLIENTS)

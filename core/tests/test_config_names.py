@@ -118,7 +118,7 @@ def test_core_run_fails_before_any_model_loads(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_needs_ref_fails_on_an_unknown_estimator() -> None:
-    from slime_core.algo.compose import needs_ref
+    from slime_core.trainkit.compose import needs_ref
     from slime_core.context import set_manager
     from slime_core.pluginmgr import UnknownRecordError
     from slime_core.testing import build_test_config

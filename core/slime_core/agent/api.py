@@ -166,7 +166,7 @@ class AgentApiServer:
     def _app(self) -> Any:
         from aiohttp import web
 
-        from slime_core.runner.engine_client import EngineClient
+        from slime_core.rollout.engine_client import EngineClient
 
         self._clients = [EngineClient(e, 0, i) for i, e in enumerate(self.engines)]
         app = web.Application(middlewares=[

@@ -26,7 +26,7 @@ def build(config_path: str | None, overrides: list[str]) -> Any:
     from slime_core.agent.api import AgentApiServer
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
-    from slime_core.runner.components import select_accelerator
+    from slime_core.runtime.accelerator import select_accelerator
     from slime_core.session import resolve
 
     if os.environ.get(TOKEN_ENV) and not any(o.startswith("agent_api.token=") for o in overrides):

@@ -1,1 +1,1 @@
-"""Backend-independent algorithm plumbing: advantages and loss composition through hooks."""
+"""On-policy distillation: the teacher, in the rollout engine or in the trainer."""

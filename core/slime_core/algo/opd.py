@@ -103,7 +103,7 @@ def apply_opd(config: Any, batch: Any) -> None:
 def build_teacher_engine(manager: Any, config: Any) -> Any:
     """Engine mode: the teacher served by ``opd.engine`` (default ``rollout.engine``), built
     in the rollout manager's process; it must have ``score_tokens`` (the local engine has)."""
-    from slime_core.runner.components import select_accelerator
+    from slime_core.runtime.accelerator import select_accelerator
 
     name = config.opd.engine or config.rollout.engine
     rec = manager.registries.rollout_engine.get(name)

@@ -2,7 +2,7 @@
 
 It is ``trylast`` so any plugin's ``slime_generate`` is called first and wins by returning a
 result (a firstresult hook). The default *rollout* is each rollout manager's own
-``slime_rollout`` implementation (``slime_core.runner.rollout``), registered ``trylast`` on
+``slime_rollout`` implementation (``slime_core.rollout.manager``), registered ``trylast`` on
 its plugin manager when it is built, so it needs no process-global rollout manager.
 """
 
@@ -15,6 +15,6 @@ from slime_hookspecs import hookimpl
 
 @hookimpl(trylast=True)
 def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
-    from slime_core.runner.rollout import default_generate
+    from slime_core.rollout.manager import default_generate
 
     return default_generate(config, sample, sampling_params, engine)

@@ -4,7 +4,7 @@ slime_core.cli.gpu_check`` (needs 2 CUDA devices).
 Two processes, one GPU each, run what the trainer ranks and the broadcast transport run:
 
 1. nccl data parallelism: ``init_data_parallel`` (the loopback store of
-   :mod:`slime_core.executors.dist_group`), then one ``TorchTrainer.train_step`` per rank on its token-balanced
+   :mod:`slime_core.runtime.dist_group`), then one ``TorchTrainer.train_step`` per rank on its token-balanced
    share of a fixed batch; the first AdamW step stores ``exp_avg = 0.1 * grad``, which must
    equal a single-GPU run on the whole batch;
 2. the nccl weight broadcast group (its own group, not the default one): rank 0 packs its
@@ -71,7 +71,7 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
-    from slime_core.executors.dist_group import (
+    from slime_core.runtime.dist_group import (
         broadcast,
         connect_store,
         init_data_parallel,
@@ -124,7 +124,7 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
 
     from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.context import set_manager
-    from slime_core.executors.dist_group import StoreServer
+    from slime_core.runtime.dist_group import StoreServer
     from slime_core.trainer.torch_trainer import TorchTrainer
 
     if torch.cuda.device_count() < 2:

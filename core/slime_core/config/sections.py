@@ -171,7 +171,7 @@ class EvalSection:
     datasets: list[dict[str, Any]] = field(default_factory=list)  # [[eval.datasets]]: name, path or source/task, reward, n_samples, temperature, top_p, top_k, max_new_tokens, stop, max_prompts, generate; unset keys from [eval] (docs/evaluation.md)
 
     def __post_init__(self) -> None:
-        from slime_core.evaluation.specs import parse_datasets
+        from slime_core.config.eval_datasets import parse_datasets
 
         _need(self.top_k == -1 or self.top_k >= 1, "eval.top_k", "must be -1 (off) or >= 1")
         _need(all(k >= 1 for k in self.pass_at), "eval.pass_at", "every k must be >= 1")

@@ -5,7 +5,7 @@ score it needs a label, when the label is missing, empty, or not text or a numbe
 compared as text is never equal to an answer). Which reward needs a label is a property of its
 record: ``RewardFunctionRecord(..., extra={"needs_label": True})`` (the built-in ``exact`` and
 ``math`` set it). The data source does not know the reward, so
-:func:`slime_core.runner.components.make_data_source` names it in :data:`LABEL_REQUIRED` while
+:func:`slime_core.rollout.components.make_data_source` names it in :data:`LABEL_REQUIRED` while
 the source is built.
 
 Bad rows are collected, not raised one at a time: :class:`BadRows` gives one error naming how

@@ -2,7 +2,7 @@
 
 For each dataset the rollout metrics of its samples under the prefix ``eval/<name>``
 (``accuracy``, ``reward_mean``, ``response_length_mean``/``_max``, ``truncated_ratio``,
-``failed``, ...; see :mod:`slime_core.runner.metrics`: accuracy is the fraction of samples
+``failed``, ...; see :mod:`slime_core.observe.rollout_metrics`: accuracy is the fraction of samples
 whose reward is at least 1 - 1e-6, which is the mean reward for 0/1 rewards) and, for each k
 of ``eval.pass_at`` with k <= its samples per prompt, ``eval/<name>/pass@k``: the unbiased
 estimator of Chen et al. (2021), ``1 - C(n - c, k) / C(n, k)`` for a prompt with n samples of
@@ -18,8 +18,8 @@ from typing import Any
 from slime_hookspecs import Sample, Status
 
 from slime_core.evaluation.suite import DATASET_KEY
-from slime_core.runner.metrics import rollout_metrics
-from slime_core.runner.rollout import scalar_reward
+from slime_core.observe.rollout_metrics import rollout_metrics
+from slime_core.rewards.scalar import scalar_reward
 
 CORRECT = 1 - 1e-6
 

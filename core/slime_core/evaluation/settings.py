@@ -8,7 +8,7 @@ from typing import Any
 
 from slime_hookspecs import Sample, SamplingParams
 
-from slime_core.evaluation.specs import EvalDatasetSpec, resolved
+from slime_core.config.eval_datasets import EvalDatasetSpec, resolved
 from slime_core.evaluation.suite import DATASET_KEY
 
 

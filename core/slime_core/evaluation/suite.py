@@ -15,7 +15,7 @@ from typing import Any
 
 from slime_hookspecs import Sample
 
-from slime_core.evaluation.specs import EvalDatasetSpec, resolved
+from slime_core.config.eval_datasets import EvalDatasetSpec, resolved
 
 DATASET_KEY = "eval_dataset"
 

@@ -27,12 +27,6 @@ from typing import Any, Protocol
 from slime_hookspecs import RolloutResult
 
 
-class EngineLostError(RuntimeError):
-    """A rollout engine's process or node is gone and nothing restarts it (fault tolerance
-    off). Not a bad sample: the rollout stops with it instead of failing that engine's
-    samples one by one while the other engines carry on."""
-
-
 class RolloutFuture(Protocol):
     def result(self) -> RolloutResult: ...
 

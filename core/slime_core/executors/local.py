@@ -23,8 +23,8 @@ from slime_core.executors.base import (
     weights_digest,
 )
 from slime_core.pluginmgr import SlimePluginManager
-from slime_core.runner.components import attach_buffer_filter, has_eval, make_data_source
-from slime_core.runner.rollout import RolloutManager
+from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
+from slime_core.rollout.manager import RolloutManager
 
 
 class LocalExecutor:

@@ -6,7 +6,7 @@ actor (so it rebuilds the driver's plugin set from the picklable selection, and 
 ``slime_trainer_init`` fire in the rank's process, as under Ray). The ranks join one default
 ``torch.distributed`` group with the accelerator record's backend (gloo on the CPU) through a
 store the driver serves on 127.0.0.1 under a random key prefix
-(:mod:`~slime_core.executors.dist_group`). Commands and results travel over pipes with
+(:mod:`~slime_core.runtime.dist_group`). Commands and results travel over pipes with
 ``torch.multiprocessing``'s pickler, so tensors (exported weights, log-probs) are handed over in
 shared memory rather than copied through the pipe.
 
@@ -69,7 +69,7 @@ class LocalRankGroup(TrainerGroup):
                  accelerator: Any) -> None:
         import torch.multiprocessing as mp
 
-        from slime_core.executors.dist_group import StoreServer
+        from slime_core.runtime.dist_group import StoreServer
 
         world = int(config.train.num_ranks)
         super().__init__(world)

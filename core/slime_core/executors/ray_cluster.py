@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from slime_core.executors.dist_group import is_loopback
+from slime_core.runtime.dist_group import is_loopback
 
 
 def check_token_auth() -> None:

@@ -33,7 +33,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from slime_hookspecs import AcceleratorRecord, RolloutResult, TrainBatch
 
 from slime_core.executors.base import check_weight_agreement, local_only_plugins
-from slime_core.executors.dist_group import is_loopback
+from slime_core.runtime.dist_group import is_loopback
 from slime_core.executors.placement import ActorSlot, plan_placement
 from slime_core.executors.ray_cluster import RayConnection
 from slime_core.executors.trainer_group import TrainerGroup
@@ -44,7 +44,7 @@ from slime_core.executors.ray_workers import (
     TrainerWorker,
 )
 from slime_core.pluginmgr import SlimePluginManager
-from slime_core.runner.components import has_eval
+from slime_core.rollout.components import has_eval
 
 _Trainer = ray.remote(TrainerWorker)
 _Engine = ray.remote(EngineWorker)

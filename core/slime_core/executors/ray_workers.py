@@ -31,9 +31,10 @@ from typing import Any
 from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 
 from slime_core.context import set_manager
-from slime_core.executors.base import EngineLostError, engine_weights, weights_digest
+from slime_core.executors.base import engine_weights, weights_digest
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-from slime_core.runner import process_settings
+from slime_core.rollout.engine_client import EngineLostError
+from slime_core.runtime import process_settings
 
 
 def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:
@@ -351,8 +352,8 @@ class EngineSupervisor:
 
 class RolloutManagerWorker:
     def __init__(self, selection: PluginSelection, config: Any, engine_handles: list[Any]) -> None:
-        from slime_core.runner.components import attach_buffer_filter, has_eval, make_data_source
-        from slime_core.runner.rollout import RolloutManager
+        from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
+        from slime_core.rollout.manager import RolloutManager
 
         manager = bootstrap(selection, config)
         self.config = config
@@ -421,13 +422,13 @@ class TrainerWorker:
 
     def open_store(self, host: str) -> int:
         """Rank 0: the data-parallel rendezvous store (listening on ``host`` only)."""
-        from slime_core.executors.dist_group import StoreServer
+        from slime_core.runtime.dist_group import StoreServer
 
         self._server = StoreServer(host, self.world_size, self.config.ray.collective_timeout_s)
         return self._server.port
 
     def init_dist(self, host: str, port: int, prefix: str) -> None:
-        from slime_core.executors.dist_group import init_data_parallel
+        from slime_core.runtime.dist_group import init_data_parallel
 
         init_data_parallel(self.record.dist_backend, host, port, prefix, self.rank,
                            self.world_size, self.config.ray.collective_timeout_s, self._server)

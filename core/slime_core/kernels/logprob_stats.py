@@ -1,6 +1,6 @@
 """The log-prob head's per-row statistics and their gradient as Triton kernels.
 
-:mod:`slime_core.trainer.logprob_head` keeps a micro-batch's response logits ``[R, V]`` (the
+:mod:`slime_core.trainkit.logprob_head` keeps a micro-batch's response logits ``[R, V]`` (the
 model's dtype) and needs, per row, ``lse = logsumexp(z)``, ``logp[target] = z[target] - lse``
 and the entropy ``H = lse - sum(softmax(z) z)`` with ``z = logits / T``; backward, ``dz = g_lp
 (onehot - p) - g_H p (log p + H)`` written over the logits. The compiled torch functions made
@@ -8,7 +8,7 @@ several passes over fp32 chunks (29 ms statistics + 16 ms gradient a training st
 anchor, against about 5 ms to read and write the bf16 logits once). Here the statistics are one
 online-softmax pass that reads each row once (one program a row), and the gradient one pass
 that reads a tile and writes it back in place (one program per row and tile). All arithmetic
-is fp32, as in the torch functions (:func:`slime_core.trainer.logprob_head._stats` /
+is fp32, as in the torch functions (:func:`slime_core.trainkit.logprob_head._stats` /
 ``_grad``), so the values agree up to the order of the sums.
 """
 

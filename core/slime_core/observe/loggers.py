@@ -8,7 +8,7 @@ import math
 import os
 from typing import Any
 
-from slime_core.runner.durable import atomic_write
+from slime_core.runtime.durable import atomic_write
 
 
 class JsonlLogger:

@@ -1,1 +1,1 @@
-"""The driver loop and the rollout manager."""
+"""The driver loop above the executors: checkpoints, run directories, the one-step-off pipeline."""

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from slime_core.runner.durable import atomic_write, fault_point, fsync_dir, fsync_tree
+from slime_core.runtime.durable import atomic_write, fault_point, fsync_dir, fsync_tree
 
 MARKER = "COMPLETE"
 FORMAT = "slime.checkpoint"

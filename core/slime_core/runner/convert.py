@@ -11,7 +11,7 @@ from typing import Any
 
 from slime_core.algo.opd import TEACHER_KEY
 from slime_core.context import get_manager
-from slime_core.runner.rollout import scalar_reward
+from slime_core.rewards.scalar import scalar_reward
 from slime_hookspecs import Sample, Status, TrainBatch
 
 

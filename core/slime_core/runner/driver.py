@@ -25,15 +25,17 @@ from slime_core.config.names import check_record_names
 from slime_core.context import set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
+from slime_core.observe.rollout_metrics import rollout_metrics
 from slime_core.pluginmgr import SlimePluginManager
+from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
-from slime_core.runner import process_settings, staleness
-from slime_core.runner.components import has_eval, select_accelerator
+from slime_core.runner import staleness
 from slime_core.runner.convert import samples_to_batch
-from slime_core.runner.durable import fault_point
-from slime_core.runner.metrics import rollout_metrics
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
+from slime_core.runtime import process_settings
+from slime_core.runtime.accelerator import select_accelerator
+from slime_core.runtime.durable import fault_point
 
 INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of an async run's in-flight rollout
 

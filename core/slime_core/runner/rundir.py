@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_core.config import Config
-from slime_core.runner.durable import atomic_write, fsync_dir
+from slime_core.runtime.durable import atomic_write, fsync_dir
 
 
 def _toml_value(v: Any) -> str:

@@ -3,7 +3,7 @@
 What ``TrainerBackendRecord.critic_factory`` of the ``torch`` record builds
 (:class:`slime_hookspecs.CriticModel`): a :class:`ValueModel` (or the module
 ``slime_make_model(config, role="critic")`` returns) and its AdamW, replicated on every
-data-parallel rank and stepped with :class:`~slime_core.trainer.accumulate.Accumulation`.
+data-parallel rank and stepped with :class:`~slime_core.trainkit.accumulate.Accumulation`.
 
 Contract shared with ``slime_make_model(config, role="critic")``: a module whose
 ``forward(input_ids=..., attention_mask=...)`` returns an object with ``.logits`` holding one
@@ -21,10 +21,10 @@ from slime_hookspecs import CriticLossFn, CriticSpec
 
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, resolve_dtype
-from slime_core.trainer import data_parallel
-from slime_core.trainer.accumulate import Accumulation
-from slime_core.trainer.batching import micro_batches
-from slime_core.trainer.master import make_adamw
+from slime_core.trainkit import data_parallel
+from slime_core.trainkit.accumulate import Accumulation
+from slime_core.trainkit.batching import micro_batches
+from slime_core.trainkit.master import make_adamw
 
 # Seed offset of init = "random", so its weights differ from an init_config policy's.
 RANDOM_INIT_SEED_OFFSET = 1

@@ -18,19 +18,19 @@ import torch
 from slime_hookspecs import TrainBatch
 from slime_hookspecs.batch import TENSOR_KEYS
 
-from slime_core.algo.compose import compute_loss, prepare_batch
 from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
-from slime_core.trainer import data_parallel, logprob_head
-from slime_core.trainer.accumulate import Accumulation, rollout_optimizer_steps
-from slime_core.trainer.batching import (
+from slime_core.trainkit import data_parallel, logprob_head
+from slime_core.trainkit.accumulate import Accumulation, rollout_optimizer_steps
+from slime_core.trainkit.batching import (
     micro_batches,
     response_log_probs,
     shared_micro_batches,
 )
-from slime_core.trainer.master import make_adamw
-from slime_core.trainer.shared_prefix import prompt_groups
+from slime_core.trainkit.compose import compute_loss, prepare_batch
+from slime_core.trainkit.master import make_adamw
+from slime_core.trainkit.shared_prefix import prompt_groups
 
 
 def lr_lambda(config: Any) -> Any:

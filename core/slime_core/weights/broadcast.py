@@ -1,7 +1,7 @@
 """The ``broadcast`` weight transport: torch.distributed from trainer rank 0 (ray executor only).
 
 A process group of rank 0 (root) and the engine actors, built directly over a loopback-only
-store (see :mod:`~slime_core.executors.dist_group`), gloo on CPU and nccl on GPU; each bucket
+store (see :mod:`~slime_core.runtime.dist_group`), gloo on CPU and nccl on GPU; each bucket
 of ``weights.bucket_mb`` is one flat byte tensor broadcast from rank 0, and an engine applies
 the version only once every bucket has arrived, in one ``update_weights`` call
 (:func:`receive`), so it never serves a half-updated model. The group is rebuilt when the set
@@ -49,7 +49,7 @@ def check_reachable(host: str, root_ip: str, engine_ips: list[str]) -> None:
     """Refuse a loopback store when an engine runs on another machine (it would wait for a
     connection that cannot come until ``ray.collective_timeout_s``). Several raylets of one
     machine share its loopback, so machines are told apart by address, not by Ray node."""
-    from slime_core.executors.dist_group import is_loopback
+    from slime_core.runtime.dist_group import is_loopback
 
     away = sorted({ip for ip in engine_ips if ip != root_ip})
     if away and is_loopback(host):
@@ -69,7 +69,7 @@ class BroadcastTransport:
         self._members: list[Any] = []
 
     def _backend(self) -> str:
-        from slime_core.runner.components import accelerator_record
+        from slime_core.runtime.accelerator import accelerator_record
 
         return accelerator_record(self.config).dist_backend
 
@@ -90,7 +90,7 @@ class BroadcastTransport:
     def _setup(self, handles: list[Any]) -> None:
         import ray
 
-        from slime_core.executors.dist_group import StoreServer, new_group, resolve_host
+        from slime_core.runtime.dist_group import StoreServer, new_group, resolve_host
 
         self.reset()
         cfg = self.config
@@ -110,7 +110,7 @@ class BroadcastTransport:
     def send(self, weights: dict[str, Any], version: int, engines: list[Any]) -> dict[str, float]:
         import ray
 
-        from slime_core.executors.dist_group import broadcast
+        from slime_core.runtime.dist_group import broadcast
 
         handles = actor_handles(engines, "broadcast")
         t0 = time.perf_counter()
@@ -131,7 +131,7 @@ class BroadcastTransport:
 def join(host: str, port: int, prefix: str, rank: int, size: int, backend: str,
          timeout_s: float) -> Any:
     """Engine side (in the engine actor): join rank 0's broadcast group; returns the group."""
-    from slime_core.executors.dist_group import connect_store, new_group, pin_interface
+    from slime_core.runtime.dist_group import connect_store, new_group, pin_interface
 
     pin_interface(host)
     store = connect_store(host, port, size, timeout_s)
@@ -142,7 +142,7 @@ def receive(engine: Any, group: Any, backend: str, metas: list[BucketMeta], vers
     """Engine side (in the engine actor): every bucket from rank 0, then one ``update_weights``."""
     import torch
 
-    from slime_core.executors.dist_group import broadcast
+    from slime_core.runtime.dist_group import broadcast
 
     device = getattr(engine, "device", None)
     if device is None or backend == "gloo":  # gloo moves host tensors

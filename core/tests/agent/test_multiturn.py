@@ -16,7 +16,7 @@ from slime_core.agent import chat
 from slime_core.agent.metrics import tool_metrics
 from slime_core.agent.multiturn import generate_with_tools
 from slime_core.agent.runtime import AgentRuntime
-from slime_core.runner.engine_client import EngineClient
+from slime_core.rollout.engine_client import EngineClient
 from slime_hookspecs import Sample, SamplingParams, Status, ToolRecord, hookimpl
 
 PROMPT = "Q: 123*45="

@@ -6,8 +6,8 @@ from math import comb
 
 import pytest
 from slime_core.config import ConfigError
+from slime_core.config.eval_datasets import resolved
 from slime_core.evaluation.metrics import eval_metrics, pass_at_k
-from slime_core.evaluation.specs import resolved
 from slime_hookspecs import Sample, Status
 
 

@@ -34,7 +34,7 @@ def test_triton_where_it_cannot_run_names_the_key(no_interpreter: None) -> None:
 
 def test_the_head_with_kernel_auto_equals_the_torch_functions_on_a_cpu(
         no_interpreter: None) -> None:
-    from slime_core.trainer.logprob_head import head_log_probs
+    from slime_core.trainkit.logprob_head import head_log_probs
 
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 50, bias=False)

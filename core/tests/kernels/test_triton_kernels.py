@@ -217,7 +217,7 @@ def test_decode_attention_compiles_as_one_op() -> None:
 @pytest.mark.parametrize("entropy", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_head_kernels_match_the_torch_functions(entropy: bool, temperature: float) -> None:
-    from slime_core.trainer.logprob_head import head_log_probs
+    from slime_core.trainkit.logprob_head import head_log_probs
 
     gen = torch.Generator().manual_seed(1)
     rows, d, vocab = (300, 64, 151936) if DEVICE == "cuda" else (37, 16, 5003)

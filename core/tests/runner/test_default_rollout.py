@@ -47,7 +47,7 @@ def _manager_and_config(tmp_path: Path) -> tuple[Any, Any]:
 
 
 def test_the_default_rollout_is_the_managers_own(tmp_path: Path) -> None:
-    from slime_core.runner.rollout import DEFAULT_ROLLOUT_PLUGIN, RolloutManager
+    from slime_core.rollout.manager import DEFAULT_ROLLOUT_PLUGIN, RolloutManager
 
     manager, config = _manager_and_config(tmp_path)
     source = manager.registries.data_source.get("jsonl").factory(config, "train")

@@ -4,7 +4,7 @@ components: the driver's (here) and, through the same function, every worker's."
 from __future__ import annotations
 
 import torch
-from slime_core.runner import process_settings
+from slime_core.runtime import process_settings
 from slime_core.testing import build_test_config
 
 

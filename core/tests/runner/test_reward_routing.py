@@ -8,7 +8,7 @@ import json
 def test_a_mixed_task_file_routes_each_row(tmp_path) -> None:
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.runner.rollout import RolloutManager
+    from slime_core.rollout.manager import RolloutManager
     from slime_core.testing import build_test_config, write_char_tokenizer
     from slime_hookspecs import GenerateOutput, Status
     from transformers import AutoTokenizer

@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 import pytest
-from slime_core.runner.engine_host import CallerThreadHost
+from slime_core.rollout.engine_host import CallerThreadHost
 
 
 def test_calls_run_on_the_calling_thread_while_the_loop_runs_elsewhere() -> None:
@@ -58,7 +58,7 @@ def test_builtin_rewards_of_a_main_thread_rollout_run_on_the_main_thread(tmp_pat
     of a rollout driven from the main thread run there, not on the loop's helper thread."""
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.runner.rollout import RolloutManager
+    from slime_core.rollout.manager import RolloutManager
     from slime_core.testing import build_test_config, write_char_tokenizer
     from slime_hookspecs import GenerateOutput, RewardFunctionRecord, hookimpl
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.trainer.accumulate import Accumulation, rollout_optimizer_steps, step_indices
+from slime_core.trainkit.accumulate import Accumulation, rollout_optimizer_steps, step_indices
 
 
 def _loss(model, xs, masks, weighting):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from slime_core.engine.model_loading import load_causal_lm
 from slime_core.testing import TINY_QWEN2, build_test_config
-from slime_core.trainer import logprob_head
-from slime_core.trainer.logprob_head import head_log_probs
+from slime_core.trainkit import logprob_head
+from slime_core.trainkit.logprob_head import head_log_probs
 
 
 def _inputs(bias: bool, rows: int = 37, d: int = 16, vocab: int = 300):

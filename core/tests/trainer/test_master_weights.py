@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from slime_core.trainer.master import MasterAdamW, make_adamw
+from slime_core.trainkit.master import MasterAdamW, make_adamw
 
 ADAMW = {"lr": 1e-5, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.01}
 
@@ -101,7 +101,7 @@ def test_make_adamw_copies_only_what_needs_copies() -> None:
 
 
 def test_only_weights_written_since_the_last_step_are_read_again() -> None:
-    from slime_core.trainer.master import WeightVersions
+    from slime_core.trainkit.master import WeightVersions
 
     a, b = torch.zeros(3), torch.zeros(3)
     versions = WeightVersions([a, b])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from slime_core.trainer.batching import micro_batches
+from slime_core.trainkit.batching import micro_batches
 
 
 def _check(lengths: list[int], budget: int) -> list[list[int]]:
@@ -47,7 +47,7 @@ def test_a_sample_longer_than_the_budget_is_alone():
 
 
 def _plan(prompt: list[int], resp: list[int], groups: list[int], budget: int) -> list[list[int]]:
-    from slime_core.trainer.batching import shared_micro_batches
+    from slime_core.trainkit.batching import shared_micro_batches
 
     lengths = [p + r for p, r in zip(prompt, resp, strict=True)]
     mbs = shared_micro_batches(lengths, resp, groups, budget)
@@ -70,7 +70,7 @@ def test_long_prompts_keep_groups_together():
 def test_short_prompts_with_uneven_responses_sort_by_length():
     """Two groups of 4 with 2-token prompts; each group has two 10-token and two 300-token
     responses: padding the short ones costs more than sharing saves, so length order wins."""
-    from slime_core.trainer.batching import micro_batches
+    from slime_core.trainkit.batching import micro_batches
 
     groups = [0, 0, 0, 0, 1, 1, 1, 1]
     resp = [10, 300, 10, 300, 10, 300, 10, 300]

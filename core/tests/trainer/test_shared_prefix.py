@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.trainer.batching import response_log_probs
-from slime_core.trainer.shared_prefix import prompt_groups, shared_prefix_hidden
+from slime_core.trainkit.batching import response_log_probs
+from slime_core.trainkit.shared_prefix import prompt_groups, shared_prefix_hidden
 
 from ..engine.test_fused_decoder import ARCHS, _model
 from .test_trainer_log_probs import _reference
@@ -102,8 +102,8 @@ def test_trainer_steps_match_with_and_without_shared_prefix(tmp_path, monkeypatc
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
     from slime_core.testing import TINY_QWEN2, write_char_tokenizer
-    from slime_core.trainer import batching
     from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_core.trainkit import batching
 
     calls = []
     real = batching.shared_prefix_hidden

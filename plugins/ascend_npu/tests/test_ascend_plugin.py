@@ -25,7 +25,7 @@ def test_registers_npu_record_with_its_placement_fields() -> None:
 
 
 def test_auto_never_picks_an_unavailable_npu() -> None:
-    from slime_core.runner.components import select_accelerator
+    from slime_core.runtime.accelerator import select_accelerator
 
     m = SlimePluginManager(PluginSelection(plugins=["ascend_npu"])).load()
     assert select_accelerator(m, "auto").name == "cpu"

@@ -45,7 +45,7 @@ def test_two_python_calls_share_one_sandbox_and_it_is_killed(server, tmp_path: P
     from slime_core.agent.runtime import AgentRuntime
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
-    from slime_core.runner.engine_client import EngineClient
+    from slime_core.rollout.engine_client import EngineClient
     from slime_core.session import resolve
     from slime_core.testing import write_char_tokenizer
     from transformers import AutoTokenizer

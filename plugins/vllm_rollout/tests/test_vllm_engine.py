@@ -69,7 +69,7 @@ def reference_model(config: Any) -> torch.nn.Module:
 
 def trainer_log_probs(model: torch.nn.Module, prompt: list[int], response: list[int],
                       temperature: float) -> torch.Tensor:
-    from slime_core.trainer.batching import response_log_probs
+    from slime_core.trainkit.batching import response_log_probs
 
     with torch.no_grad():
         lps, _ = response_log_probs(model, [torch.tensor(prompt + response)], [len(response)],

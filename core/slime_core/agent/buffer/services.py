@@ -7,7 +7,7 @@
    to generate: at ``slime_run_start`` where the source lives in the driver's process, else on
    its first fetch (:func:`start_task`). The rollout itself is the rollout manager's: a source
    that ``delivers_finished_samples`` is fetched from instead of generated
-   (:mod:`slime_core.runner.rollout`).
+   (:mod:`slime_core.rollout.manager`).
 3. ``<run_dir>/agent_services.json`` tells workers the URLs and tokens; everything stops at
    ``slime_run_end`` (:func:`shutdown_services`).
 """

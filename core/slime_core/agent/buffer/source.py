@@ -6,7 +6,7 @@ queues them in the buffer service as jobs, agent workers run the episodes (usual
 the agent API in front of the engines) and write the trajectories back, and
 :meth:`RolloutBufferSource.get_samples` returns complete groups. Because its groups are already
 generated (``delivers_finished_samples``), the rollout manager takes them instead of
-generating (see :mod:`slime_core.runner.rollout`); the eval split is the prompt source's own
+generating (see :mod:`slime_core.rollout.manager`); the eval split is the prompt source's own
 eval split, generated locally. The first fetch starts the task with the agent API's address
 (:mod:`slime_core.agent.buffer.services`) unless ``slime_run_start`` did.
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from slime_core.trainer.logprob_head import head_log_probs
-from slime_core.trainer.shared_prefix import prompt_groups, shared_prefix_hidden
+from slime_core.trainkit.logprob_head import head_log_probs
+from slime_core.trainkit.shared_prefix import prompt_groups, shared_prefix_hidden
 
 
 def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:

@@ -40,13 +40,12 @@ from slime_hookspecs import (
 from slime_core.algo.opd import build_teacher_engine, score_with_teacher, teacher_in_engine
 from slime_core.context import get_manager, set_rollout_engine_clients
 from slime_core.evaluation.settings import EvalSettings
-from slime_core.executors.base import EngineLostError
 from slime_core.observe.trace import span
 from slime_core.rewards.routing import RewardFunctions, row_reward_name
 from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
-from slime_core.runner.engine_client import EngineClient
-from slime_core.runner.engine_host import CallerThreadHost
-from slime_core.runner.hook_answer import FirstAnswer, HookCallError
+from slime_core.rollout.engine_client import EngineClient, EngineLostError
+from slime_core.rollout.engine_host import CallerThreadHost
+from slime_core.rollout.hook_answer import FirstAnswer, HookCallError
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -178,7 +177,7 @@ class RolloutManager:
         if threading.current_thread() is not threading.main_thread():
             return asyncio.run(self._rollout(rollout_id, source, evaluation))
         # On the main thread (synchronous runs, evaluations): the engine calls run here and
-        # the event loop on a helper thread (see runner/engine_host.py for why).
+        # the event loop on a helper thread (see rollout/engine_host.py for why).
         host = CallerThreadHost()
         self._host = host
         for client in self.clients:
@@ -493,18 +492,3 @@ def _reason(exc: Exception, source: str | None = None) -> str:
         return str(exc)
     prefix = f"{source} raised " if source else ""
     return f"{prefix}{type(exc).__name__}: {exc}"
-
-
-def scalar_reward(config: Any, sample: Sample) -> float:
-    """The scalar of a sample's reward (``rollout.reward_key`` picks from a dict)."""
-    r = sample.reward
-    if isinstance(r, dict):
-        key = config.rollout.reward_key
-        if not key:
-            raise ValueError(
-                f"sample {sample.index} has a dict reward {sorted(r)}; set rollout.reward_key"
-            )
-        if key not in r:
-            raise ValueError(f"rollout.reward_key {key!r} not in reward keys {sorted(r)}")
-        return float(r[key])
-    return float(r) if r is not None else 0.0

@@ -1,6 +1,6 @@
 """Masked advantage whitening (slime's ``distributed_masked_whiten``), on one process or over
 data-parallel ranks through an ``all_sum`` callback
-(:func:`slime_core.trainer.data_parallel.float_all_sum`).
+(:func:`slime_core.trainkit.data_parallel.float_all_sum`).
 
 One implementation for every algorithm plugin (``slime_grpo.ops.whiten`` and
 ``slime_ppo.ops.whiten`` re-export it), so both whiten alike, on one rank or several.

@@ -3,7 +3,7 @@
 Per-sample ``slime_generate`` coroutines each ask for one completion; the client gathers the
 requests submitted while the event loop is busy and sends them to the engine as one batched
 ``generate`` call off the event loop's thread (a worker thread, or the main thread while the
-loop runs on a helper thread: :mod:`slime_core.runner.engine_host`), so abort and other
+loop runs on a helper thread: :mod:`slime_core.rollout.engine_host`), so abort and other
 coroutines keep running. Engines therefore see large batches both for single-turn rollouts
 and for interleaved multi-turn episodes.
 """
@@ -83,3 +83,9 @@ class EngineClient:
 
     def weight_version(self) -> int:
         return int(self.engine.weight_version())
+
+
+class EngineLostError(RuntimeError):
+    """A rollout engine's process or node is gone and nothing restarts it (fault tolerance
+    off). Not a bad sample: the rollout stops with it instead of failing that engine's
+    samples one by one while the other engines carry on."""

@@ -77,7 +77,7 @@ def prepare_batch(config: Any, batch: TrainBatch,
     several optimizer steps or OPD needs them; then :func:`compute_advantages`. Log-probs
     already on the batch are kept. SFT computes none of them.
     """
-    from slime_core.trainer.batching import to_tensor_list
+    from slime_core.trainkit.batching import to_tensor_list
 
     batch.tokens = to_tensor_list(batch.tokens, torch.long)
     batch.loss_masks = to_tensor_list(batch.loss_masks, torch.float32)

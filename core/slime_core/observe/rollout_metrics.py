@@ -9,8 +9,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from slime_core.runner.rollout import scalar_reward
 from slime_hookspecs import Sample, Status
+
+from slime_core.rewards.scalar import scalar_reward
 
 
 def rollout_metrics(config: Any, samples: list[Sample], prefix: str,

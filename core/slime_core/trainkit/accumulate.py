@@ -5,7 +5,7 @@ The step's mini-batch is split into micro-batches by token budget. Each micro-ba
 weighted by its share of the mini-batch (of loss-masked tokens or of samples, as its reducer
 says), so the summed gradient equals that of the whole mini-batch at once. Under data
 parallelism the shares are of the totals over every rank and the gradients are summed over
-ranks before clipping (:mod:`slime_core.trainer.data_parallel`), so each rank takes the
+ranks before clipping (:mod:`slime_core.trainkit.data_parallel`), so each rank takes the
 single-process step.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from slime_core.trainer import data_parallel
+from slime_core.trainkit import data_parallel
 
 
 def step_indices(n: int, n_steps: int) -> list[list[int]]:
