@@ -17,6 +17,10 @@ Groups:
 * **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
   hooks, ``.registries`` for records), :func:`get_registries`, :func:`accelerator_record`
   (the record of ``run.accelerator``: device type, ``torch.distributed`` backend).
+The three groups **algorithm composition**, **data parallelism** and **training steps** are the
+backend author's kit, :mod:`slime_core.trainkit` (the torch and megatron backends both build on
+it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
+
 * **algorithm composition** (what every trainer backend calls so hooks fire identically):
   :func:`prepare_batch`, :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`,
   :func:`needs_ref`,
@@ -83,7 +87,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "micro_batches": ("slime_core.trainkit.batching", "micro_batches"),
     "response_log_probs": ("slime_core.trainkit.batching", "response_log_probs"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
-    "lr_schedule": ("slime_core.trainer.torch_trainer", "lr_lambda"),
+    "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
     # models
     "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
     "load_tokenizer": ("slime_core.engine.model_loading", "load_tokenizer"),
@@ -106,17 +110,9 @@ __all__ = list(_EXPORTS)
 # tests/test_plugin_boundary.py checks that these are exactly the exports above.
 if TYPE_CHECKING:
     from slime_core.agent.buffer.services import run_agent_api as run_agent_api
-    from slime_core.trainkit.compose import compute_advantages as compute_advantages
-    from slime_core.trainkit.compose import compute_loss as compute_loss
-    from slime_core.trainkit.compose import make_reducer as make_reducer
-    from slime_core.trainkit.compose import needs_ref as needs_ref
-    from slime_core.trainkit.compose import prepare_batch as prepare_batch
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
-    from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
-    from slime_core.trainkit.whiten import AllSum as AllSum
-    from slime_core.trainkit.whiten import whiten as whiten
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
@@ -127,15 +123,20 @@ if TYPE_CHECKING:
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
-    from slime_core.runtime.accelerator import accelerator_record as accelerator_record
     from slime_core.rollout.engine_client import EngineClient as EngineClient
+    from slime_core.runtime.accelerator import accelerator_record as accelerator_record
+    from slime_core.trainer.critic import build_value_model as build_value_model
     from slime_core.trainkit.accumulate import Accumulation as Accumulation
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import step_indices as step_indices
     from slime_core.trainkit.batching import micro_batches as micro_batches
     from slime_core.trainkit.batching import response_log_probs as response_log_probs
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
-    from slime_core.trainer.critic import build_value_model as build_value_model
+    from slime_core.trainkit.compose import compute_advantages as compute_advantages
+    from slime_core.trainkit.compose import compute_loss as compute_loss
+    from slime_core.trainkit.compose import make_reducer as make_reducer
+    from slime_core.trainkit.compose import needs_ref as needs_ref
+    from slime_core.trainkit.compose import prepare_batch as prepare_batch
     from slime_core.trainkit.data_parallel import active as dp_active  # noqa: F401 (renamed export)
     from slime_core.trainkit.data_parallel import all_reduce_gradients as all_reduce_gradients
     from slime_core.trainkit.data_parallel import data_parallel_group as data_parallel_group
@@ -143,10 +144,13 @@ if TYPE_CHECKING:
     from slime_core.trainkit.data_parallel import global_totals as global_totals
     from slime_core.trainkit.data_parallel import set_data_parallel_group as set_data_parallel_group
     from slime_core.trainkit.data_parallel import sum_metrics as sum_metrics
-    from slime_core.trainkit.master import make_adamw as make_adamw
     from slime_core.trainkit.master import WeightVersions as WeightVersions
+    from slime_core.trainkit.master import make_adamw as make_adamw
     from slime_core.trainkit.master import refresh_copy as refresh_copy
-    from slime_core.trainer.torch_trainer import lr_lambda as lr_schedule  # noqa: F401 (renamed export)
+    from slime_core.trainkit.schedule import lr_schedule as lr_schedule
+    from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
+    from slime_core.trainkit.whiten import AllSum as AllSum
+    from slime_core.trainkit.whiten import whiten as whiten
 
 
 def __getattr__(name: str) -> Any:

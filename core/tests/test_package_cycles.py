@@ -162,3 +162,14 @@ def test_the_check_names_a_cycle(tmp_path: Path) -> None:
     text = describe(cycles[0], edges)
     assert "high -> low  (slime_core/high/a.py:1)" in text
     assert "low -> high  (slime_core/low/b.py:2)" in text
+
+
+def test_trainkit_stands_below_the_backends() -> None:
+    """The backend author's kit (re-exported by ``slime_core.api``) imports no backend, no
+    executor and nothing of the rollout or driver side: a backend that uses it gets only it."""
+    above = {"trainer", "executors", "rollout", "runner", "weights", "builtin", "cli", "api",
+             "agent"}
+    edges = import_edges()
+    wrong = {f"trainkit -> {b} ({where})" for (a, b), where in edges.items()
+             if a == "trainkit" and b in above}
+    assert not wrong, "slime_core.trainkit imports above itself: " + ", ".join(sorted(wrong))

@@ -7,7 +7,6 @@ are the detached current log-probs and no extra forward pass is spent on them.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -30,26 +29,8 @@ from slime_core.trainkit.batching import (
 )
 from slime_core.trainkit.compose import compute_loss, prepare_batch
 from slime_core.trainkit.master import make_adamw
+from slime_core.trainkit.schedule import lr_schedule
 from slime_core.trainkit.shared_prefix import prompt_groups
-
-
-def lr_lambda(config: Any) -> Any:
-    """Linear warm-up to ``train.lr`` then constant / linear / cosine decay to ``min_lr``."""
-    t = config.train
-    total = max(1, config.run.num_rollouts * t.num_steps_per_rollout)
-    floor = t.min_lr / t.lr if t.lr > 0 else 0.0
-
-    def fn(step: int) -> float:
-        if t.warmup_steps and step < t.warmup_steps:
-            return (step + 1) / t.warmup_steps
-        if t.lr_decay == "constant":
-            return 1.0
-        progress = min(1.0, (step - t.warmup_steps) / max(1, total - t.warmup_steps))
-        if t.lr_decay == "linear":
-            return floor + (1 - floor) * (1 - progress)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return fn
 
 
 class TorchTrainer:
@@ -91,7 +72,7 @@ class TorchTrainer:
             # the accelerator says torch has it
             fused=bool(getattr(accelerator, "fused_optimizer", False)),
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(config))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule(config))
         self.pm.hook.slime_trainer_init(config=config, model=self.model)
         # a plugin may have set weights (even through .data, which the optimizer's version
         # check does not see): its copies of the weights read them again
