@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from slime_compat.config import FLAGS, SECTION
+from slime_compat.config import FLAGS, SECTION, SLIME_ESTIMATORS
 
 # slime attribute -> "section.key" of this project's config
 ARG_MAP: dict[str, str] = {
@@ -94,13 +94,15 @@ def build_args(config: Any, router: tuple[str, int] | None = None) -> argparse.N
     ns.eval_max_response_len = config.eval.max_new_tokens or r.max_new_tokens
     ns.eval_prompt_data = [config.data.eval_path] if config.data.eval_path else None
     alg = config.algorithm
+    # slime code compares with slime's names ("ppo"), not the record's ("gae")
+    ns.advantage_estimator = SLIME_ESTIMATORS.get(alg.advantage_estimator, alg.advantage_estimator)
     ns.eps_clip_high = alg.eps_clip_high or alg.eps_clip
     ns.eps_clip_c = alg.eps_clip_c or None
     ns.rollout_num_gpus = r.num_engines
     ns.rollout_num_gpus_per_engine = 1
     if "ppo" in config:
         ns.value_clip = config.ppo.value_clip
-        ns.use_critic = alg.advantage_estimator == "ppo"
+        ns.use_critic = ns.advantage_estimator == "ppo"
     sec = config.section(SECTION)
     for key in FLAGS:
         setattr(ns, key, getattr(sec, key) or None)

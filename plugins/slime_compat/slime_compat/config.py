@@ -15,6 +15,11 @@ from typing import Any
 SECTION = "slime"
 ENDPOINT_MODES = ("auto", "on", "off")
 
+# slime's --advantage-estimator names whose record here has another name: slime calls GAE with
+# a critic "ppo", slime_ppo registers that estimator as "gae" (the policy loss is "ppo")
+ESTIMATOR_RECORDS: dict[str, str] = {"ppo": "gae"}
+SLIME_ESTIMATORS: dict[str, str] = {record: slime for slime, record in ESTIMATOR_RECORDS.items()}
+
 
 @dataclass(frozen=True)
 class Flag:

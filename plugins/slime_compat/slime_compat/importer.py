@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from slime_compat.config import FLAGS
+from slime_compat.config import ESTIMATOR_RECORDS, FLAGS
 
 Value = list[str]
 _DEFAULT = re.compile(r"^\$\{\w+:?-([^}$]*)\}$")
@@ -89,6 +89,11 @@ def _use_tis(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("algorithm", {})["is_correction"] = "tis"
 
 
+def _advantage_estimator(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    name = _one(v)
+    cfg.setdefault("algorithm", {})["advantage_estimator"] = ESTIMATOR_RECORDS.get(name, name)
+
+
 def _kl_loss_type(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("algorithm", {})["kl_estimator"] = _one(v)
 
@@ -134,7 +139,7 @@ RULES: dict[str, Apply] = {
     "adam-beta2": _adam_beta(1),
     "adam-eps": _set("train.adam_eps", _float),
     "clip-grad": _set("train.grad_clip", _float),
-    "advantage-estimator": _set("algorithm.advantage_estimator", _one),
+    "advantage-estimator": _advantage_estimator,
     "use-kl-loss": _set("algorithm.use_kl_loss", _true),
     "kl-loss-coef": _set("algorithm.kl_loss_coef", _float),
     "kl-loss-type": _kl_loss_type,
@@ -151,6 +156,8 @@ RULES: dict[str, Apply] = {
     "group-rm": _set("slime.group_rm", _true),
     "custom-config-path": _slime("custom_config_path"),
     "value-clip": _set("ppo.value_clip", _float),
+    "critic-lr": _set("ppo.critic_lr", _float),
+    "num-critic-only-steps": _set("ppo.num_critic_only_steps", _int),
 }
 RULES.update({k.replace("_", "-"): _slime(k) for k in FLAGS})
 
@@ -175,6 +182,7 @@ DROPPED: dict[str, str] = {
                               "accumulate-allreduce-grads-in-fp32", "attention-softmax-in-fp32",
                               "attention-backend", "bf16", "fp16", "use-distributed-optimizer",
                               "megatron-to-hf-mode", "optimizer-cpu-offload")},
+    "critic-lr-warmup-iters": "the critic's learning rate is constant here (ppo.critic_lr)",
     **{f: _GPU for f in ("rollout-num-gpus-per-engine", "rollout-num-gpus", "sglang-mem-fraction-static",
                          "sglang-server-concurrency", "sglang-router-ip", "sglang-router-port",
                          "sglang-enable-deterministic-inference", "use-distributed-post")},
@@ -464,9 +472,19 @@ ORDER = ["run", "model", "data", "rollout", "eval", "train", "megatron", "algori
          "slime"]
 
 
+def run_plugins(config: dict[str, dict[str, Any]]) -> str:
+    """The ``--plugins`` a translated config runs with: GRPO's losses and estimators, slime's
+    flags, the critic when the estimator is GAE (slime's ``ppo``), megatron when chosen."""
+    plugins = ["slime_grpo", "slime_compat"]
+    if config.get("algorithm", {}).get("advantage_estimator") == ESTIMATOR_RECORDS["ppo"]:
+        plugins.append("slime_ppo")
+    if config.get("train", {}).get("backend") == "megatron":
+        plugins.append("megatron_backend")
+    return ",".join(plugins)
+
+
 def write_toml(config: dict[str, dict[str, Any]], path: Path, source: str = "") -> None:
-    plugins = "slime_grpo,slime_compat" + (
-        ",megatron_backend" if config.get("train", {}).get("backend") == "megatron" else "")
+    plugins = run_plugins(config)
     lines = [f"# written by `core slime-import {source}`",
              f"# run: core run --plugins {plugins} --config {path}", ""]
     for name in sorted(config, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):

@@ -185,3 +185,49 @@ def test_imported_megatron_config_runs_on_two_ranks(tmp_path: Path) -> None:
           "-o", f"run.run_dir={run_dir}", "-o", "run.progress=false", "-o", 'run.loggers=["jsonl"]'], log)
     assert len(metrics(run_dir)) == 1
     assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 8
+
+
+# the PPO block of a slime script (scripts/run-*-ppo.sh): slime's "ppo" estimator is GAE with a
+# critic, which slime_ppo registers as "gae"
+PPO_SCRIPT = r"""#!/bin/bash
+PPO_ARGS=(
+   --advantage-estimator ppo
+   --gamma 1.0
+   --lambd 0.95
+   --value-clip 0.5
+   --critic-lr 1e-5
+   --num-critic-only-steps 0
+   --critic-lr-warmup-iters 5
+   --custom-rm-path slime_user.arith_rm.custom_rm
+)
+python3 train.py ${PPO_ARGS[@]}
+"""
+
+
+def test_slime_ppo_is_gae_with_a_critic() -> None:
+    tr = to_config([("advantage-estimator", "ppo"), ("critic-lr", "1e-5"),
+                    ("num-critic-only-steps", "2"), ("critic-lr-warmup-iters", "5")])
+    assert tr.config["algorithm"]["advantage_estimator"] == "gae"
+    assert tr.config["ppo"] == {"critic_lr": 1e-5, "num_critic_only_steps": 2}
+    assert "constant" in {f: r for f, _, r in tr.dropped}["critic-lr-warmup-iters"]
+    # the other estimators keep slime's names, which are the records' names here
+    assert to_config([("advantage-estimator", "gspo")]).config["algorithm"]["advantage_estimator"] == "gspo"
+
+
+def test_imported_ppo_script_runs_a_step_with_a_critic(tmp_path: Path) -> None:
+    script, out, log = tmp_path / "run-ppo.sh", tmp_path / "ppo.toml", tmp_path / "calls.jsonl"
+    script.write_text(PPO_SCRIPT)
+    core(["slime-import", str(script), "-o", str(out), "--model-path", str(ARITH / "model"),
+          "--set", f"prompt-data={ARITH / 'train.jsonl'}", "--set", "num-rollout=1"], log)
+    text = out.read_text()
+    assert 'advantage_estimator = "gae"' in text
+    plugins = "slime_grpo,slime_compat,slime_ppo"
+    assert f"# run: core run --plugins {plugins} " in text
+    run_dir = tmp_path / "run"
+    core(["run", "--plugins", plugins, "--config", str(out),
+          "-o", "rollout.batch_size=2", "-o", "rollout.n_samples_per_prompt=2",
+          "-o", "rollout.max_new_tokens=8", "-o", "train.num_steps_per_rollout=1",
+          "-o", f"run.run_dir={run_dir}", "-o", "run.progress=false", "-o", 'run.loggers=["jsonl"]'], log)
+    (row,) = metrics(run_dir)
+    assert "train/value_loss" in row and "train/critic_grad_norm" in row  # the critic trained
+    assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 4
