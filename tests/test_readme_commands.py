@@ -26,3 +26,21 @@ def test_ci_runs_the_readme_commands_verbatim_in_a_venv() -> None:
     setup = ci_lines.index(_first_block_after("## Set up", readme))
     assert venv < setup and any(line.startswith("source ") and "/bin/activate" in line
                                 for line in ci_lines[venv:setup])
+
+
+def test_setup_installs_every_package_of_the_repository() -> None:
+    """The set-up command names a requirements file, not packages, so adding a plugin changes
+    ``requirements.txt`` (one line) and neither README.md nor .ci/run; every folder with a
+    ``pyproject.toml`` that declares a project is in it, as an editable install."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert _first_block_after("## Set up", readme) == "pip install -r requirements.txt"
+    lines = [line.split("#", 1)[0].strip()
+             for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()]
+    listed = {line[len("-e ./"):].split("[", 1)[0] for line in lines if line.startswith("-e ./")}
+    packages = {str(p.parent.relative_to(REPO)) for p in REPO.glob("*/pyproject.toml")} | {
+        str(p.parent.relative_to(REPO)) for p in REPO.glob("plugins/*/pyproject.toml")}
+    packages = {p for p in packages
+                if "[project]" in (REPO / p / "pyproject.toml").read_text(encoding="utf-8")}
+    assert listed == packages, (
+        f"requirements.txt misses {sorted(packages - listed)} / lists unknown {sorted(listed - packages)}")
+    assert "-r requirements-dev.txt" in lines and any(line.startswith("torch") for line in lines)
