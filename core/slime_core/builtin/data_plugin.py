@@ -5,19 +5,9 @@ Nothing heavy is imported here (``core plugins`` stays fast); probes only look f
 
 from __future__ import annotations
 
-import importlib.util
-
 from slime_core.data import make_jsonl_source, make_parquet_source, make_reasoning_gym_source
+from slime_core.extras import probe
 from slime_hookspecs import DataSourceRecord, hookimpl
-
-
-def _needs(module: str, dist: str):
-    def probe() -> str | None:
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install {dist})"
-        return None
-
-    return probe
 
 
 @hookimpl
@@ -30,11 +20,11 @@ def slime_register_data_sources() -> list[DataSourceRecord]:
         DataSourceRecord(
             name="parquet", factory=make_parquet_source,
             summary="prompts from a parquet file (pyarrow); same source as jsonl",
-            probe=_needs("pyarrow", "pyarrow"),
+            probe=probe("pyarrow"),
         ),
         DataSourceRecord(
             name="reasoning_gym", factory=make_reasoning_gym_source,
             summary="procedural reasoning-gym tasks (data.task, data.size, data.eval_seed)",
-            probe=_needs("reasoning_gym", "reasoning-gym"),
+            probe=probe("reasoning_gym"),
         ),
     ]

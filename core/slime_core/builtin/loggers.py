@@ -5,23 +5,8 @@ from __future__ import annotations
 
 from slime_hookspecs import LoggerRecord, hookimpl
 
+from slime_core.extras import probe
 from slime_core.observe.loggers import JsonlLogger, TensorBoardLogger, WandbLogger
-
-
-def _tb_probe() -> str | None:
-    import importlib.util
-
-    if importlib.util.find_spec("tensorboard") is None:
-        return "tensorboard is not installed (pip install tensorboard)"
-    return None
-
-
-def _wandb_probe() -> str | None:
-    import importlib.util
-
-    if importlib.util.find_spec("wandb") is None:
-        return "wandb is not installed (pip install wandb)"
-    return None
 
 
 @hookimpl
@@ -29,8 +14,8 @@ def slime_register_loggers() -> list[LoggerRecord]:
     return [
         LoggerRecord(name="jsonl", factory=JsonlLogger, summary="metrics.jsonl in the run dir"),
         LoggerRecord(name="tensorboard", factory=TensorBoardLogger,
-                     summary="TensorBoard event files", probe=_tb_probe),
+                     summary="TensorBoard event files", probe=probe("tensorboard")),
         LoggerRecord(name="wandb", factory=WandbLogger,
                      summary="Weights & Biases (offline mode works without network)",
-                     probe=_wandb_probe),
+                     probe=probe("wandb")),
     ]

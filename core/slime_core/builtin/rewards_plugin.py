@@ -7,8 +7,7 @@ row (:mod:`slime_core.rewards.routing`). Heavy verifiers are imported on first u
 
 from __future__ import annotations
 
-import importlib.util
-
+from slime_core.extras import probe
 from slime_core.rewards import (
     make_exact_reward,
     make_math_reward,
@@ -24,15 +23,6 @@ from slime_core.rewards.random_reward import make_random_reward
 from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 
-def _needs(module: str, dist: str):
-    def probe() -> str | None:
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install {dist})"
-        return None
-
-    return probe
-
-
 @hookimpl
 def slime_register_reward_functions() -> list[RewardFunctionRecord]:
     return [
@@ -43,12 +33,12 @@ def slime_register_reward_functions() -> list[RewardFunctionRecord]:
         RewardFunctionRecord(
             name="math", factory=make_math_reward, extra={"needs_label": True},
             summary="math-verify: the response's answer (\\boxed{} first) equals the label",
-            probe=_needs("math_verify", "math-verify"),
+            probe=probe("math_verify"),
         ),
         RewardFunctionRecord(
             name="boxed_math", factory=make_boxed_math_reward, extra={"needs_label": True},
             summary="math on the last \\boxed{} only; 0.0 without one",
-            probe=_needs("math_verify", "math-verify"),
+            probe=probe("math_verify"),
         ),
         RewardFunctionRecord(
             name="dapo", factory=make_dapo_reward, extra={"needs_label": True},
@@ -62,11 +52,11 @@ def slime_register_reward_functions() -> list[RewardFunctionRecord]:
             name="deepscaler", factory=make_deepscaler_reward, extra={"needs_label": True},
             summary="DeepScaleR: the \\boxed{} answer after </think> equals the label (MATH "
                     "normalisation or sympy): 1.0, else 0.0",
-            probe=_needs("sympy", "sympy"),
+            probe=probe("sympy"),
         ),
         RewardFunctionRecord(
             name="boxed_deepscaler", factory=make_boxed_deepscaler_reward,
-            extra={"needs_label": True}, probe=_needs("sympy", "sympy"),
+            extra={"needs_label": True}, probe=probe("sympy"),
             summary="deepscaler on the last \\boxed{} of the response, no </think> needed",
         ),
         RewardFunctionRecord(
@@ -85,7 +75,7 @@ def slime_register_reward_functions() -> list[RewardFunctionRecord]:
         RewardFunctionRecord(
             name="reasoning_gym", factory=make_reasoning_gym_reward,
             summary="the reasoning-gym task's own scorer on the <answer> block",
-            probe=_needs("reasoning_gym", "reasoning-gym"),
+            probe=probe("reasoning_gym"),
         ),
         RewardFunctionRecord(
             name="remote", factory=make_remote_reward,

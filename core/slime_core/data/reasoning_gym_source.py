@@ -26,6 +26,7 @@ from typing import Any
 
 from slime_core.data.base import PromptDataSource, PromptRow
 from slime_core.data.jsonsafe import json_safe
+from slime_core.extras import require
 
 
 def task_names(spec: str) -> list[str]:
@@ -33,6 +34,7 @@ def task_names(spec: str) -> list[str]:
 
 
 def known_tasks() -> list[str]:
+    require("reasoning_gym")
     from reasoning_gym.factory import DATASETS
 
     return sorted(DATASETS)

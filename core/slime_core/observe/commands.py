@@ -40,11 +40,12 @@ def trace_command(run_dir: str, top: int, as_json: bool) -> None:
               help="output directory (default RUN_DIR/report)")
 def report_command(run_dir: str, out_dir: str | None) -> None:
     """PNG plots of metrics.jsonl and a one-page report.html (config, plugins, phases)."""
+    from slime_core.extras import MissingExtraError
     from slime_core.observe.report import ReportError, write_report
 
     try:
         rep = write_report(run_dir, out_dir)
-    except ReportError as exc:
+    except (ReportError, MissingExtraError) as exc:
         raise click.ClickException(str(exc)) from exc
     for p in rep.pngs:
         click.echo(f"wrote {p}")

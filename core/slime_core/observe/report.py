@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slime_core.extras import require
+
 
 @dataclass
 class Panel:
@@ -120,6 +122,7 @@ def _panel_keys(panel: Panel, keys: set[str]) -> list[str]:
 
 def plot_panel(panel: Panel, rows: list[dict[str, Any]], path: Path) -> bool:
     """Draw ``panel`` into ``path``; False (nothing written) when its metrics are absent."""
+    require("matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from slime_hookspecs import Sample
 
+from slime_core.extras import require
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +31,7 @@ def _timeout(seconds: int) -> int | None:
 
 @functools.lru_cache(maxsize=1)
 def _configs() -> tuple[list[Any], list[Any]]:
+    require("math_verify")
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
     gold = [LatexExtractionConfig(), ExprExtractionConfig()]
@@ -52,6 +55,7 @@ def math_reward(sample: Sample, timeout: int = 5) -> float:
     """1.0 when math-verify finds the response's answer equal to the label, else 0.0."""
     if sample.label is None or not str(sample.label).strip() or not sample.response:
         return 0.0
+    require("math_verify")  # outside the try: a missing package is no wrong answer
     try:
         from math_verify import parse, verify
 

@@ -19,6 +19,7 @@ import functools
 import logging
 from typing import Any, Callable
 
+from slime_core.extras import require
 from slime_core.rewards.text import extract_answer
 from slime_hookspecs import Sample
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 @functools.lru_cache(maxsize=None)
 def score_fn(name: str) -> Callable[[str | None, dict[str, Any]], float]:
     """The ``score_answer`` of reasoning-gym dataset ``name``."""
+    require("reasoning_gym")
     import reasoning_gym
 
     try:
