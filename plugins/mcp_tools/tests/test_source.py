@@ -98,13 +98,17 @@ def test_a_server_that_cannot_start_names_itself():
 
 def test_opening_the_session_is_not_the_calls_time(monkeypatch):
     # A stdio server is a fresh Python process per episode: starting it and initialising the
-    # session takes far longer than the 0.5 s limit, a call on the open session far less.
+    # session takes longer than the 0.5 s limit, a call on the open session far less.
     # The session opens in the source's prepare(), which the executor awaits before the
     # timed call, so the limit is the tool's own work (it once covered the opening too).
     from slime_core.agent import executor as executor_mod
 
     monkeypatch.setattr(executor_mod, "CONTEXT_GRACE_S", 0.0)
-    cfg = config({"name": "calc-kv", "command": "python", "args": [str(SERVER)]})
+    # the server sleeps 0.6 s before it serves: an opening longer than the limit on any
+    # machine (a bare start took 0.495 s on an idle one, and the test then proved nothing)
+    slow_start = (f"import runpy, sys, time; time.sleep(0.6); sys.argv = [{str(SERVER)!r}]; "
+                  f"runpy.run_path({str(SERVER)!r}, run_name='__main__')")
+    cfg = config({"name": "calc-kv", "command": "python", "args": ["-c", slow_start]})
     rec = ToolRecord(name="mcp", factory=McpToolSource, owner="mcp_tools",
                      extra={"tool_source": True})
     ex = ToolExecutor(cfg, {"mcp": rec}, timeout=0.5)

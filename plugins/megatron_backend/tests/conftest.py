@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -51,3 +52,18 @@ def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny(tmp_path_factory.mktemp("qwen3"), "qwen3", tie_word_embeddings=True)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread, as the spawned ranks have (``mg_support._worker``): a comparison
+    within 1e-4 run in the test process otherwise depends on the host's core count (two
+    threads sum in another order and move a value by 1.0e-4) and on what earlier tests set."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -37,10 +37,12 @@ def check_resume(r: dict[str, Any]) -> None:
     assert m_a == m_b
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_ppo_step_tp1_matches_torch_backend() -> None:
     check(ppo_compare(0, 1, ppo_data()))
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_ppo_tp1_resumes_exactly(tmp_path: Path) -> None:
     check_resume(ppo_resume(0, 1, ppo_data(), str(tmp_path / "ckpt")))
 
