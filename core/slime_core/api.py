@@ -39,7 +39,7 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   ``critic_factory`` converts so every backend starts from the same critic).
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
   :func:`check_generate_inputs` (the input checks every engine's ``generate`` makes),
-  :func:`rollout_engine_clients` (the clients of this process's rollout engines),
+  :func:`rollout_engine_clients` (deprecated: the hook ``slime_rollout_engines_ready``),
   :func:`run_agent_api` (the run's OpenAI-compatible agent API on those engines).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.

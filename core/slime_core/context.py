@@ -6,6 +6,7 @@ manager, built by the driver or rebuilt in a Ray worker from the driver's plugin
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,18 +35,24 @@ def get_registries() -> Any:
     return get_manager().registries
 
 
+# Deprecated channel: the hook slime_rollout_engines_ready hands plugins the clients.
+# Kept one minor version for api.rollout_engine_clients (the stability promise of
+# docs/plugin_api.md); nothing in the core or the first-party plugins reads it.
 _ENGINE_CLIENTS: list[Any] = []
 
 
 def set_rollout_engine_clients(clients: list[Any]) -> None:
     """The engine clients of this process's rollout manager (set by the manager when it is
-    built; what the agent API and plugins that generate outside ``slime_generate`` serve)."""
+    built), for the deprecated :func:`rollout_engine_clients`."""
     global _ENGINE_CLIENTS
     _ENGINE_CLIENTS = list(clients)
 
 
 def rollout_engine_clients() -> list[Any]:
-    """The :class:`~slime_core.rollout.engine_client.EngineClient` of each rollout engine of this
-    process's rollout manager (empty where there is none: trainer ranks, listing commands).
-    For plugins that generate outside ``slime_generate`` (e.g. an HTTP front of the engines)."""
+    """Deprecated, removed in slime-core 0.2: implement ``slime_rollout_engines_ready(config,
+    clients)``, which hands the same :class:`~slime_core.rollout.engine_client.EngineClient`
+    list to the plugin in the rollout manager's process."""
+    warnings.warn("slime_core.api.rollout_engine_clients() is deprecated and goes in slime-core "
+                  "0.2: implement the hook slime_rollout_engines_ready(config, clients)",
+                  DeprecationWarning, stacklevel=2)
     return list(_ENGINE_CLIENTS)

@@ -96,6 +96,13 @@ def slime_run_start(config: Any, run_dir: str) -> None:
 
 
 @hookimpl
+def slime_rollout_engines_ready(config: Any, clients: list[Any]) -> None:
+    from slime_core.agent.buffer.services import use_engine_clients
+
+    use_engine_clients(clients)  # the agent API's engines
+
+
+@hookimpl
 def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
     if not _tools_on(config):
         return None

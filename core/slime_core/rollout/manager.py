@@ -114,7 +114,7 @@ class RolloutManager:
         self.pm.pm.register(_DefaultRollout(self), name=DEFAULT_ROLLOUT_PLUGIN)
         batch = config.rollout.generate_batch_size
         self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
-        set_rollout_engine_clients(self.clients)  # the agent API's engines (api.py)
+        set_rollout_engine_clients(self.clients)  # api.rollout_engine_clients (deprecated)
         self._host: CallerThreadHost | None = None  # set while a main-thread rollout runs
         self.train_source = train_source
         self.eval_source = eval_source
@@ -140,6 +140,9 @@ class RolloutManager:
             reg.filter.get(config.rollout.sample_filter).factory(config)
             if config.rollout.sample_filter else None
         )
+        # last, once the manager is valid: plugins that serve the engines (agent API, slime's
+        # /generate) get the clients here instead of reading a process global
+        self.pm.hook.slime_rollout_engines_ready(config=config, clients=list(self.clients))
 
     # -- engine choice -----------------------------------------------------------------
     def client_for(self, group_index: int) -> EngineClient:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slime_hookspecs.markers import hookspec
 
@@ -16,6 +16,23 @@ def slime_run_start(config: Config, run_dir: str) -> None:
     """The run begins (after components exist, before the first rollout; also on resume).
 
     **Process**: the driver. **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_rollout_engines_ready(config: Config, clients: list[Any]) -> None:
+    """The rollout manager has built the async client of each rollout engine.
+
+    ``clients`` are the :class:`~slime_core.api.EngineClient` of the engines, in engine order
+    (``client.index``; ``client.engine`` the engine itself): what a plugin serves when it
+    generates outside ``slime_generate``, such as an HTTP front of the engines or the agent API.
+    Keep the list; it is the same for the run. Fires once per rollout manager, before its first
+    rollout (again if the manager is rebuilt).
+
+    **Process**: the rollout manager's (the driver under the local executor, the rollout
+    actor under ray). **Returns**: nothing.
 
     .. versionadded:: 0.1
     """

@@ -33,13 +33,11 @@ class Runtime:
         """Start the endpoint if it is wanted and this process has rollout engines."""
         if self.server is not None or not self.section.serves_generate():
             return self.server
-        from slime_core.api import rollout_engine_clients
-
         with self._lock:
-            if self.server is None and rollout_engine_clients():
+            if self.server is None and _engine_clients:
                 from slime_compat.server import GenerateServer
 
-                self.server = GenerateServer(rollout_engine_clients, self.tokenizer,
+                self.server = GenerateServer(engine_clients, self.tokenizer,
                                              port=self.section.router_port).start()
                 self.args.sglang_router_ip = self.server.host
                 self.args.sglang_router_port = self.server.port
@@ -78,6 +76,17 @@ class Runtime:
 
 
 _current: Runtime | None = None
+# this process's rollout engine clients (slime_rollout_engines_ready; none on trainer ranks):
+# per process, not per Runtime, since a config copy (an eval dataset's) gets its own Runtime
+_engine_clients: list[Any] = []
+
+
+def use_engine_clients(clients: list[Any]) -> None:
+    _engine_clients[:] = clients
+
+
+def engine_clients() -> list[Any]:
+    return list(_engine_clients)
 
 
 def runtime(config: Any) -> Runtime:

@@ -52,15 +52,20 @@ def run_agent_api(config: Any) -> Any:
     api = _API.get("server")
     if api is None:
         from slime_core.agent.api import AgentApiServer
-        from slime_core.context import rollout_engine_clients
 
-        clients = rollout_engine_clients()
+        clients = _API.get("clients") or []
         if not clients:
             raise RuntimeError("the agent API serves the rollout engines of this process, and "
                                "it has none (no rollout manager here)")
         api = AgentApiServer.from_config(config, [c.engine for c in clients]).start()
         _API["server"] = api
     return api
+
+
+def use_engine_clients(clients: list[Any]) -> None:
+    """The engine clients of this process's rollout manager (``slime_rollout_engines_ready``):
+    what :func:`run_agent_api` serves."""
+    _API["clients"] = list(clients)
 
 
 def start_task(config: Any, source: Any) -> None:
@@ -103,6 +108,7 @@ def shutdown_services() -> None:
     """Stop the agent API and the buffer sources of this process (end of the run)."""
     for src in live_sources():
         src.close()
+    _API.pop("clients", None)
     api = _API.pop("server", None)
     if api is not None:
         api.stop()
