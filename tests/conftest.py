@@ -37,14 +37,15 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def run_slime() -> Callable[..., Path]:
-    """``run_slime(config_dict, plugins=[obj, ...], resume=None)`` -> run dir (local executor)."""
+    """``run_slime(config_dict, plugins=[obj, ...], resume=None, select=("slime_grpo",))`` -> run
+    dir (local executor); ``select`` is the ``--plugins`` set."""
     from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
     def run(data: dict[str, Any], plugins: list[Any] = (), resume: str | None = None,
-            overrides: tuple[str, ...] = ()) -> Path:
-        manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), None, overrides, data)
+            overrides: tuple[str, ...] = (), select: tuple[str, ...] = ("slime_grpo",)) -> Path:
+        manager, config = resolve(PluginSelection(plugins=list(select)), None, overrides, data)
         for i, p in enumerate(plugins):
             manager.register_object(p, f"test_plugin_{i}")
         return run_training(manager, config, resume_dir=resume)

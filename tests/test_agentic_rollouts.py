@@ -34,7 +34,7 @@ def test_core_run_with_tools(base_config, run_slime):
     cfg = dict(base_config)
     cfg["tools"] = {"enabled": ["calculator", "python"], "max_turns": 2}
     rec = BatchRecorder()
-    run_dir = run_slime(cfg, plugins=[rec])
+    run_dir = run_slime(cfg, plugins=[rec], select=("slime_grpo", "core_tools"))
     rows = read_metrics(run_dir)
     steps = [r for r in rows if "rollout/reward_mean" in r]
     assert len(steps) == 2
@@ -51,8 +51,8 @@ def free_port() -> int:
 
 def start_workers(url: str, token: str, n: int) -> tuple[list[Any], list[threading.Thread],
                                                            threading.Event]:
-    from slime_core.agent.tools import CALCULATOR_SCHEMA, calculator
-    from slime_core.agent.worker import BufferWorker, tool_agent_episode
+    from slime_agent.tools import CALCULATOR_SCHEMA, calculator
+    from slime_agent.worker import BufferWorker, tool_agent_episode
 
     schema = {"type": "function", "function": {"name": "calculator",
                                                "parameters": CALCULATOR_SCHEMA}}
@@ -75,7 +75,7 @@ def test_core_run_fed_by_rollout_buffer_workers(base_config, run_slime):
     workers, threads, stop = start_workers(f"http://127.0.0.1:{port}", "buffer-token", 2)
     rec = BatchRecorder()
     try:
-        run_dir = run_slime(cfg, plugins=[rec])
+        run_dir = run_slime(cfg, plugins=[rec], select=("slime_grpo", "core_tools"))
     finally:
         for t in threads:  # the run's end tells them to stop (POST /stop)
             t.join(timeout=15)
@@ -102,7 +102,7 @@ def test_core_run_fed_by_rollout_buffer_workers(base_config, run_slime):
 
 def test_rollout_buffer_as_its_own_process(base_config, tmp_path):
     """``core rollout-buffer`` in a subprocess; the data source connects by url and token."""
-    from slime_core.agent.buffer.source import RolloutBufferSource
+    from slime_agent.buffer.source import RolloutBufferSource
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.rollout.components import make_data_source
@@ -121,7 +121,7 @@ def test_rollout_buffer_as_its_own_process(base_config, tmp_path):
         cfg["rollout_buffer"] = {"url": f"http://127.0.0.1:{port}", "timeout_s": 60}
         os.environ["SLIME_ROLLOUT_BUFFER_TOKEN"] = "proc-token"
         try:
-            manager, config = resolve(PluginSelection(autoload=False), None, (), cfg)
+            manager, config = resolve(PluginSelection(plugins=["core_tools", "core_sandbox"]), None, (), cfg)
             set_manager(manager)
             source = make_data_source(manager, config, "train")
         finally:
@@ -139,7 +139,7 @@ def test_rollout_buffer_as_its_own_process(base_config, tmp_path):
             assert task["group_size"] == 4 and task["tools"] == []
             return [s.to_dict()]
 
-        from slime_core.agent.worker import BufferWorker
+        from slime_agent.worker import BufferWorker
 
         worker = BufferWorker(source.url, "proc-token", episode, poll_s=0.2)
         stop = threading.Event()

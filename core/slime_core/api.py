@@ -16,7 +16,8 @@ Groups:
 
 * **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
   hooks, ``.registries`` for records), :func:`get_registries`, :func:`accelerator_record`
-  (the record of ``run.accelerator``: device type, ``torch.distributed`` backend).
+  (the record of ``run.accelerator``: device type, ``torch.distributed`` backend),
+  :func:`load_run` (resolve a run's plugins and config in this process without running it).
 The three groups **algorithm composition**, **data parallelism** and **training steps** are the
 backend author's kit, :mod:`slime_core.trainkit` (the torch and megatron backends both build on
 it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
@@ -40,7 +41,7 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
   :func:`check_generate_inputs` (the input checks every engine's ``generate`` makes),
   :func:`rollout_engine_clients` (deprecated: the hook ``slime_rollout_engines_ready``),
-  :func:`run_agent_api` (the run's OpenAI-compatible agent API on those engines).
+  :func:`run_agent_api` (deprecated: moved to ``slime_agent.run_agent_api`` with the agent API).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -56,6 +57,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # process state
     "get_manager": ("slime_core.context", "get_manager"),
     "get_registries": ("slime_core.context", "get_registries"),
+    "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
     # algorithm composition
     "compute_advantages": ("slime_core.trainkit.compose", "compute_advantages"),
@@ -97,7 +99,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "EngineClient": ("slime_core.rollout.engine_client", "EngineClient"),
     "check_generate_inputs": ("slime_core.engine.prompts", "check_generate_inputs"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
-    "run_agent_api": ("slime_core.agent.buffer.services", "run_agent_api"),
+    "run_agent_api": ("slime_core.context", "run_agent_api"),
     # errors
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
@@ -109,13 +111,13 @@ __all__ = list(_EXPORTS)
 # Editors and mypy see the real objects (``x as x``: an explicit re-export);
 # tests/test_plugin_boundary.py checks that these are exactly the exports above.
 if TYPE_CHECKING:
-    from slime_core.agent.buffer.services import run_agent_api as run_agent_api
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
+    from slime_core.context import run_agent_api as run_agent_api
     from slime_core.engine.model_loading import load_causal_lm as load_causal_lm
     from slime_core.engine.model_loading import load_tokenizer as load_tokenizer
     from slime_core.engine.model_loading import resolve_dtype as resolve_dtype
@@ -124,6 +126,7 @@ if TYPE_CHECKING:
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
     from slime_core.rollout.engine_client import EngineClient as EngineClient
+    from slime_core.session import load_run as load_run
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
     from slime_core.trainer.critic import build_value_model as build_value_model
     from slime_core.trainkit.accumulate import Accumulation as Accumulation

@@ -56,3 +56,18 @@ def rollout_engine_clients() -> list[Any]:
                   "0.2: implement the hook slime_rollout_engines_ready(config, clients)",
                   DeprecationWarning, stacklevel=2)
     return list(_ENGINE_CLIENTS)
+
+
+def run_agent_api(config: Any) -> Any:
+    """Deprecated, removed in slime-core 0.2: the agent API moved with the agentic wing to the
+    slime-agent distribution; call :func:`slime_agent.run_agent_api` (same arguments, same
+    server)."""
+    warnings.warn("slime_core.api.run_agent_api() is deprecated and goes in slime-core 0.2: "
+                  "the agent API is slime-agent's, call slime_agent.run_agent_api(config)",
+                  DeprecationWarning, stacklevel=2)
+    try:
+        import slime_agent
+    except ImportError:
+        raise RuntimeError("the agent API is part of slime-agent, which is not installed: "
+                           "pip install slime-agent") from None
+    return slime_agent.run_agent_api(config)

@@ -66,3 +66,22 @@ def resolve(
     if check_names:
         check_record_names(manager, config, schema, sources)
     return manager, config
+
+
+def load_run(config_path: str | Path | None = None,
+             overrides: tuple[str, ...] | list[str] = (),
+             required: tuple[str, ...] | list[str] = ()) -> Config:
+    """The config ``core run --config FILE -o ...`` would resolve, with the plugin set it would
+    load (``SLIME_PLUGINS`` and friends honoured) plus the ``required`` plugins, made this
+    process's plugin manager.
+
+    For commands that serve a run's engines without running it (the agent API on its own):
+    afterwards ``get_registries()`` and ``accelerator_record(config)`` answer for that run.
+    """
+    from slime_core.context import set_manager
+
+    selection = PluginSelection.from_cli()
+    selection = replace(selection, required=sorted(set(selection.required) | set(required)))
+    manager, config = resolve(selection, config_path, overrides)
+    set_manager(manager)
+    return config

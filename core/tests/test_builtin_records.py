@@ -24,14 +24,14 @@ BUILTIN_RECORDS: dict[str, dict[str, set[str]]] = {
     "reward_function": {"core_rewards": {
         "exact", "math", "boxed_math", "dapo", "boxed_dapo", "deepscaler", "boxed_deepscaler",
         "f1", "gpqa", "random", "reasoning_gym", "remote"}},
-    "data_source": {"core_data": {"jsonl", "parquet", "reasoning_gym"},
-                    "core_tools": {"rollout_buffer"}},
+    "data_source": {"core_data": {"jsonl", "parquet", "reasoning_gym"}},
     "filter": {"core_filters": {"nonzero_std", "fifo", "lifo", "drop_truncated"}},
     "weight_transport": {"core_weights": {"inprocess", "disk", "ray", "broadcast"}},
     "accelerator": {"core_accelerators": {"cpu", "cuda"}},
-    "sandbox": {"core_sandbox": {"local"}},
-    "tool": {"core_tools": {"calculator", "python"}},
-    "tool_parser": {"core_tools": {"hermes"}},
+    # the agentic records (sandbox, tool, tool_parser) are slime-agent's core_tools/core_sandbox
+    "sandbox": {},
+    "tool": {},
+    "tool_parser": {},
     "logger": {"core_loggers": {"jsonl", "tensorboard", "wandb"}},
 }
 

@@ -98,6 +98,17 @@ def test_plugins_option_is_an_exact_set_and_disable_blocks(fake_eps) -> None:
     assert (m.infos["good"].status, m.infos["good"].reason) == ("blocked", "disabled by --disable-plugin")
 
 
+def test_naming_a_plugin_selects_the_other_plugins_of_its_distribution(fake_eps) -> None:
+    fake_eps.append(_ep("sdk", good_module("fake_sdk_plugin"), dist="slime-wing"))
+    fake_eps.append(_ep("wing_tools", good_module("fake_wing_tools"), dist="slime-wing"))
+    fake_eps.append(_ep("other", good_module("fake_other_plugin2"), dist="slime-other"))
+    m = SlimePluginManager(PluginSelection(plugins=["sdk"])).load()
+    assert [m.infos[n].status for n in ("sdk", "wing_tools", "other")] == [
+        "active", "active", "blocked"]
+    m = SlimePluginManager(PluginSelection(plugins=["sdk"], disabled=["wing_tools"])).load()
+    assert m.infos["wing_tools"].reason == "disabled by --disable-plugin"
+
+
 def test_autoload_off_loads_nothing_external(fake_eps) -> None:
     fake_eps.append(_ep("good", good_module()))
     m = SlimePluginManager(PluginSelection(autoload=False)).load()

@@ -57,8 +57,8 @@ def problems() -> list[dict[str, str]]:
 
 @functools.lru_cache(maxsize=1)
 def executor() -> Any:  # the rollout's own executor, with the calculator enabled
-    from slime_core.agent.executor import ToolExecutor
-    from slime_core.agent.tools import tool_records
+    from slime_agent.executor import ToolExecutor
+    from slime_agent.tools import tool_records
 
     record = next(r for r in tool_records() if r.name == "calculator")
     return ToolExecutor(None, {"calculator": record}, timeout=5.0)
@@ -66,7 +66,7 @@ def executor() -> Any:  # the rollout's own executor, with the calculator enable
 
 def observation(name: str, arguments: dict[str, str]) -> str:
     """What the rollout's tool executor answers to the call ``name(**arguments)``."""
-    from slime_core.agent.parsers import ToolCall
+    from slime_agent.parsers import ToolCall
 
     return asyncio.run(executor().run(ToolCall(name, arguments), None)).text
 

@@ -231,53 +231,6 @@ class DebugConfig(Protocol):
     replay_rollouts: str
 
 
-class ToolsConfig(Protocol):
-    """``[tools]`` (core_tools): multi-turn rollouts: tools, parser, sandbox, limits."""
-
-    enabled: list[str]
-    max_turns: int
-    parser: str
-    sandbox: str
-    sandbox_options: dict[str, Any]
-    timeout: float
-    max_observation_tokens: int
-    max_calls_per_turn: int
-    observation_template: str
-
-
-class AgentApiConfig(Protocol):
-    """``[agent_api]`` (core_tools): OpenAI-compatible endpoint for external agents."""
-
-    host: str
-    port: int
-    token: str
-    allow_remote: bool
-    model_name: str
-    tool_parser: str
-    max_tokens: int
-    max_sessions: int
-    session_ttl_s: float
-    max_context_tokens: int
-
-
-class RolloutBufferConfig(Protocol):
-    """``[rollout_buffer]`` (core_tools): rollout-buffer service between trainer and agents."""
-
-    url: str
-    host: str
-    port: int
-    token: str
-    allow_remote: bool
-    prompt_source: str
-    serve_engine_api: bool
-    task_type: str
-    task_kwargs: dict[str, Any]
-    timeout_s: float
-    poll_s: float
-    task_timeout_s: float
-    prefetch_groups: int
-
-
 class TraceConfig(Protocol):
     """``[trace]`` (core_observe): Chrome trace of phases and samples (RUN_DIR/trace.json)."""
 
@@ -316,9 +269,6 @@ class Config(Protocol):
     ray: RayConfig
     opd: OpdConfig
     debug: DebugConfig
-    tools: ToolsConfig
-    agent_api: AgentApiConfig
-    rollout_buffer: RolloutBufferConfig
     trace: TraceConfig
     profile: ProfileConfig
 
@@ -358,9 +308,6 @@ SECTION_PROTOCOLS: dict[str, type] = {
     "ray": RayConfig,
     "opd": OpdConfig,
     "debug": DebugConfig,
-    "tools": ToolsConfig,
-    "agent_api": AgentApiConfig,
-    "rollout_buffer": RolloutBufferConfig,
     "trace": TraceConfig,
     "profile": ProfileConfig,
 }

@@ -347,6 +347,9 @@ class SandboxRecord(Record):
         @records.register(SandboxRecord, "docker", summary="tool code in a container")
         def docker_sandbox(config, image="python:3.11-slim", **options):
             return DockerSandbox(image, **options)  # implements slime_hookspecs.Sandbox
+
+    ``extra["limits_report"]``: optional ``() -> {limit: how it is enforced here}``, printed
+    as notes by ``core plugins check`` when the sandbox is usable.
     """
 
     kind: ClassVar[str] = "sandbox"

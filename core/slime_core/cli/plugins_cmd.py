@@ -258,16 +258,15 @@ def check_command(selection: PluginSelection) -> None:
 
 
 def _sandbox_notes(manager: SlimePluginManager) -> list[str]:
-    """How the ``local`` sandbox enforces its limits here, when it is registered and usable."""
-    try:
-        rec = manager.registries.sandbox.get("local", require_available=False)
-    except Exception:  # noqa: BLE001 - not registered (core_sandbox disabled)
-        return []
-    if rec.unavailable_reason() is not None:
-        return []
-    from slime_core.sandbox import total_limits_report
-
-    return [f"sandbox 'local' {k}: {v}" for k, v in total_limits_report().items()]
+    """How each usable sandbox enforces its limits here: what its record's
+    ``extra["limits_report"]()`` says (``{limit: how}``), for those that have one."""
+    notes: list[str] = []
+    for rec in manager.registries.sandbox:
+        report = rec.extra.get("limits_report")
+        if report is None or rec.unavailable_reason() is not None:
+            continue
+        notes += [f"sandbox {rec.name!r} {k}: {v}" for k, v in report().items()]
+    return notes
 
 
 @plugins_group.command("new")

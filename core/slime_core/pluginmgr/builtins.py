@@ -18,8 +18,6 @@ BUILTIN_PLUGINS: tuple[tuple[str, str, bool], ...] = (
     ("core_filters", "slime_core.builtin.filters_plugin", False),
     ("core_sft", "slime_core.builtin.sft_plugin", False),
     ("core_weights", "slime_core.builtin.weights_plugin", False),
-    ("core_sandbox", "slime_core.builtin.sandbox_plugin", False),
-    ("core_tools", "slime_core.builtin.tools_plugin", False),
     ("core_observe", "slime_core.builtin.observe_plugin", False),
 )
 

@@ -13,6 +13,7 @@ import difflib
 import importlib
 import inspect
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field, replace
@@ -243,6 +244,7 @@ class SlimePluginManager:
                     f"unknown plugin {wanted!r}{hint}; installed plugins: {', '.join(choices)}"
                 )
         requested = sel.explicitly_requested()
+        requested |= _built_on(eps, requested)
         for ep in sorted(eps, key=lambda e: e.name):
             dist, version = _ep_dist(ep)
             if ep.name in self.infos:
@@ -338,6 +340,31 @@ def _ep_dist(ep: EntryPoint) -> tuple[str, str]:
     if d is None:
         return "<unknown distribution>", "?"
     return d.metadata["Name"], d.version
+
+
+def _built_on(eps: list[EntryPoint], named: set[str]) -> set[str]:
+    """The plugins a named plugin is built on, which come with it: those of its own
+    distribution (slime-agent's ``slime_agent`` serves the agent API of its ``core_tools``) and
+    of the plugin distributions it depends on, transitively (slime-mcp-tools' tool source runs
+    in slime-agent's ``core_tools``). ``--disable-plugin`` still blocks any of them."""
+    by_dist: dict[str, list[str]] = {}
+    for ep in eps:
+        by_dist.setdefault(_norm(_ep_dist(ep)[0]), []).append(ep.name)
+    todo = [_norm(_ep_dist(ep)[0]) for ep in eps if ep.name in named]
+    dists: set[str] = set()
+    while todo:
+        dist = todo.pop()
+        if dist in dists or dist not in by_dist:
+            continue
+        dists.add(dist)
+        for req in _requirements(dist):
+            if "extra ==" not in req.replace('"', "").replace("'", ""):
+                todo.append(_norm(re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0]))
+    return {name for dist in dists for name in by_dist[dist]}
+
+
+def _norm(dist: str) -> str:
+    return re.sub(r"[-_.]+", "-", dist).lower()
 
 
 def _requirements(dist: str) -> list[str]:

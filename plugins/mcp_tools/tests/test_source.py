@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 from mcp_tools.source import McpToolSource
-from slime_core.agent.executor import ToolExecutor
-from slime_core.agent.parsers import ToolCall
-from slime_core.agent.tools import ToolContext
+from slime_agent.executor import ToolExecutor
+from slime_agent.parsers import ToolCall
+from slime_agent.tools import ToolContext
 from slime_hookspecs import ToolRecord
 
 SERVER = Path(__file__).with_name("calc_kv_server.py")
@@ -101,7 +101,7 @@ def test_opening_the_session_is_not_the_calls_time(monkeypatch):
     # session takes longer than the 0.5 s limit, a call on the open session far less.
     # The session opens in the source's prepare(), which the executor awaits before the
     # timed call, so the limit is the tool's own work (it once covered the opening too).
-    from slime_core.agent import executor as executor_mod
+    from slime_agent import executor as executor_mod
 
     monkeypatch.setattr(executor_mod, "CONTEXT_GRACE_S", 0.0)
     # the server sleeps 0.6 s before it serves: an opening longer than the limit on any

@@ -41,8 +41,8 @@ class Scripted:
 
 
 def test_two_python_calls_share_one_sandbox_and_it_is_killed(server, tmp_path: Path):
-    from slime_core.agent.multiturn import generate_with_tools
-    from slime_core.agent.runtime import AgentRuntime
+    from slime_agent.multiturn import generate_with_tools
+    from slime_agent.runtime import AgentRuntime
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.rollout.engine_client import EngineClient
@@ -51,7 +51,7 @@ def test_two_python_calls_share_one_sandbox_and_it_is_killed(server, tmp_path: P
     from transformers import AutoTokenizer
 
     tok_dir = write_char_tokenizer(tmp_path / "tok")
-    manager, config = resolve(PluginSelection(plugins=["sandbox_e2b"]), None, (), {
+    manager, config = resolve(PluginSelection(plugins=["sandbox_e2b", "core_tools"]), None, (), {
         "model": {"tokenizer": str(tok_dir)},
         "tools": {"enabled": ["python"], "sandbox": "e2b", "timeout": 20,
                   "sandbox_options": {"template": "code"}},

@@ -1,6 +1,6 @@
 """One sample's rollout through a decorated agent function (``slime_generate``).
 
-Per sample: a fresh session of the run's agent API (``slime_core.api.run_agent_api``), an
+Per sample: a fresh session of the run's agent API (:func:`slime_agent.run_agent_api`), an
 ``openai.AsyncOpenAI`` bound to it by a session base URL, the agent function called with the
 arguments it names, then ``POST /sessions/{id}/finish``: the session's recorded tokens (the
 model's ids with loss mask 1 and their log-probs, every other token (prompts, tool results,
@@ -54,7 +54,7 @@ def sampling_args(params: SamplingParams, limit: int) -> dict[str, Any]:
 async def run_episode(config: Any, sample: Sample, params: SamplingParams, ep: EntryPoint,
                       timeout_s: float = 0.0) -> Sample | list[Sample]:
     import openai
-    from slime_core.api import run_agent_api
+    from slime_agent.buffer.services import run_agent_api
 
     api = run_agent_api(config)
     sid = f"agent-{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:12]}"

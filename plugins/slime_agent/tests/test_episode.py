@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def api():
-    from slime_core.agent.api import AgentApiServer
+    from slime_agent.api import AgentApiServer
     from slime_core.config import load_config
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
@@ -42,10 +42,10 @@ def sessions(srv) -> int:
 
 
 def episode(api, monkeypatch, fn, **kw):
-    import slime_core.api
+    import slime_agent.buffer.services
 
     config, srv = api
-    monkeypatch.setattr(slime_core.api, "run_agent_api", lambda cfg: srv)
+    monkeypatch.setattr(slime_agent.buffer.services, "run_agent_api", lambda cfg: srv)
     sample = Sample(index=0, group_index=5, prompt="12+30=", label="42", tokens=[1, 2])
     return asyncio.run(run_episode(config, sample, SamplingParams(max_new_tokens=6),
                                    fn.__slime_entrypoint__, **kw))

@@ -1,0 +1,114 @@
+"""The services of an agentic run in this process: the agent API and the rollout-buffer task.
+
+1. The agent API (:class:`~slime_agent.api.AgentApiServer`, ``[agent_api]``) is started
+   in front of this process's rollout engines on first use (:func:`run_agent_api`).
+2. A rollout-buffer source's task is started in the buffer service with the API's URL, token
+   and model name (unless ``rollout_buffer.serve_engine_api`` is off), so workers know where
+   to generate: at ``slime_run_start`` where the source lives in the driver's process, else on
+   its first fetch (:func:`start_task`). The rollout itself is the rollout manager's: a source
+   that ``delivers_finished_samples`` is fetched from instead of generated
+   (:mod:`slime_core.rollout.manager`).
+3. ``<run_dir>/agent_services.json`` tells workers the URLs and tokens; everything stops at
+   ``slime_run_end`` (:func:`shutdown_services`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+from pathlib import Path
+from typing import Any
+
+from slime_agent.sections import section
+
+_API: dict[str, Any] = {}
+_SOURCES: weakref.WeakSet[Any] = weakref.WeakSet()  # the live rollout-buffer sources
+
+
+def track_source(source: Any) -> None:
+    """A rollout-buffer source of this process (started at run start, stopped at its end)."""
+    _SOURCES.add(source)
+
+
+def forget_source(source: Any) -> None:
+    _SOURCES.discard(source)
+
+
+def live_sources() -> list[Any]:
+    return list(_SOURCES)
+
+
+def run_agent_api(config: Any) -> Any:
+    """The run's agent API (:class:`~slime_agent.api.AgentApiServer` from ``[agent_api]``)
+    in front of this process's rollout engines: started on first use, the same server the
+    rollout buffer hands to workers, stopped at the run's end (``slime_run_end``).
+
+    Its ``url`` and ``token`` serve OpenAI clients; ``session_url(id)`` is a base URL that
+    records into session ``id``; ``finish_session(id, reward=..., ...)`` (from any thread but
+    the server's) returns the session as samples. Raises ``RuntimeError`` where this process
+    has no rollout engines (no rollout manager).
+    """
+    api = _API.get("server")
+    if api is None:
+        from slime_agent.api import AgentApiServer
+
+        clients = _API.get("clients") or []
+        if not clients:
+            raise RuntimeError("the agent API serves the rollout engines of this process, and "
+                               "it has none (no rollout manager here)")
+        api = AgentApiServer.from_config(config, [c.engine for c in clients]).start()
+        _API["server"] = api
+    return api
+
+
+def use_engine_clients(clients: list[Any]) -> None:
+    """The engine clients of this process's rollout manager (``slime_rollout_engines_ready``):
+    what :func:`run_agent_api` serves."""
+    _API["clients"] = list(clients)
+
+
+def start_task(config: Any, source: Any) -> None:
+    """Start the agent API (if configured) and the source's task with its address."""
+    engine = None
+    if section(config, "rollout_buffer").serve_engine_api:
+        api = run_agent_api(config)
+        engine = {"base_url": api.url, "token": api.token, "model": api.model_name}
+        if api.vocab_size:  # the buffer then refuses writes with larger token ids
+            engine["vocab_size"] = api.vocab_size
+    source.start(engine)
+
+
+def prepare_services(config: Any, run_dir: str) -> Path | None:
+    """At run start: start the task of every buffer source, write the service file."""
+    for src in live_sources():
+        if not src.started:
+            start_task(config, src)
+    return write_service_file(run_dir)
+
+
+def write_service_file(run_dir: str) -> Path | None:
+    """``<run_dir>/agent_services.json`` (mode 0600): URLs and tokens for agent workers."""
+    services: dict[str, Any] = {}
+    for src in live_sources():
+        services["rollout_buffer"] = {"url": src.url, "token": src.token}
+    api = _API.get("server")
+    if api is not None:
+        services["agent_api"] = {"url": api.url, "token": api.token}
+    if not services:
+        return None
+    path = Path(run_dir) / "agent_services.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(services, fh, indent=2)
+    return path
+
+
+def shutdown_services() -> None:
+    """Stop the agent API and the buffer sources of this process (end of the run)."""
+    for src in live_sources():
+        src.close()
+    _API.pop("clients", None)
+    api = _API.pop("server", None)
+    if api is not None:
+        api.stop()
