@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from slime_hookspecs import FilterRecord, Records
+from slime_hookspecs import Config, FilterRecord, Records
 
 from slime_core.filters import drop_truncated, fifo, lifo, nonzero_std
 
@@ -21,7 +21,7 @@ records = Records()
 def _bound(fn: Callable[..., Any]) -> Callable[[Any], Callable[..., Any]]:
     """``factory(config) -> fn(config, ...)`` with the config bound."""
 
-    def build(config: Any) -> Callable[..., Any]:
+    def build(config: Config) -> Callable[..., Any]:
         return partial(fn, config)
 
     build.__doc__ = f"``{fn.__name__}`` with the run's config bound."

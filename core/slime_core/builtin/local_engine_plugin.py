@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import RolloutEngineRecord, hookimpl
+from slime_hookspecs import Config, RolloutEngineRecord, hookimpl
 
 
-def make_local_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+def make_local_engine(config: Config, engine_index: int = 0, accelerator: Any = None) -> Any:
     """``factory(config, engine_index, accelerator)`` of the ``local`` record."""
     from slime_core.engine.local_engine import LocalEngine
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import hookimpl
+from slime_hookspecs import Config, hookimpl
 
 
 @hookimpl(trylast=True)
-def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: Any) -> Any:
     from slime_core.rollout.manager import default_generate
 
     return default_generate(config, sample, sampling_params, engine)

@@ -25,14 +25,14 @@ import sys
 from collections.abc import Generator
 from typing import Any
 
-from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
+from slime_hookspecs import Config, ConfigSection, RolloutEngineRecord, hookimpl
 
 from slime_core.observe import trace as tr
 
 _STATE: dict[str, Any] = {"profiler": None}
 
 
-def _section(config: Any, name: str) -> Any:
+def _section(config: Config, name: str) -> Any:
     """A section of ``config`` or ``None`` (configs built from core sections only lack ours)."""
     try:
         return config.section(name) if name in config else None
@@ -40,7 +40,7 @@ def _section(config: Any, name: str) -> Any:
         return None
 
 
-def _debug(config: Any, key: str) -> str:
+def _debug(config: Config, key: str) -> str:
     sec = _section(config, "debug")
     return str(getattr(sec, key, "") or "") if sec is not None else ""
 
@@ -61,7 +61,7 @@ def slime_add_config(schema: Any) -> list[ConfigSection]:
 
 
 @hookimpl
-def slime_configure(config: Any) -> None:
+def slime_configure(config: Config) -> None:
     from slime_core.observe.replay import configure_replay
 
     if _section(config, "debug") is not None:
@@ -96,7 +96,7 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
 
 
 @hookimpl
-def slime_run_start(config: Any, run_dir: str) -> None:
+def slime_run_start(config: Config, run_dir: str) -> None:
     tracer = tr.current()
     if tracer is not None:
         tracer.close("setup")
@@ -112,14 +112,14 @@ def slime_run_start(config: Any, run_dir: str) -> None:
 
 
 @hookimpl
-def slime_on_error(config: Any, phase: str, error: BaseException) -> None:
+def slime_on_error(config: Config, phase: str, error: BaseException) -> None:
     tracer = tr.current()
     if tracer is not None:
         tracer.close_all(keep=("run", "setup"), error=f"{type(error).__name__}: {error}")
 
 
 @hookimpl
-def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+def slime_run_end(config: Config, run_dir: str, status: str) -> None:
     profiler, _STATE["profiler"] = _STATE["profiler"], None
     if profiler is not None:
         profiler.finish()
@@ -133,7 +133,7 @@ def slime_run_end(config: Any, run_dir: str, status: str) -> None:
 
 
 @hookimpl(wrapper=True)
-def slime_before_rollout(config: Any, rollout_id: int) -> Generator[None, Any, Any]:
+def slime_before_rollout(config: Config, rollout_id: int) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is not None:
         run = _section(config, "run")
@@ -147,7 +147,7 @@ def slime_before_rollout(config: Any, rollout_id: int) -> Generator[None, Any, A
 
 
 @hookimpl(wrapper=True)
-def slime_after_rollout(config: Any, rollout_id: int, result: Any) -> Generator[None, Any, Any]:
+def slime_after_rollout(config: Config, rollout_id: int, result: Any) -> Generator[None, Any, Any]:
     out = yield  # every other plugin first: the dump holds what training will see
     tracer = tr.current()
     if tracer is not None:
@@ -162,7 +162,7 @@ def slime_after_rollout(config: Any, rollout_id: int, result: Any) -> Generator[
 
 
 @hookimpl(tryfirst=True, specname="slime_rollout")
-def replay_rollout_impl(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+def replay_rollout_impl(config: Config, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
     """With ``debug.replay_rollouts``: the dumped groups (first, so no generation happens)."""
     directory = _debug(config, "replay_rollouts")
     if not directory:
@@ -173,7 +173,7 @@ def replay_rollout_impl(config: Any, rollout_id: int, data_source: Any, evaluati
 
 
 @hookimpl(wrapper=True)
-def slime_rollout(config: Any, rollout_id: int, data_source: Any,
+def slime_rollout(config: Config, rollout_id: int, data_source: Any,
                   evaluation: bool) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is not None:
@@ -201,7 +201,7 @@ def slime_rollout(config: Any, rollout_id: int, data_source: Any,
 
 
 @hookimpl(wrapper=True)
-def slime_generate(config: Any, sample: Any, sampling_params: Any,
+def slime_generate(config: Config, sample: Any, sampling_params: Any,
                    engine: Any) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is None or not tracer.samples:
@@ -257,7 +257,7 @@ def _trainer_phase(name: str, **args: Any) -> None:
 
 
 @hookimpl(wrapper=True)
-def slime_before_train(config: Any, rollout_id: int) -> Generator[None, Any, Any]:
+def slime_before_train(config: Config, rollout_id: int) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is not None:
         tracer.open("train", "train", rollout_id=rollout_id)
@@ -268,26 +268,26 @@ def slime_before_train(config: Any, rollout_id: int) -> Generator[None, Any, Any
 
 
 @hookimpl(wrapper=True)
-def slime_before_log_prob(config: Any, model: Any, role: str) -> Generator[None, Any, Any]:
+def slime_before_log_prob(config: Config, model: Any, role: str) -> Generator[None, Any, Any]:
     _trainer_phase("log_probs", role=role)
     return (yield)
 
 
 @hookimpl(wrapper=True)
-def slime_compute_advantages(config: Any, batch: Any) -> Generator[None, Any, Any]:
+def slime_compute_advantages(config: Config, batch: Any) -> Generator[None, Any, Any]:
     _trainer_phase("advantages")
     return (yield)
 
 
 @hookimpl(wrapper=True)
-def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any,
+def slime_before_train_step(config: Config, rollout_id: int, step_id: int, model: Any, optimizer: Any,
                             scheduler: Any) -> Generator[None, Any, Any]:
     _trainer_phase("train_step", rollout_id=rollout_id, step_id=step_id)
     return (yield)
 
 
 @hookimpl(wrapper=True)
-def slime_after_train(config: Any, rollout_id: int,
+def slime_after_train(config: Config, rollout_id: int,
                       metrics: dict[str, float]) -> Generator[None, Any, Any]:
     out = yield
     tracer = tr.current()
@@ -310,7 +310,7 @@ def slime_after_train(config: Any, rollout_id: int,
 
 
 @hookimpl(wrapper=True)
-def slime_before_weight_sync(config: Any, version: int) -> Generator[None, Any, Any]:
+def slime_before_weight_sync(config: Config, version: int) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is not None:
         tracer.open("weight_sync", "weight_sync", version=version)
@@ -318,7 +318,7 @@ def slime_before_weight_sync(config: Any, version: int) -> Generator[None, Any, 
 
 
 @hookimpl(wrapper=True)
-def slime_after_weight_sync(config: Any, version: int,
+def slime_after_weight_sync(config: Config, version: int,
                             stats: dict[str, float]) -> Generator[None, Any, Any]:
     out = yield
     tracer = tr.current()
@@ -328,7 +328,7 @@ def slime_after_weight_sync(config: Any, version: int,
 
 
 @hookimpl(wrapper=True)
-def slime_before_save(config: Any, rollout_id: int, path: str) -> Generator[None, Any, Any]:
+def slime_before_save(config: Config, rollout_id: int, path: str) -> Generator[None, Any, Any]:
     tracer = tr.current()
     if tracer is not None:
         tracer.open("save", "save", rollout_id=rollout_id)
@@ -336,7 +336,7 @@ def slime_before_save(config: Any, rollout_id: int, path: str) -> Generator[None
 
 
 @hookimpl(wrapper=True)
-def slime_after_save(config: Any, rollout_id: int, path: str) -> Generator[None, Any, Any]:
+def slime_after_save(config: Config, rollout_id: int, path: str) -> Generator[None, Any, Any]:
     out = yield
     tracer = tr.current()
     if tracer is not None:

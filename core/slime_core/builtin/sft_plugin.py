@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import RolloutResult, Status, hookimpl
+from slime_hookspecs import Config, RolloutResult, Status, hookimpl
 
 
 class _Tokenizer:
     _tok: Any = None
 
     @classmethod
-    def get(cls, config: Any) -> Any:
+    def get(cls, config: Config) -> Any:
         if cls._tok is None:
             from slime_core.engine.model_loading import load_tokenizer
 
@@ -31,7 +31,7 @@ class _Tokenizer:
 
 
 @hookimpl
-def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+def slime_rollout(config: Config, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
     if config.train.loss != "sft" or evaluation:
         return None
     tok = _Tokenizer.get(config)

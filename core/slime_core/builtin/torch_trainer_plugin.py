@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import TrainerBackendRecord, hookimpl
+from slime_hookspecs import Config, TrainerBackendRecord, hookimpl
 
 
-def _make(config: Any, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
+def _make(config: Config, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
     from slime_core.trainer.torch_trainer import TorchTrainer
 
     return TorchTrainer(config, rank, world_size, accelerator)
 
 
-def _make_critic(config: Any, model: Any, spec: Any) -> Any:
+def _make_critic(config: Config, model: Any, spec: Any) -> Any:
     from slime_core.trainer.critic import make_critic
 
     return make_critic(config, model, spec)

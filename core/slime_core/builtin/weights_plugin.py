@@ -6,28 +6,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import WeightTransportRecord, hookimpl
+from slime_hookspecs import Config, WeightTransportRecord, hookimpl
 
 
-def _inprocess(config: Any, accelerator: Any = None) -> Any:
+def _inprocess(config: Config, accelerator: Any = None) -> Any:
     from slime_core.weights.inprocess import InProcessTransport
 
     return InProcessTransport(config, accelerator)
 
 
-def _disk(config: Any, accelerator: Any = None) -> Any:
+def _disk(config: Config, accelerator: Any = None) -> Any:
     from slime_core.weights.disk import DiskTransport
 
     return DiskTransport(config, accelerator)
 
 
-def _ray(config: Any, accelerator: Any = None) -> Any:
+def _ray(config: Config, accelerator: Any = None) -> Any:
     from slime_core.weights.ray_store import RayObjectTransport
 
     return RayObjectTransport(config, accelerator)
 
 
-def _broadcast(config: Any, accelerator: Any = None) -> Any:
+def _broadcast(config: Config, accelerator: Any = None) -> Any:
     from slime_core.weights.broadcast import BroadcastTransport
 
     return BroadcastTransport(config, accelerator)

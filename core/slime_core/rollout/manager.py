@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from slime_hookspecs import (
+    Config,
     DataSource,
     RolloutResult,
     Sample,
@@ -95,7 +96,7 @@ class _DefaultRollout:
         self._manager = manager
 
     @hookimpl(trylast=True)
-    def slime_rollout(self, config: Any, rollout_id: int, data_source: DataSource,
+    def slime_rollout(self, config: Config, rollout_id: int, data_source: DataSource,
                       evaluation: bool) -> RolloutResult:
         return self._manager.default_rollout(rollout_id, data_source, evaluation)
 

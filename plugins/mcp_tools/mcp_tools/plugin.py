@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from slime_hookspecs import ConfigSection, ToolRecord, hookimpl
+from slime_hookspecs import Config, ConfigSection, ToolRecord, hookimpl
 
 from mcp_tools.config import McpSection
 
@@ -20,7 +20,7 @@ def probe() -> str | None:
     return None
 
 
-def make_source(config: Any) -> Any:
+def make_source(config: Config) -> Any:
     """Tool-source factory: ``list_tools()`` and ``call(name, arguments, tool_context)``."""
     from mcp_tools.source import McpToolSource
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from slime_hookspecs import ConfigSection, TrainerBackendRecord, hookimpl
+from slime_hookspecs import Config, ConfigSection, TrainerBackendRecord, hookimpl
 
 from megatron_backend.config import BACKEND, MegatronSection, check_config
 
@@ -34,7 +34,7 @@ def probe() -> str | None:
     return None
 
 
-def make_trainer(config: Any, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
+def make_trainer(config: Config, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
     """``factory(config, rank, world_size, accelerator)`` of the ``megatron`` record."""
     reason = probe()
     if reason:
@@ -44,7 +44,7 @@ def make_trainer(config: Any, rank: int = 0, world_size: int = 1, accelerator: A
     return MegatronTrainer(config, rank, world_size, accelerator)
 
 
-def make_critic(config: Any, model: Any, spec: Any) -> Any:
+def make_critic(config: Config, model: Any, spec: Any) -> Any:
     """``critic_factory(config, model, spec)`` of the ``megatron`` record: a GPTModel with a
     value head, sharded like the actor (:mod:`megatron_backend.critic`)."""
     from megatron_backend.critic import make_critic as build
@@ -69,7 +69,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 
 
 @hookimpl
-def slime_configure(config: Any) -> None:
+def slime_configure(config: Config) -> None:
     check_config(config)
 
 

@@ -17,7 +17,7 @@ import importlib.util
 from collections import defaultdict
 from typing import Any
 
-from slime_hookspecs import ConfigSection, DataSourceRecord, Sample, hookimpl
+from slime_hookspecs import Config, ConfigSection, DataSourceRecord, Sample, hookimpl
 
 from rlve.config import RlveSection
 
@@ -28,7 +28,7 @@ def probe() -> str | None:
     return None
 
 
-def _make_source(config: Any, split: str) -> Any:
+def _make_source(config: Config, split: str) -> Any:
     from rlve.source import make_source
 
     return make_source(config, split)
@@ -54,13 +54,13 @@ def slime_register_data_sources() -> list[DataSourceRecord]:
 
 
 @hookimpl
-def slime_rollout_all_samples(config: Any, groups: list[list[Sample]], data_source: Any) -> None:
+def slime_rollout_all_samples(config: Config, groups: list[list[Sample]], data_source: Any) -> None:
     observe = getattr(data_source, "observe", None)
     if observe is not None and type(data_source).__module__ == "rlve.source":
         observe(groups)
 
 
-def _per_level(config: Any, samples: list[Sample], prefix: str) -> dict[str, float]:
+def _per_level(config: Config, samples: list[Sample], prefix: str) -> dict[str, float]:
     from rlve.source import section
 
     cfg = section(config)
@@ -77,7 +77,7 @@ def _per_level(config: Any, samples: list[Sample], prefix: str) -> dict[str, flo
 
 
 @hookimpl
-def slime_log_rollout(config: Any, rollout_id: int, samples: list[Sample],
+def slime_log_rollout(config: Config, rollout_id: int, samples: list[Sample],
                       metrics: dict[str, float]) -> None:
     infos = [s.metadata["rlve"] for s in samples if isinstance(s.metadata.get("rlve"), dict)]
     if not infos:
@@ -93,7 +93,7 @@ def slime_log_rollout(config: Any, rollout_id: int, samples: list[Sample],
 
 
 @hookimpl
-def slime_log_eval(config: Any, rollout_id: int, samples: list[Sample],
+def slime_log_eval(config: Config, rollout_id: int, samples: list[Sample],
                    metrics: dict[str, float]) -> None:
     if any(isinstance(s.metadata.get("rlve"), dict) for s in samples):
         metrics.update(_per_level(config, samples, "eval/rlve"))

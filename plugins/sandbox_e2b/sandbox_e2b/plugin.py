@@ -10,7 +10,7 @@ import dataclasses
 import importlib.util
 from typing import Any
 
-from slime_hookspecs import ConfigSection, SandboxRecord, hookimpl
+from slime_hookspecs import Config, ConfigSection, SandboxRecord, hookimpl
 
 from sandbox_e2b.config import E2BSection
 
@@ -25,7 +25,7 @@ def probe() -> str | None:
     return None
 
 
-def make_sandbox(config: Any = None, **options: Any) -> Any:
+def make_sandbox(config: Config | None = None, **options: Any) -> Any:
     """``factory(config, **options)``: a not-yet-started :class:`~sandbox_e2b.sandbox.E2BSandbox`
     from ``[e2b]``, with ``options`` (``tools.sandbox_options``) overriding its keys."""
     from sandbox_e2b.sandbox import E2BSandbox

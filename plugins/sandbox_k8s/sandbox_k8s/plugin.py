@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 from typing import Any
 
+from slime_hookspecs import Config
 from slime_hookspecs.markers import hookimpl
 from slime_hookspecs.records import SandboxRecord
 
@@ -29,7 +30,7 @@ def probe() -> str | None:
     return None
 
 
-def make_sandbox(config: Any = None, **options: Any) -> Any:
+def make_sandbox(config: Config | None = None, **options: Any) -> Any:
     """``factory(config, **options)``: a not-yet-started ``K8sSandbox``.
 
     Options come from the config's ``[sandbox_k8s]`` section when the config has one,
@@ -42,7 +43,7 @@ def make_sandbox(config: Any = None, **options: Any) -> Any:
     return K8sSandbox(api_client=api_client, **merged)
 
 
-def _section_values(config: Any) -> dict[str, Any]:
+def _section_values(config: Config | None) -> dict[str, Any]:
     if config is None:
         return {}
     try:

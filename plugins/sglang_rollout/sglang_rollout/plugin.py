@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
+from slime_hookspecs import Config, ConfigSection, RolloutEngineRecord, hookimpl
 
 from sglang_rollout.config import SECTION, SGLangSection
 from sglang_rollout.probe import launch_unavailable_reason
@@ -36,7 +36,7 @@ def probe() -> str | None:
     return launch_unavailable_reason()
 
 
-def make_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+def make_engine(config: Config, engine_index: int = 0, accelerator: Any = None) -> Any:
     """``factory(config, engine_index, accelerator)`` of the ``sglang`` record."""
     from sglang_rollout.engine import SGLangEngine
 
@@ -60,7 +60,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 
 
 @hookimpl
-def slime_configure(config: Any) -> None:
+def slime_configure(config: Config) -> None:
     global _attaching
     sec = getattr(config, SECTION, None) if SECTION in config else None
     attach = isinstance(sec, SGLangSection) and sec.attach

@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from slime_hookspecs import ConfigSection, hookimpl
+from slime_hookspecs import Config, ConfigSection, hookimpl
 
 from slime_agent.config import AgentSection
 
 
-def _entry(config: Any) -> str:
+def _entry(config: Config) -> str:
     sec = getattr(config, "agent", None)
     return sec.entrypoint if sec is not None else ""
 
@@ -40,7 +40,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 
 
 @hookimpl
-def slime_run_start(config: Any, run_dir: str) -> None:
+def slime_run_start(config: Config, run_dir: str) -> None:
     spec = _entry(config)
     if not spec:
         return
@@ -53,7 +53,7 @@ def slime_run_start(config: Any, run_dir: str) -> None:
 
 
 @hookimpl(tryfirst=True)
-def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: Any) -> Any:
     spec = _entry(config)
     if not spec:
         return None
@@ -63,7 +63,7 @@ def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) 
 
 
 @hookimpl(tryfirst=True)
-def slime_reward(config: Any, sample: Any) -> Any:
+def slime_reward(config: Config, sample: Any) -> Any:
     from slime_agent.episode import REWARD_KEY
 
     if not _entry(config):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from slime_hookspecs import (
+    Config,
     ConfigSection,
     DataSourceRecord,
     RecordKey,
@@ -29,7 +30,7 @@ from slime_hookspecs import (
 )
 
 
-def _tools_on(config: Any) -> bool:
+def _tools_on(config: Config) -> bool:
     from slime_agent.sections import section
 
     return bool(section(config, "tools").enabled)
@@ -84,7 +85,7 @@ def slime_register_data_sources() -> list[DataSourceRecord]:
 
 
 @hookimpl
-def slime_run_start(config: Any, run_dir: str) -> None:
+def slime_run_start(config: Config, run_dir: str) -> None:
     if _tools_on(config):
         from slime_agent.runtime import get_runtime
 
@@ -96,14 +97,14 @@ def slime_run_start(config: Any, run_dir: str) -> None:
 
 
 @hookimpl
-def slime_rollout_engines_ready(config: Any, clients: list[Any]) -> None:
+def slime_rollout_engines_ready(config: Config, clients: list[Any]) -> None:
     from slime_agent.buffer.services import use_engine_clients
 
     use_engine_clients(clients)  # the agent API's engines
 
 
 @hookimpl
-def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: Any) -> Any:
     if not _tools_on(config):
         return None
     from slime_agent.multiturn import generate_with_tools
@@ -112,14 +113,14 @@ def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) 
 
 
 @hookimpl
-def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+def slime_run_end(config: Config, run_dir: str, status: str) -> None:
     from slime_agent.buffer.services import shutdown_services
 
     shutdown_services()
 
 
 @hookimpl
-def slime_log_rollout(config: Any, rollout_id: int, samples: list[Any],
+def slime_log_rollout(config: Config, rollout_id: int, samples: list[Any],
                       metrics: dict[str, float]) -> None:
     from slime_agent.metrics import tool_metrics
 
@@ -127,7 +128,7 @@ def slime_log_rollout(config: Any, rollout_id: int, samples: list[Any],
 
 
 @hookimpl
-def slime_log_eval(config: Any, rollout_id: int, samples: list[Any],
+def slime_log_eval(config: Config, rollout_id: int, samples: list[Any],
                    metrics: dict[str, float]) -> None:
     from slime_agent.metrics import tool_metrics
 

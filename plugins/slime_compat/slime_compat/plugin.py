@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from slime_hookspecs import ConfigSection, hookimpl
+from slime_hookspecs import Config, ConfigSection, hookimpl
 
 from slime_compat import shim
 from slime_compat.config import SECTION, SlimeSection
@@ -18,7 +18,7 @@ from slime_compat.config import SECTION, SlimeSection
 shim.install()
 
 
-def _sec(config: Any) -> SlimeSection | None:
+def _sec(config: Config) -> SlimeSection | None:
     return config.section(SECTION) if SECTION in config else None
 
 
@@ -30,7 +30,7 @@ def slime_add_config(schema: Any) -> ConfigSection:
 
 
 @hookimpl
-def slime_configure(config: Any) -> None:
+def slime_configure(config: Config) -> None:
     sec = _sec(config)
     if sec is None or not sec.paths() and not sec.custom_config_path:
         return
@@ -63,7 +63,7 @@ def slime_register_commands(cli: Any) -> None:
 
 # -- rollout side (the rollout manager) --------------------------------------------------------
 @hookimpl
-def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+def slime_rollout(config: Config, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
     sec = _sec(config)
     # evaluation runs slime code only with eval_function_path: the project's eval rollout
     # (its eval set, greedy settings) is the stand-in for slime's args.eval_datasets
@@ -75,14 +75,14 @@ def slime_rollout(config: Any, rollout_id: int, data_source: Any, evaluation: bo
 
 
 @hookimpl
-def slime_rollout_engines_ready(config: Any, clients: list[Any]) -> None:
+def slime_rollout_engines_ready(config: Config, clients: list[Any]) -> None:
     from slime_compat.runtime import use_engine_clients
 
     use_engine_clients(clients)  # what the /generate endpoint serves
 
 
 @hookimpl
-def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) -> Any:
+def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: Any) -> Any:
     sec = _sec(config)
     if sec is None or not (sec.custom_generate_function_path or sec.rollout_sample_hook_path):
         return None
@@ -92,7 +92,7 @@ def slime_generate(config: Any, sample: Any, sampling_params: Any, engine: Any) 
 
 
 @hookimpl
-def slime_reward(config: Any, sample: Any) -> Any:
+def slime_reward(config: Config, sample: Any) -> Any:
     sec = _sec(config)
     if sec is None:
         return None
@@ -107,7 +107,7 @@ def slime_reward(config: Any, sample: Any) -> Any:
 
 
 @hookimpl
-def slime_reward_group(config: Any, samples: list[Any]) -> Any:
+def slime_reward_group(config: Config, samples: list[Any]) -> Any:
     sec = _sec(config)
     if sec is None or not (sec.custom_rm_path and sec.group_rm):
         return None
@@ -117,7 +117,7 @@ def slime_reward_group(config: Any, samples: list[Any]) -> Any:
 
 
 @hookimpl
-def slime_dynamic_sampling_filter(config: Any, group: list[Any]) -> Any:
+def slime_dynamic_sampling_filter(config: Config, group: list[Any]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.dynamic_sampling_filter_path:
         return None
@@ -127,7 +127,7 @@ def slime_dynamic_sampling_filter(config: Any, group: list[Any]) -> Any:
 
 
 @hookimpl
-def slime_buffer_filter(config: Any, rollout_id: int, buffer: list[list[Any]], num_groups: int) -> Any:
+def slime_buffer_filter(config: Config, rollout_id: int, buffer: list[list[Any]], num_groups: int) -> Any:
     sec = _sec(config)
     if sec is None or not sec.buffer_filter_path:
         return None
@@ -137,7 +137,7 @@ def slime_buffer_filter(config: Any, rollout_id: int, buffer: list[list[Any]], n
 
 
 @hookimpl
-def slime_rollout_sample_filter(config: Any, groups: list[list[Any]]) -> None:
+def slime_rollout_sample_filter(config: Config, groups: list[list[Any]]) -> None:
     sec = _sec(config)
     if sec is not None and sec.rollout_sample_filter_path:
         from slime_compat.rollout_side import sample_filter
@@ -146,7 +146,7 @@ def slime_rollout_sample_filter(config: Any, groups: list[list[Any]]) -> None:
 
 
 @hookimpl
-def slime_rollout_all_samples(config: Any, groups: list[list[Any]], data_source: Any) -> None:
+def slime_rollout_all_samples(config: Config, groups: list[list[Any]], data_source: Any) -> None:
     sec = _sec(config)
     if sec is not None and sec.rollout_all_samples_process_path:
         from slime_compat.rollout_side import all_samples
@@ -155,7 +155,7 @@ def slime_rollout_all_samples(config: Any, groups: list[list[Any]], data_source:
 
 
 @hookimpl
-def slime_make_data_source(config: Any, split: str) -> Any:
+def slime_make_data_source(config: Config, split: str) -> Any:
     sec = _sec(config)
     if sec is None or not sec.data_source_path:
         return None
@@ -166,7 +166,7 @@ def slime_make_data_source(config: Any, split: str) -> Any:
 
 # -- driver: conversion and logs -----------------------------------------------------------------
 @hookimpl
-def slime_reward_post_process(config: Any, samples: list[Any]) -> Any:
+def slime_reward_post_process(config: Config, samples: list[Any]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_reward_post_process_path:
         return None
@@ -176,7 +176,7 @@ def slime_reward_post_process(config: Any, samples: list[Any]) -> Any:
 
 
 @hookimpl
-def slime_convert_samples_to_train_data(config: Any, samples: list[Any]) -> Any:
+def slime_convert_samples_to_train_data(config: Config, samples: list[Any]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_convert_samples_to_train_data_path:
         return None
@@ -186,7 +186,7 @@ def slime_convert_samples_to_train_data(config: Any, samples: list[Any]) -> Any:
 
 
 @hookimpl
-def slime_before_train(config: Any, rollout_id: int) -> None:
+def slime_before_train(config: Config, rollout_id: int) -> None:
     sec = _sec(config)
     if sec is not None and sec.rollout_data_postprocess_path:
         from slime_compat.runtime import runtime
@@ -195,7 +195,7 @@ def slime_before_train(config: Any, rollout_id: int) -> None:
 
 
 @hookimpl
-def slime_log_rollout(config: Any, rollout_id: int, samples: list[Any], metrics: dict[str, float]) -> Any:
+def slime_log_rollout(config: Config, rollout_id: int, samples: list[Any], metrics: dict[str, float]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_rollout_log_function_path:
         return None
@@ -205,7 +205,7 @@ def slime_log_rollout(config: Any, rollout_id: int, samples: list[Any], metrics:
 
 
 @hookimpl
-def slime_log_eval(config: Any, rollout_id: int, samples: list[Any], metrics: dict[str, float]) -> Any:
+def slime_log_eval(config: Config, rollout_id: int, samples: list[Any], metrics: dict[str, float]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_eval_rollout_log_function_path:
         return None
@@ -215,7 +215,7 @@ def slime_log_eval(config: Any, rollout_id: int, samples: list[Any], metrics: di
 
 
 @hookimpl
-def slime_run_end(config: Any, run_dir: str, status: str) -> None:
+def slime_run_end(config: Config, run_dir: str, status: str) -> None:
     from slime_compat.runtime import shutdown
 
     shutdown()
@@ -223,7 +223,7 @@ def slime_run_end(config: Any, run_dir: str, status: str) -> None:
 
 # -- trainer ranks ------------------------------------------------------------------------------
 @hookimpl
-def slime_compute_advantages(config: Any, batch: Any) -> Any:
+def slime_compute_advantages(config: Config, batch: Any) -> Any:
     sec = _sec(config)
     if sec is None or not (sec.custom_advantage_function_path or sec.rollout_data_postprocess_path):
         return None
@@ -233,7 +233,7 @@ def slime_compute_advantages(config: Any, batch: Any) -> Any:
 
 
 @hookimpl
-def slime_loss(config: Any, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
+def slime_loss(config: Config, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_loss_function_path:
         return None
@@ -243,7 +243,7 @@ def slime_loss(config: Any, batch: Any, log_probs: list[Any], reducer: Any) -> A
 
 
 @hookimpl
-def slime_is_correction(config: Any, pg_loss: list[Any], train_log_probs: list[Any],
+def slime_is_correction(config: Config, pg_loss: list[Any], train_log_probs: list[Any],
                         rollout_log_probs: list[Any], loss_masks: list[Any]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_tis_function_path:
@@ -254,7 +254,7 @@ def slime_is_correction(config: Any, pg_loss: list[Any], train_log_probs: list[A
 
 
 @hookimpl
-def slime_pg_loss_reducer(config: Any, response_lengths: list[int], loss_masks: list[Any]) -> Any:
+def slime_pg_loss_reducer(config: Config, response_lengths: list[int], loss_masks: list[Any]) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_pg_loss_reducer_function_path:
         return None
@@ -264,7 +264,7 @@ def slime_pg_loss_reducer(config: Any, response_lengths: list[int], loss_masks: 
 
 
 @hookimpl
-def slime_trainer_init(config: Any, model: Any) -> None:
+def slime_trainer_init(config: Config, model: Any) -> None:
     sec = _sec(config)
     if sec is not None and sec.custom_megatron_init_path:
         from slime_compat.train_side import trainer_init
@@ -273,7 +273,7 @@ def slime_trainer_init(config: Any, model: Any) -> None:
 
 
 @hookimpl
-def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
+def slime_before_log_prob(config: Config, model: Any, role: str) -> None:
     sec = _sec(config)
     if sec is not None and sec.custom_megatron_before_log_prob_hook_path:
         from slime_compat.train_side import before_log_prob
@@ -282,7 +282,7 @@ def slime_before_log_prob(config: Any, model: Any, role: str) -> None:
 
 
 @hookimpl
-def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: Any,
+def slime_before_train_step(config: Config, rollout_id: int, step_id: int, model: Any,
                             optimizer: Any, scheduler: Any) -> None:
     sec = _sec(config)
     if sec is not None and sec.custom_megatron_before_train_step_hook_path:
@@ -292,7 +292,7 @@ def slime_before_train_step(config: Any, rollout_id: int, step_id: int, model: A
 
 
 @hookimpl
-def slime_after_weights_written(config: Any, version_dir: str, engines: list[Any]) -> None:
+def slime_after_weights_written(config: Config, version_dir: str, engines: list[Any]) -> None:
     sec = _sec(config)
     if sec is not None and sec.custom_update_weight_post_write_path:
         from slime_compat.train_side import after_weights_written

@@ -13,6 +13,7 @@ from typing import Any
 
 from slime_hookspecs import (
     AdvantageEstimatorRecord,
+    Config,
     ISCorrectionRecord,
     KLEstimatorRecord,
     LossReducerRecord,
@@ -27,7 +28,7 @@ records = Records()
 Estimate = Callable[[Any], tuple[list[Any], list[Any]]]
 
 
-def _all_sum(config: Any) -> Any:
+def _all_sum(config: Config) -> Any:
     """Under data parallelism, sums over the trainer ranks, so batch-wide whitening uses the
     whole batch's statistics (each rank holds only its share of groups); None on one rank.
     Over the trainer's data-parallel group: ranks that hold the same samples (tensor-parallel
@@ -49,7 +50,7 @@ def _whiten(adv: list[Any], masks: list[Any], all_sum: Any) -> list[Any]:
     return list(ops.whiten(list(adv), [m.float() for m in masks], all_sum=all_sum))
 
 
-def _group_estimate(config: Any, name: str) -> Estimate:
+def _group_estimate(config: Config, name: str) -> Estimate:
     def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
 
@@ -67,35 +68,35 @@ def _group_estimate(config: Any, name: str) -> Estimate:
 
 @records.register(AdvantageEstimatorRecord, "grpo",
                   summary="group mean baseline / (group std + 1e-6); singleton groups get 0")
-def grpo(config: Any) -> Estimate:
+def grpo(config: Config) -> Estimate:
     return _group_estimate(config, "grpo")
 
 
 @records.register(AdvantageEstimatorRecord, "dr_grpo",
                   summary="group mean baseline, no std division (Dr. GRPO)")
-def dr_grpo(config: Any) -> Estimate:
+def dr_grpo(config: Config) -> Estimate:
     return _group_estimate(config, "dr_grpo")
 
 
 @records.register(AdvantageEstimatorRecord, "gspo",
                   summary="GRPO advantages, for the gspo policy loss")
-def gspo(config: Any) -> Estimate:
+def gspo(config: Config) -> Estimate:
     return _group_estimate(config, "gspo")
 
 
 @records.register(AdvantageEstimatorRecord, "cispo",
                   summary="GRPO advantages, for the cispo policy loss")
-def cispo(config: Any) -> Estimate:
+def cispo(config: Config) -> Estimate:
     return _group_estimate(config, "cispo")
 
 
 @records.register(AdvantageEstimatorRecord, "rloo",
                   summary="leave-one-out baseline r_i - mean_{j != i} r_j")
-def rloo(config: Any) -> Estimate:
+def rloo(config: Config) -> Estimate:
     return _group_estimate(config, "rloo")
 
 
-def _reward_kl_fn(config: Any) -> Callable[[Any, Any], Any]:
+def _reward_kl_fn(config: Config) -> Callable[[Any, Any], Any]:
     """The KL estimator of the reward penalty, built from its record (whichever plugin
     registers it), so its clamps follow the config as the KL loss's do."""
     alg = config.algorithm
@@ -107,7 +108,7 @@ def _reward_kl_fn(config: Any) -> Callable[[Any, Any], Any]:
     return get_registries().kl_estimator.get(name).factory(config)  # type: ignore[no-any-return]
 
 
-def _reinforce(config: Any, baseline: bool) -> Estimate:
+def _reinforce(config: Config, baseline: bool) -> Estimate:
     def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
 
@@ -137,13 +138,13 @@ def _reinforce(config: Any, baseline: bool) -> Estimate:
 
 @records.register(AdvantageEstimatorRecord, "reinforce_plus_plus",
                   summary="discounted returns with KL in the reward, whitened over the batch")
-def reinforce_plus_plus(config: Any) -> Estimate:
+def reinforce_plus_plus(config: Config) -> Estimate:
     return _reinforce(config, baseline=False)
 
 
 @records.register(AdvantageEstimatorRecord, "reinforce_plus_plus_baseline",
                   summary="group-mean baseline, KL in the reward, whitened")
-def reinforce_plus_plus_baseline(config: Any) -> Estimate:
+def reinforce_plus_plus_baseline(config: Config) -> Estimate:
     return _reinforce(config, baseline=True)
 
 
@@ -159,7 +160,7 @@ def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {f"train/{k}": float(v) for k, v in metrics.items()}
 
 
-def _policy_loss(config: Any, name: str) -> PolicyLoss:
+def _policy_loss(config: Config, name: str) -> PolicyLoss:
     def loss(batch: Any, log_probs: list[Any]) -> tuple[list[Any], dict[str, float]]:
         from slime_grpo import ops
 
@@ -192,18 +193,18 @@ def _policy_loss(config: Any, name: str) -> PolicyLoss:
 
 @records.register(PolicyLossRecord, "ppo",
                   summary="clipped surrogate: eps_clip, eps_clip_high, dual clip eps_clip_c")
-def ppo_loss(config: Any) -> PolicyLoss:
+def ppo_loss(config: Config) -> PolicyLoss:
     return _policy_loss(config, "ppo")
 
 
 @records.register(PolicyLossRecord, "gspo", summary="clip on the sequence-level ratio (GSPO)")
-def gspo_loss(config: Any) -> PolicyLoss:
+def gspo_loss(config: Config) -> PolicyLoss:
     return _policy_loss(config, "gspo")
 
 
 @records.register(PolicyLossRecord, "cispo",
                   summary="clipped stop-gradient IS weight times log-prob (CISPO)")
-def cispo_loss(config: Any) -> PolicyLoss:
+def cispo_loss(config: Config) -> PolicyLoss:
     return _policy_loss(config, "cispo")
 
 
@@ -214,7 +215,7 @@ slime_register_policy_losses = records.hook(PolicyLossRecord)
 
 
 def _kl_builder(name: str) -> Callable[[Any], Callable[[Any, Any], Any]]:
-    def build(config: Any) -> Callable[[Any, Any], Any]:
+    def build(config: Config) -> Callable[[Any, Any], Any]:
         alg = config.algorithm
         if name in ("k3", "low_var_kl"):
             # slime clamps only the name low_var_kl, verl both and the log-ratio before exp
@@ -250,7 +251,7 @@ slime_register_kl_estimators = records.hook(KLEstimatorRecord)
 
 
 def _is_builder(name: str) -> Callable[[Any], Callable[..., Any]]:
-    def build(config: Any) -> Callable[..., Any]:
+    def build(config: Config) -> Callable[..., Any]:
         def correct(pg: list[Any], train_lp: list[Any], rollout_lp: list[Any],
                     masks: list[Any]) -> Any:
             from slime_grpo import ops
@@ -276,7 +277,7 @@ slime_register_is_corrections = records.hook(ISCorrectionRecord)
 
 
 def _reducer_builder(name: str) -> Callable[..., Any]:
-    def build(config: Any, response_lengths: list[int], loss_masks: list[Any]) -> Any:
+    def build(config: Config, response_lengths: list[int], loss_masks: list[Any]) -> Any:
         from slime_grpo import ops
 
         max_len = config.algorithm.max_response_length or config.rollout.max_new_tokens

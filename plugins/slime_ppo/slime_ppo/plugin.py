@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_hookspecs import AdvantageEstimatorRecord, ConfigSection, Records, hookimpl
+from slime_hookspecs import AdvantageEstimatorRecord, Config, ConfigSection, Records, hookimpl
 
 from slime_ppo.config import ESTIMATOR, PPOSection, check_config, uses_critic
 
 
-def _active(config: Any) -> bool:
+def _active(config: Config) -> bool:
     """A run with this plugin's config section that trains a critic (the gae estimator)."""
     return hasattr(config, "ppo") and uses_critic(config)
 
@@ -41,7 +41,7 @@ records = Records()
     summary="GAE (algorithm.gamma, lam) on critic values over loss-masked tokens, KL in the "
     "reward (algorithm.kl_in_reward_coef), returns = A + V, whitened; then the critic's update",
 )
-def gae(config: Any) -> Any:
+def gae(config: Config) -> Any:
     """``factory(config) -> estimate``: ``estimate(batch)`` computes the critic's values, GAE
     and returns, then trains the critic on the returns (``slime_ppo.glue``)."""
 
@@ -66,12 +66,12 @@ def slime_add_config(schema: Any) -> ConfigSection:
 
 
 @hookimpl
-def slime_configure(config: Any) -> None:
+def slime_configure(config: Config) -> None:
     check_config(config)
 
 
 @hookimpl
-def slime_trainer_init(config: Any, model: Any) -> None:
+def slime_trainer_init(config: Config, model: Any) -> None:
     from slime_ppo import glue
 
     if _active(config):
@@ -82,7 +82,7 @@ def slime_trainer_init(config: Any, model: Any) -> None:
 
 @hookimpl
 def slime_before_train_step(
-    config: Any, rollout_id: int, step_id: int, model: Any, optimizer: Any, scheduler: Any
+    config: Config, rollout_id: int, step_id: int, model: Any, optimizer: Any, scheduler: Any
 ) -> None:
     if not _active(config):
         return
@@ -92,7 +92,7 @@ def slime_before_train_step(
 
 
 @hookimpl(tryfirst=True)
-def slime_loss(config: Any, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
+def slime_loss(config: Config, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
     # tryfirst: during the critic-only warm-up no other loss may move the actor.
     if not _active(config) or not config.ppo.num_critic_only_steps:
         return None
@@ -102,7 +102,7 @@ def slime_loss(config: Any, batch: Any, log_probs: list[Any], reducer: Any) -> A
 
 
 @hookimpl
-def slime_trainer_save(config: Any, path: str, rank: int) -> None:
+def slime_trainer_save(config: Config, path: str, rank: int) -> None:
     if not _active(config):
         return
     from slime_ppo import glue
@@ -111,7 +111,7 @@ def slime_trainer_save(config: Any, path: str, rank: int) -> None:
 
 
 @hookimpl
-def slime_trainer_load(config: Any, path: str, rank: int) -> None:
+def slime_trainer_load(config: Config, path: str, rank: int) -> None:
     if not _active(config):
         return
     from slime_ppo import glue

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from slime_hookspecs import ConfigSection, RolloutEngineRecord, hookimpl
+from slime_hookspecs import Config, ConfigSection, RolloutEngineRecord, hookimpl
 
 from vllm_rollout.config import VllmSection
 
@@ -27,7 +27,7 @@ def probe() -> str | None:
     return None
 
 
-def make_vllm_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
+def make_vllm_engine(config: Config, engine_index: int = 0, accelerator: Any = None) -> Any:
     """``factory(config, engine_index, accelerator)`` of the ``vllm`` record."""
     reason = probe()
     if reason:
