@@ -198,7 +198,7 @@ class PromptDataSource:
             return self._buffer_filter
         from slime_core.filters.buffer import BUFFER_FILTERS, fifo
 
-        name = getattr(self.config.rollout, "buffer_filter", "") or ""
+        name = self.config.rollout.buffer_filter
         if not name:
             return fifo
         if name not in BUFFER_FILTERS:

@@ -34,7 +34,7 @@ class PromptEncoder:
         self.apply_chat_template = bool(data.apply_chat_template)
         self.system_prompt = data.system_prompt
         self.tokenizer_name = config.model.tokenizer or config.model.path
-        self.trust_remote_code = bool(getattr(config.model, "trust_remote_code", False))
+        self.trust_remote_code = bool(config.model.trust_remote_code)
         self._tokenizer = tokenizer
         try:
             self.template.format(prompt="x")

@@ -53,7 +53,7 @@ def load_causal_lm(
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    trust = bool(getattr(model_cfg, "trust_remote_code", False))
+    trust = bool(model_cfg.trust_remote_code)
     if model_cfg.path:
         _check_dir(model_cfg.path, "model.path")
         model = AutoModelForCausalLM.from_pretrained(
@@ -107,5 +107,5 @@ def load_tokenizer(model_cfg: Any, required: bool = True) -> Any:
     _check_dir(path, "model.tokenizer" if model_cfg.tokenizer else "model.path",
                "a local directory with the tokenizer files")
     return AutoTokenizer.from_pretrained(
-        path, trust_remote_code=bool(getattr(model_cfg, "trust_remote_code", False))
+        path, trust_remote_code=bool(model_cfg.trust_remote_code)
     )

@@ -13,7 +13,7 @@ def group_rewards(config: Any, group: list[Sample]) -> list[float]:
 
     A sample without a reward fails, naming it: filters run after rewarding.
     """
-    key = getattr(config.rollout, "reward_key", "") if config is not None else ""
+    key = config.rollout.reward_key if config is not None else ""
     out = []
     for s in group:
         r = s.reward

@@ -87,7 +87,7 @@ def configure_replay(config: Any) -> None:
             f"debug.replay_rollouts = {replay!r}: no rollout_*.jsonl dumps there (write them with "
             "debug.save_rollouts in an earlier run)"
         )
-    if getattr(config.weights, "verify", False):
+    if config.weights.verify:
         raise ValueError(
             "debug.replay_rollouts with weights.verify = true: the replay engine holds no weights "
             "to compare with the trainer's; set weights.verify = false"

@@ -64,7 +64,7 @@ def _random_causal_lm(model_cfg: Any, dtype: torch.dtype, seed: int) -> torch.nn
 
     if not model_cfg.path:
         raise ValueError("critic init 'random': set model.path or model.init_config")
-    trust = bool(getattr(model_cfg, "trust_remote_code", False))
+    trust = bool(model_cfg.trust_remote_code)
     hf_config = AutoConfig.from_pretrained(model_cfg.path, trust_remote_code=trust)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
