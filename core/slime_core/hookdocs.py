@@ -16,9 +16,9 @@ from slime_hookspecs.specs import FAMILIES, SPEC_MODULES
 
 
 def render() -> str:
-    pm = pluggy.PluginManager(PROJECT_NAME)
+    pluggy_manager = pluggy.PluginManager(PROJECT_NAME)
     for mod in SPEC_MODULES:
-        pm.add_hookspecs(mod)
+        pluggy_manager.add_hookspecs(mod)
     out = [
         "# Hook reference",
         "",
@@ -33,7 +33,7 @@ def render() -> str:
         if mdoc:
             out += [mdoc, ""]
         for name in (n for n in vars(mod) if n.startswith("slime_")):
-            spec = getattr(pm.hook, name).spec
+            spec = getattr(pluggy_manager.hook, name).spec
             flags = [f for f in ("firstresult", "historic") if spec.opts.get(f)]
             sig = str(inspect.signature(spec.function)).replace("'", "")
             out += [f"### `{name}`", "", f"```python\n{name}{sig}\n```", ""]

@@ -8,7 +8,7 @@ from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
 @pytest.fixture(scope="module")
 def pm():
-    return SlimePluginManager(PluginSelection(autoload=False)).load().pm
+    return SlimePluginManager(PluginSelection(autoload=False)).load().pluggy
 
 
 # Exactly what each built-in registers (a subset check let these lists go stale): a record

@@ -35,7 +35,7 @@ def call_order(manager: SlimePluginManager, name: str) -> list[dict[str, Any]]:
     pluggy runs wrappers outermost-first (the last registered / tryfirst wrapper is entered
     first), then plain implementations from the end of ``get_hookimpls()`` to its start.
     """
-    caller = getattr(manager.pm.hook, name)
+    caller = getattr(manager.pluggy.hook, name)
     impls = list(caller.get_hookimpls())
     wrappers = [i for i in impls if i.wrapper or i.hookwrapper]
     plain = [i for i in impls if not (i.wrapper or i.hookwrapper)]
@@ -53,7 +53,7 @@ def call_order(manager: SlimePluginManager, name: str) -> list[dict[str, Any]]:
 def describe_hooks(manager: SlimePluginManager) -> list[dict[str, Any]]:
     out = []
     for name in hook_names():
-        caller = getattr(manager.pm.hook, name)
+        caller = getattr(manager.pluggy.hook, name)
         spec = caller.spec
         opts = spec.opts
         flags = [f for f in ("firstresult", "historic", "warn_on_impl") if opts.get(f)]
@@ -107,6 +107,6 @@ def hooks_command(name: str | None, as_json: bool, unimplemented: bool,
         if name:
             import inspect as _inspect
 
-            spec = getattr(manager.pm.hook, h["name"]).spec
+            spec = getattr(manager.pluggy.hook, h["name"]).spec
             click.echo("")
             click.echo(_inspect.getdoc(spec.function) or "")

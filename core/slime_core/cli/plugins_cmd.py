@@ -13,10 +13,10 @@ from slime_core.pluginmgr.registry import KINDS
 
 
 def plugin_hooks(manager: SlimePluginManager, name: str) -> list[str]:
-    plugin = manager.pm.get_plugin(name)
+    plugin = manager.pluggy.get_plugin(name)
     if plugin is None:
         return []
-    return sorted(c.name for c in manager.pm.get_hookcallers(plugin) or [])
+    return sorted(c.name for c in manager.pluggy.get_hookcallers(plugin) or [])
 
 
 def plugin_status(manager: SlimePluginManager, info: PluginInfo) -> tuple[str, str | None]:

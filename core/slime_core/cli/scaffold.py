@@ -60,11 +60,11 @@ from {package} import plugin
 
 
 def test_registers_reward() -> None:
-    pm = pluggy.PluginManager(PROJECT_NAME)
+    pluggy_manager = pluggy.PluginManager(PROJECT_NAME)
     for mod in SPEC_MODULES:
-        pm.add_hookspecs(mod)
-    pm.register(plugin, name="{under}")
-    records = [r for rs in pm.hook.slime_register_reward_functions() for r in rs]
+        pluggy_manager.add_hookspecs(mod)
+    pluggy_manager.register(plugin, name="{under}")
+    records = [r for rs in pluggy_manager.hook.slime_register_reward_functions() for r in rs]
     assert [r.name for r in records] == ["{under}_length"]
     fn = records[0].factory(None)
     assert fn(Sample(response_length=3, tokens=[1, 2, 3], loss_mask=[1, 1, 1])) == 1.0

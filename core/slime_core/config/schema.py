@@ -135,7 +135,7 @@ def check_type(key: str, value: Any, tp: Any) -> Any:
 def build_schema(manager: SlimePluginManager) -> ConfigSchema:
     """Collect ``slime_add_config`` sections, each tagged with its owner plugin."""
     schema = ConfigSchema()
-    for impl in manager.pm.hook.slime_add_config.get_hookimpls():
+    for impl in manager.pluggy.hook.slime_add_config.get_hookimpls():
         owner = manager.plugin_name(impl.plugin)
         produced = impl.function(schema=schema)
         if produced is None:

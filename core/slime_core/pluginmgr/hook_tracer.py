@@ -29,8 +29,8 @@ def short_repr(value: Any) -> str:
     return text if len(text) <= MAX_REPR else text[: MAX_REPR - 3] + "..."
 
 
-def install_tracer(pm: pluggy.PluginManager, stream: TextIO | None = None) -> Callable[[], None]:
-    """Trace every hook call of ``pm``; returns the function that removes the tracer."""
+def install_tracer(pluggy_manager: pluggy.PluginManager, stream: TextIO | None = None) -> Callable[[], None]:
+    """Trace every hook call of ``pluggy_manager``; returns the function that removes the tracer."""
     out = stream or sys.stderr
     starts: list[float] = []
 
@@ -48,4 +48,4 @@ def install_tracer(pm: pluggy.PluginManager, stream: TextIO | None = None) -> Ca
             result = f"raised {type(exc).__name__}: {exc}"
         print(f"[hook] {hook_name} done in {elapsed:.3f} ms: {result}", file=out, flush=True)
 
-    return pm.add_hookcall_monitoring(before, after)
+    return pluggy_manager.add_hookcall_monitoring(before, after)

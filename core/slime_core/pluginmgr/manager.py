@@ -142,20 +142,26 @@ class SlimePluginManager:
 
     def __init__(self, selection: PluginSelection | None = None) -> None:
         self.selection = selection or PluginSelection()
-        self.pm = pluggy.PluginManager(PROJECT_NAME)
+        self.pluggy = pluggy.PluginManager(PROJECT_NAME)
         for mod in SPEC_MODULES:
-            self.pm.add_hookspecs(mod)
+            self.pluggy.add_hookspecs(mod)
         self.infos: dict[str, PluginInfo] = {}
         self._registries: Any = None
         if self.selection.trace:
             from slime_core.pluginmgr.hook_tracer import install_tracer
 
-            install_tracer(self.pm)
+            install_tracer(self.pluggy)
 
     # -- public --------------------------------------------------------------------------
     @property
     def hook(self) -> Any:
-        return self.pm.hook
+        return self.pluggy.hook
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        """The former name of :attr:`pluggy`, for plugins that reach it through
+        ``slime_core.api.get_manager()`` (public since 0.1)."""
+        return self.pluggy
 
     @property
     def registries(self) -> Any:
@@ -163,14 +169,14 @@ class SlimePluginManager:
         if self._registries is None:
             from slime_core.pluginmgr.registry import Registries
 
-            self._registries = Registries(self.pm)
+            self._registries = Registries(self.pluggy)
         return self._registries
 
     def active(self) -> list[PluginInfo]:
         return [i for i in self.infos.values() if i.status in ("active", "unavailable")]
 
     def plugin_name(self, plugin: object) -> str:
-        return self.pm.get_name(plugin) or repr(plugin)
+        return self.pluggy.get_name(plugin) or repr(plugin)
 
     def snapshot(self) -> PluginSelection:
         """The selection that rebuilds exactly this plugin set in another process."""
@@ -189,7 +195,7 @@ class SlimePluginManager:
     def check_pending(self) -> None:
         """Fail on hook implementations that match no specification."""
         try:
-            self.pm.check_pending()
+            self.pluggy.check_pending()
         except pluggy.PluginValidationError as exc:
             raise PluginLoadError(str(exc)) from exc
 
@@ -309,9 +315,9 @@ class SlimePluginManager:
     def _register(self, plugin: object, name: str) -> None:
         _validate_impl_names(plugin, name)
         try:
-            self.pm.register(plugin, name=name)
+            self.pluggy.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
-            raise PluginLoadError(_signature_message(self.pm, plugin, name, exc)) from exc
+            raise PluginLoadError(_signature_message(self.pluggy, plugin, name, exc)) from exc
 
 
 def build_plugin_manager(selection: PluginSelection | None = None) -> SlimePluginManager:
@@ -403,13 +409,13 @@ def _where(fn: Any) -> str:
 
 
 def _signature_message(
-    pm: pluggy.PluginManager, plugin: object, name: str, exc: pluggy.PluginValidationError
+    pluggy_manager: pluggy.PluginManager, plugin: object, name: str, exc: pluggy.PluginValidationError
 ) -> str:
     for attr in dir(plugin):
         if not attr.startswith("slime_"):
             continue
         impl = getattr(plugin, attr)
-        caller = getattr(pm.hook, attr, None)
+        caller = getattr(pluggy_manager.hook, attr, None)
         spec = getattr(caller, "spec", None) if caller else None
         if spec is None or not callable(impl):
             continue

@@ -78,9 +78,9 @@ class Registry:
 class Registries:
     """All registries of a plugin manager, built lazily per kind."""
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
-        """``pm``: the plugin manager's pluggy manager, whose registration hooks are called."""
-        self._pm = pm
+    def __init__(self, pluggy_manager: pluggy.PluginManager) -> None:
+        """``pluggy_manager``: the plugin manager's pluggy manager, whose registration hooks are called."""
+        self._pluggy = pluggy_manager
         self._built: dict[str, Registry] = {}
 
     def __getattr__(self, kind: str) -> Registry:
@@ -106,13 +106,12 @@ class Registries:
 
     def _build(self, kind: str) -> Registry:
         hook_name, label, rtype = KINDS[kind]
-        pm = self._pm
-        caller = getattr(pm.hook, hook_name)
+        caller = getattr(self._pluggy.hook, hook_name)
         records: dict[str, Record] = {}
         # get_hookimpls() is in registration order: built-ins first, so their names win ties
         # only by being reported as the first owner in a duplicate error.
         for impl in caller.get_hookimpls():
-            owner = pm.get_name(impl.plugin) or repr(impl.plugin)
+            owner = self._pluggy.get_name(impl.plugin) or repr(impl.plugin)
             produced = impl.function()
             if produced is None:
                 continue

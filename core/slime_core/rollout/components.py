@@ -58,12 +58,12 @@ def attach_buffer_filter(manager: SlimePluginManager, config: Any, source: Any) 
     ``rollout.buffer_filter`` (any plugin's record). Runs in the rollout manager's process."""
     if not hasattr(source, "set_buffer_filter"):
         return
-    pm = manager.hook
+    hook = manager.hook
     named = config.rollout.buffer_filter
     fallback = manager.registries.filter.get(named).factory(config) if named else None
 
     def choose(config: Any, rollout_id: int, buffer: list, num_groups: int) -> Any:
-        out = pm.slime_buffer_filter(config=config, rollout_id=rollout_id,
+        out = hook.slime_buffer_filter(config=config, rollout_id=rollout_id,
                                      buffer=buffer, num_groups=num_groups)
         if out is None and fallback is not None:
             out = fallback(rollout_id, buffer, num_groups)

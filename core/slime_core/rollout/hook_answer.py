@@ -17,12 +17,12 @@ import pluggy
 
 
 class FirstAnswer:
-    """The implementations of hook ``name`` of ``pm``, fixed when built (plugins registered
+    """The implementations of hook ``name`` of ``pluggy_manager``, fixed when built (plugins registered
     later are not seen: build it after the plugin set is final)."""
 
-    def __init__(self, pm: pluggy.PluginManager, name: str) -> None:
+    def __init__(self, pluggy_manager: pluggy.PluginManager, name: str) -> None:
         self.name = name
-        caller = getattr(pm.hook, name)
+        caller = getattr(pluggy_manager.hook, name)
         impls = [i for i in caller.get_hookimpls() if not (i.hookwrapper or i.wrapper)]
         plugins = [i.plugin for i in impls]
         # pluggy runs the list from its end (tryfirst last, trylast first)
@@ -32,7 +32,7 @@ class FirstAnswer:
                 self.calls.append((impl.plugin_name, caller))
             else:
                 others = [p for p in plugins if p is not impl.plugin]
-                self.calls.append((impl.plugin_name, pm.subset_hook_caller(name, others)))
+                self.calls.append((impl.plugin_name, pluggy_manager.subset_hook_caller(name, others)))
 
     def __bool__(self) -> bool:
         return bool(self.calls)

@@ -107,12 +107,12 @@ class RolloutManager:
     def __init__(self, config: Any, engines: list[Any], train_source: DataSource,
                  eval_source: DataSource | None) -> None:
         self.config = config
-        self.pm = get_manager()
+        self.manager = get_manager()
         # one rollout manager per plugin manager: the newest one's default serves
-        old = self.pm.pm.get_plugin(DEFAULT_ROLLOUT_PLUGIN)
+        old = self.manager.pluggy.get_plugin(DEFAULT_ROLLOUT_PLUGIN)
         if old is not None:
-            self.pm.pm.unregister(old)
-        self.pm.pm.register(_DefaultRollout(self), name=DEFAULT_ROLLOUT_PLUGIN)
+            self.manager.pluggy.unregister(old)
+        self.manager.pluggy.register(_DefaultRollout(self), name=DEFAULT_ROLLOUT_PLUGIN)
         batch = config.rollout.generate_batch_size
         self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
         set_rollout_engine_clients(self.clients)  # api.rollout_engine_clients (deprecated)
@@ -120,7 +120,7 @@ class RolloutManager:
         self.train_source = train_source
         self.eval_source = eval_source
         self._next_engine = 0
-        self._rewards = RewardFunctions(self.pm, config)
+        self._rewards = RewardFunctions(self.manager, config)
         self._hook_calls: tuple[FirstAnswer, FirstAnswer] | None = None
         # an unknown reward name fails here, once, before anything is generated (raised later
         # by every concurrent group task it ended runs with hundreds of asyncio warnings)
@@ -129,10 +129,10 @@ class RolloutManager:
             self.reward_fn(True)
         self._eval_sets = EvalSettings(config)
         # [opd] mode = "engine": a teacher engine scores the student's tokens after each rollout
-        self._teacher = build_teacher_engine(self.pm, config) if teacher_in_engine(config) else None
+        self._teacher = build_teacher_engine(self.manager, config) if teacher_in_engine(config) else None
         for spec in self._eval_sets.specs.values():
             self._rewards.get(spec.reward)  # a dataset's unknown reward fails here too
-        reg = self.pm.registries
+        reg = self.manager.registries
         self._ds_filter = (
             reg.filter.get(config.rollout.dynamic_sampling_filter).factory(config)
             if config.rollout.dynamic_sampling_filter else None
@@ -143,7 +143,7 @@ class RolloutManager:
         )
         # last, once the manager is valid: plugins that serve the engines (agent API, slime's
         # /generate) get the clients here instead of reading a process global
-        self.pm.hook.slime_rollout_engines_ready(config=config, clients=list(self.clients))
+        self.manager.hook.slime_rollout_engines_ready(config=config, clients=list(self.clients))
 
     # -- engine choice -----------------------------------------------------------------
     def client_for(self, group_index: int) -> EngineClient:
@@ -159,8 +159,8 @@ class RolloutManager:
     def _reward_hooks(self) -> tuple[FirstAnswer, FirstAnswer]:
         # built on first use: tests register plugins after the manager was loaded
         if self._hook_calls is None:
-            self._hook_calls = (FirstAnswer(self.pm.pm, "slime_reward_group"),
-                                FirstAnswer(self.pm.pm, "slime_reward"))
+            self._hook_calls = (FirstAnswer(self.manager.pluggy, "slime_reward_group"),
+                                FirstAnswer(self.manager.pluggy, "slime_reward"))
         return self._hook_calls
 
     # -- one rollout ---------------------------------------------------------------------
@@ -168,7 +168,7 @@ class RolloutManager:
         source = self.eval_source if evaluation else self.train_source
         if source is None:
             raise ValueError("evaluation requested but no eval data (set data.eval_path)")
-        result = self.pm.hook.slime_rollout(
+        result = self.manager.hook.slime_rollout(
             config=self.config, rollout_id=rollout_id, data_source=source, evaluation=evaluation
         )
         if inspect.isawaitable(result):
@@ -224,8 +224,8 @@ class RolloutManager:
                 metrics["perf/opd_teacher_time"] = time.perf_counter() - t_score
             if self._sample_filter is not None:
                 self._sample_filter(kept)
-            self.pm.hook.slime_rollout_sample_filter(config=cfg, groups=kept)
-            self.pm.hook.slime_rollout_all_samples(config=cfg, groups=all_groups, data_source=source)
+            self.manager.hook.slime_rollout_sample_filter(config=cfg, groups=kept)
+            self.manager.hook.slime_rollout_all_samples(config=cfg, groups=all_groups, data_source=source)
         metrics["perf/rollout_time"] = time.perf_counter() - t0
         what = f"eval at step {rollout_id}" if evaluation else f"rollout {rollout_id}"
         failures = summarise_failures((s for g in all_groups for s in g), what)
@@ -355,7 +355,7 @@ class RolloutManager:
     def _keep(self, group: list[Sample]) -> tuple[bool, str]:
         if all(s.status == Status.ABORTED for s in group):
             return False, "aborted"
-        answers = self.pm.hook.slime_dynamic_sampling_filter(config=self.config, group=group)
+        answers = self.manager.hook.slime_dynamic_sampling_filter(config=self.config, group=group)
         if self._ds_filter is not None:
             answers.append(self._ds_filter(group))
         for a in answers:
@@ -379,7 +379,7 @@ class RolloutManager:
 
     def _after_generate(self, samples: list[Sample], rollout_id: int, evaluation: bool) -> None:
         for s in samples:
-            self.pm.hook.slime_after_generate(
+            self.manager.hook.slime_after_generate(
                 config=self.config, sample=s, rollout_id=rollout_id, evaluation=evaluation
             )
 
@@ -387,7 +387,7 @@ class RolloutManager:
                         client: EngineClient) -> Sample | list[Sample]:
         try:
             custom = self._eval_sets.generate_fn(sample)  # an eval dataset's own `generate`
-            call = custom or self.pm.hook.slime_generate
+            call = custom or self.manager.hook.slime_generate
             res = call(config=self.config, sample=sample, sampling_params=params, engine=client)
             res = await _maybe_await(res)
         except (asyncio.CancelledError, EngineLostError):

@@ -38,8 +38,8 @@ def samples_to_batch(config: Any, samples: list[Sample]) -> TrainBatch:
 
 def default_convert(config: Any, samples: list[Sample]) -> TrainBatch:
     """Tokens, masks (removed/failed samples zeroed), rewards via ``slime_reward_post_process``."""
-    pm = get_manager()
-    post = pm.hook.slime_reward_post_process(config=config, samples=samples)
+    manager = get_manager()
+    post = manager.hook.slime_reward_post_process(config=config, samples=samples)
     if post is not None:
         raw, shaped = post
     else:

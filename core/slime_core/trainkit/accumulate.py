@@ -27,7 +27,7 @@ def step_indices(n: int, n_steps: int) -> list[list[int]]:
     return [order[i::n_steps] for i in range(n_steps)] if n_steps > 1 else [order]
 
 
-def rollout_optimizer_steps(pm: Any, config: Any, batch: Any, rollout_id: int,
+def rollout_optimizer_steps(manager: Any, config: Any, batch: Any, rollout_id: int,
                             step: Callable[[Any], dict[str, float]], *, model: Any,
                             optimizer: Any, scheduler: Any, started: float) -> dict[str, float]:
     """Every optimizer step of one rollout's (prepared) batch, as each trainer backend runs them.
@@ -44,7 +44,7 @@ def rollout_optimizer_steps(pm: Any, config: Any, batch: Any, rollout_id: int,
     counts: dict[str, int] = {}
     tokens = 0
     for step_id, idx in enumerate(step_indices(len(batch), config.train.num_steps_per_rollout)):
-        pm.hook.slime_before_train_step(
+        manager.hook.slime_before_train_step(
             config=config, rollout_id=rollout_id, step_id=step_id, model=model,
             optimizer=optimizer, scheduler=scheduler,
         )

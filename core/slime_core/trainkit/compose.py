@@ -49,10 +49,10 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     if config.train.loss == "sft":
         return
     zero_task_rewards(config, batch)
-    pm = get_manager()
-    adv = pm.hook.slime_compute_advantages(config=config, batch=batch)
+    manager = get_manager()
+    adv = manager.hook.slime_compute_advantages(config=config, batch=batch)
     if adv is None:
-        rec = pm.registries.advantage_estimator.get(config.algorithm.advantage_estimator)
+        rec = manager.registries.advantage_estimator.get(config.algorithm.advantage_estimator)
         adv, returns = rec.factory(config)(batch)
         batch.returns = returns
     if len(adv) != len(batch):
@@ -97,13 +97,13 @@ def prepare_batch(config: Any, batch: TrainBatch,
 
 def make_reducer(config: Any, batch: TrainBatch) -> tuple[Reducer, str]:
     """The micro-batch reducer and how micro-batches are weighted (``samples``/``tokens``)."""
-    pm = get_manager()
-    red = pm.hook.slime_pg_loss_reducer(
+    manager = get_manager()
+    red = manager.hook.slime_pg_loss_reducer(
         config=config, response_lengths=batch.response_lengths, loss_masks=batch.loss_masks
     )
     if red is not None:
         return red, "samples"
-    rec = pm.registries.loss_reducer.get(config.algorithm.loss_reducer)
+    rec = manager.registries.loss_reducer.get(config.algorithm.loss_reducer)
     return (rec.factory(config, batch.response_lengths, batch.loss_masks),
             rec.extra.get("weighting", "samples"))
 
@@ -113,9 +113,9 @@ def compute_loss(
     entropy: list[torch.Tensor] | None,
 ) -> tuple[torch.Tensor, dict[str, float], str]:
     """Loss of one micro-batch, its metrics and its weighting mode."""
-    pm = get_manager()
+    manager = get_manager()
     reducer, weighting = make_reducer(config, batch)
-    custom = pm.hook.slime_loss(config=config, batch=batch, log_probs=log_probs, reducer=reducer)
+    custom = manager.hook.slime_loss(config=config, batch=batch, log_probs=log_probs, reducer=reducer)
     if custom is not None:
         loss, metrics = custom
         return loss, dict(metrics), weighting
@@ -125,7 +125,7 @@ def compute_loss(
         loss = reducer([-lp for lp in log_probs])
         metrics["train/sft_nll"] = float(loss.detach())
     else:
-        rec = pm.registries.policy_loss.get(config.algorithm.policy_loss)
+        rec = manager.registries.policy_loss.get(config.algorithm.policy_loss)
         pg, m = rec.factory(config)(batch, log_probs)
         metrics.update(m)
         if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
@@ -135,7 +135,7 @@ def compute_loss(
         metrics["train/pg_loss"] = float(pg_loss.detach())
         loss = pg_loss
         if config.algorithm.use_kl_loss and batch.ref_log_probs is not None:
-            kl_rec = pm.registries.kl_estimator.get(config.algorithm.kl_estimator)
+            kl_rec = manager.registries.kl_estimator.get(config.algorithm.kl_estimator)
             kl_fn = kl_rec.factory(config)
             kl = [kl_fn(lp, ref) for lp, ref in zip(log_probs, batch.ref_log_probs)]
             kl_loss = reducer([k * mk for k, mk in zip(kl, masks)])
@@ -153,16 +153,16 @@ def compute_loss(
 def _is_correction(
     config: Any, pg: list[torch.Tensor], batch: TrainBatch, masks: list[torch.Tensor]
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, float]]:
-    pm = get_manager()
+    manager = get_manager()
     rollout = batch.rollout_log_probs
     old = batch.old_log_probs
     metrics = {"train/mismatch_abs_logprob_diff": _masked_abs_diff(old, rollout, masks)}
-    out = pm.hook.slime_is_correction(
+    out = manager.hook.slime_is_correction(
         config=config, pg_loss=pg, train_log_probs=old, rollout_log_probs=rollout,
         loss_masks=masks,
     )
     if out is None and config.algorithm.is_correction:
-        rec = pm.registries.is_correction.get(config.algorithm.is_correction)
+        rec = manager.registries.is_correction.get(config.algorithm.is_correction)
         out = rec.factory(config)(pg, old, rollout, masks)
     if out is not None:
         pg, masks, m = out

@@ -95,7 +95,7 @@ class MegatronTrainer:
         set_data_parallel_group(self.data_parallel_group)
         self.stages = Stages()
         self.dtype = resolve_dtype(config.model.dtype, self.device)
-        self.pm = get_manager()
+        self.manager = get_manager()
         self._seed(int(config.run.seed), on_cpu)
         self.hf_config = hf_config_of(config.model)
         self.layout: Layout = layout_of(self.hf_config, self.mg.tensor_model_parallel_size,
@@ -121,7 +121,7 @@ class MegatronTrainer:
         self.optimizer = make_optimizer(self.model, config, config.train.lr,
                                         config.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule(config))
-        self.pm.hook.slime_trainer_init(config=config, model=self.models)
+        self.manager.hook.slime_trainer_init(config=config, model=self.models)
         # a plugin may have set weights (even through .data, which the optimizer's version
         # check does not see): its copies of the weights read them again
         reread = getattr(self.optimizer, "reread", None)
@@ -143,7 +143,7 @@ class MegatronTrainer:
         of ``model_cfg`` (default ``[model]``) in ``layout`` (default the policy's)."""
         model_cfg = self.config.model if model_cfg is None else model_cfg
         layout = self.layout if layout is None else layout
-        model = self.pm.hook.slime_make_model(config=self.config, role=role)
+        model = self.manager.hook.slime_make_model(config=self.config, role=role)
         st = self.stages
         if model is None:
             model = build_gpt(layout, self.dtype, self.mg, self.device, st.first, st.last)
@@ -187,7 +187,7 @@ class MegatronTrainer:
             model, layout = self._teacher()
         else:
             model, layout = (self._ref() if role == "ref" else self.model), self.layout
-        self.pm.hook.slime_before_log_prob(config=self.config, model=ModelList([model]),
+        self.manager.hook.slime_before_log_prob(config=self.config, model=ModelList([model]),
                                            role=role)
         tokens = to_tensor_list(batch.tokens, torch.long)
         out: list[torch.Tensor | None] = [None] * len(batch)
@@ -222,7 +222,7 @@ class MegatronTrainer:
         set_data_parallel_group(self.data_parallel_group)
         if len(batch) or self.data_parallel_size > 1:
             self.prepare(batch)
-        return rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
+        return rollout_optimizer_steps(self.manager, self.config, batch, rollout_id,
                                        self._optimizer_step, model=self.models,
                                        optimizer=self.optimizer, scheduler=self.scheduler,
                                        started=t0)
@@ -283,11 +283,11 @@ class MegatronTrainer:
 
     def save(self, path: str) -> None:
         checkpoint.save(self, path)
-        self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
+        self.manager.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
 
     def load(self, path: str) -> None:
         checkpoint.load(self, path)
-        self.pm.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
+        self.manager.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
 
 
 def _to_device(batch: TrainBatch, device: torch.device) -> None:

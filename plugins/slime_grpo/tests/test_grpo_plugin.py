@@ -29,7 +29,7 @@ def _batch() -> TrainBatch:
 
 
 def test_registration_hooks_list_every_record() -> None:
-    pm = _manager().pm
+    pm = _manager().pluggy
     expect = {
         "slime_register_advantage_estimators": {"grpo", "dr_grpo", "gspo", "cispo", "rloo",
                                                 "reinforce_plus_plus", "reinforce_plus_plus_baseline"},

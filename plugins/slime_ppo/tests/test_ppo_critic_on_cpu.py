@@ -85,7 +85,7 @@ def test_critic_from_slime_make_model_is_used(make_config, ppo_manager):
     try:
         critic = build_critic(make_config(), _actor(CPU))
     finally:
-        ppo_manager.pm.unregister(name="critic_provider")
+        ppo_manager.pluggy.unregister(name="critic_provider")
     assert isinstance(critic.impl.model, PositionEcho)
     vals = critic.values([torch.tensor([4, 5, 6])], [2])
     torch.testing.assert_close(vals[0], torch.tensor([4.0, 5.0]))  # states before 5 and 6

@@ -285,7 +285,7 @@ def test_logprobs_match_the_trainer_after_a_disk_sync(
             assert worst < TOL, f"largest |vLLM - trainer| log-prob gap {worst:.2e}"
             print(f"disk sync v{version}: largest log-prob gap {worst:.2e} (tolerance {TOL})")
     finally:
-        manager.pm.unregister(recorder)
+        manager.pluggy.unregister(recorder)
         manager.infos.pop("record_reads", None)
     assert [(Path(d).name, v) for d, v in seen] == [("v000004", 4), ("v000005", 5)]
 

@@ -10,7 +10,7 @@ from slime_hookspecs import ToolParserRecord, ToolRecord, hookimpl
 
 
 def test_builtin_tools_via_slime_register_tools(manager):
-    got = {r.name: r for rs in manager.pm.hook.slime_register_tools()
+    got = {r.name: r for rs in manager.pluggy.hook.slime_register_tools()
            for r in (rs if isinstance(rs, list) else [rs])}
     assert {"calculator", "python"} <= set(got)
     calc = manager.registries.tool.get("calculator")
@@ -23,7 +23,7 @@ def test_builtin_tools_via_slime_register_tools(manager):
 
 
 def test_builtin_parser_via_slime_register_tool_parsers(manager):
-    got = [r for rs in manager.pm.hook.slime_register_tool_parsers()
+    got = [r for rs in manager.pluggy.hook.slime_register_tool_parsers()
            for r in (rs if isinstance(rs, list) else [rs])]
     assert "hermes" in {r.name for r in got}
     parser = manager.registries.tool_parser.get("hermes").factory(None, None)
