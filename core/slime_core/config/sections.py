@@ -56,6 +56,7 @@ class RunSection:
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # logger records
     progress: bool = True  # progress bar while rollouts and training run
     num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
+    compile_cache_dir: str = "~/.cache/slime/compile"  # torch.compile's caches (inductor's in inductor/, Triton's in triton/) so a second run of the same model and shapes reuses the first's compilation; an explicit TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR wins; empty: torch's own defaults
     cudnn_attention: bool = False  # CUDA: let torch's SDPA pick cuDNN attention, which builds a graph per new shape (0.4-0.5 s on an H200 at the anchor's first new prompt width; RL shapes change every step); false leaves flash/efficient/math
     async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains
     max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound)
@@ -129,8 +130,8 @@ class RolloutSection:
     mask_offpolicy_in_partial_rollout: bool = False  # mask older-weight tokens
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
-    cuda_graphs: bool = False  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph
-    compile_decode: bool = False  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler
+    cuda_graphs: bool | str = "auto"  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph; "auto": true on CUDA (resolved at start, written to config.toml)
+    compile_decode: bool | str = "auto"  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler; "auto": true when num_rollouts x max_new_tokens >= 25000 (the warm-up pays; slime_core.runner.fast_defaults)
     compile_autotune: bool = False  # with compile_decode: inductor's max-autotune-no-cudagraphs for the decode step (Triton templates benchmarked against cuBLAS for each product, elementwise work fused into the chosen one; H200 anchor: rollout 0.392 -> 0.443 s, warm-up 21 -> 72 s)
     compile_pdl: bool = True  # with compile_decode: inductor's kernels of the decode step launch with programmatic dependent launch (CUDA compute capability 9 and newer, a torch whose inductor has it; a kernel's start overlaps the end of the one before; H200 anchor rollout 0.413 -> 0.392 s)
     decode_attention: str = "auto"  # with cuda_graphs: one-token attention over the static cache: "triton" (one kernel that skips unwritten columns), "sdpa", or "auto" (triton on CUDA when triton imports)
@@ -148,7 +149,11 @@ class RolloutSection:
               "must be auto, triton or sdpa")
         _need(self.sample_kernel in ("auto", "triton", "torch"), "rollout.sample_kernel",
               "must be auto, triton or torch")
-        _need(self.compile_decode or not self.compile_autotune, "rollout.compile_autotune",
+        for key in ("cuda_graphs", "compile_decode"):
+            _need(getattr(self, key) in (True, False, "auto"), f"rollout.{key}",
+                  "must be true, false or \"auto\"")
+        _need(self.compile_decode is not False or not self.compile_autotune,
+              "rollout.compile_autotune",
               "needs rollout.compile_decode = true (it is an option of that compilation)")
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
@@ -195,7 +200,7 @@ class TrainSection:
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
-    compile: bool = False  # torch.compile the policy forward (dynamic shapes)
+    compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true on CUDA from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_core.runner.fast_defaults)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
@@ -206,6 +211,8 @@ class TrainSection:
               "must be constant, linear or cosine")
         _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")
         _need(self.micro_batch_tokens >= 1, "train.micro_batch_tokens", "must be >= 1")
+        _need(self.compile in (True, False, "auto"), "train.compile",
+              "must be true, false or \"auto\"")
         _need(self.head_kernel in ("auto", "triton", "torch"), "train.head_kernel",
               "must be auto, triton or torch")
         _need(self.num_steps_per_rollout >= 1, "train.num_steps_per_rollout", "must be >= 1")

@@ -97,11 +97,13 @@ class LocalEngine:
         # rollout.cuda_graphs: static KV cache + one CUDA graph per decode step (CUDA only;
         # the CPU keeps the dynamic cache, which drops finished rows and attends no further
         # than the longest row)
+        # (`is True`: an unresolved "auto", in an engine built outside the driver that resolves
+        # it in runner/fast_defaults.py, stays off)
         self._static: StaticDecoders | None = None
-        if getattr(config.rollout, "cuda_graphs", False) and self.device.type == "cuda":
+        if getattr(config.rollout, "cuda_graphs", False) is True and self.device.type == "cuda":
             setting = str(getattr(config.rollout, "decode_attention", "auto"))
             triton = kernels.choose(setting, self.device, "rollout.decode_attention")
-            compile_step = bool(getattr(config.rollout, "compile_decode", False))
+            compile_step = getattr(config.rollout, "compile_decode", False) is True
             # inductor's options only where there is a compilation to take them (a missing
             # PDL option warns, which is noise for an uncompiled step)
             options = compile_options(

@@ -29,7 +29,7 @@ from slime_core.observe.rollout_metrics import rollout_metrics
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
-from slime_core.runner import staleness
+from slime_core.runner import fast_defaults, staleness, startup
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
@@ -45,10 +45,17 @@ class Driver:
         import torch
 
         self.manager, self.config, self.pm = manager, config, manager.hook
+        self.process_started = startup.process_start()  # perf/startup_time counts from here
+        self._startup_logged = False  # perf/startup_time goes in this process's first row
         set_manager(manager)
         # again here for records of plugins registered after resolve() (in-memory ones):
         # a wrong name fails before a run directory or a model exists
         check_record_names(manager, config)
+        # the fast path's "auto" keys take their values for this accelerator before
+        # config.toml is written (or compared, on resume): the file records what ran
+        self.accel_record = select_accelerator(manager, config.run.accelerator)
+        for choice in fast_defaults.resolve(config, self.accel_record.device_type):
+            print(choice.line(), file=sys.stderr)
         process_settings.apply(config)
         random.seed(config.run.seed)
         torch.manual_seed(config.run.seed)
@@ -76,7 +83,6 @@ class Driver:
             print(f"removed leftovers of an interrupted save in {self.run_dir}: "
                   f"{', '.join(removed)}", file=sys.stderr)
         reg = manager.registries
-        self.accel_record = select_accelerator(manager, config.run.accelerator)
         staleness.check_config(config)
         if not config.weights.dir:
             config.weights.dir = str(self.run_dir / "weights")
@@ -292,6 +298,8 @@ class Driver:
         cfg = self.config
         status = "failed"
         phase = "setup"
+        eval_time = 0.0  # of this process, before its first step ends (not start-up)
+        setup: float | None = None
         try:
             self.sync_weights()
             self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
@@ -300,12 +308,22 @@ class Driver:
             self._started = True
             if self.eval_source is not None and self.step == 0:
                 phase = "eval"
-                self.log(self.evaluate(), 0)
+                m0 = self.evaluate()
+                eval_time += m0["perf/eval_time"]
+                self.log(m0, 0)
             bar = _progress(cfg, self.step)
             while self.step < cfg.run.num_rollouts:
                 phase = "train"
                 t0 = time.perf_counter()
+                if setup is None:
+                    setup = time.time() - self.process_started - eval_time
                 m = self.train_one()
+                if not self._startup_logged:
+                    self._startup_logged = True
+                    m["perf/startup_time"] = time.time() - self.process_started - eval_time
+                    m["perf/setup_time"] = setup
+                    print(startup.startup_line(m["perf/startup_time"], setup,
+                                               m["perf/startup_time"] - setup), file=sys.stderr)
                 if self.eval_source is not None and (
                     self.step % cfg.eval.interval == 0 or self.step == cfg.run.num_rollouts
                 ):

@@ -158,6 +158,14 @@ RESUME_MAY_CHANGE = {
     ("run", "save_interval"),
     ("run", "keep_checkpoints"),
     ("run", "ray_address"),
+    ("run", "compile_cache_dir"),
+    # the fast path (auto-resolved per accelerator, runner/fast_defaults.py): the same
+    # computation by other kernels, graphs or compiled code; other rounding at most
+    ("rollout", "cuda_graphs"),
+    ("rollout", "compile_decode"),
+    ("rollout", "decode_attention"),
+    ("train", "compile"),
+    ("train", "head_kernel"),
 }
 RESUME_MAY_CHANGE_SECTIONS = {"profile"}
 

@@ -7,11 +7,18 @@ component behaves the same whichever process the executor put it in.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
+
+# the cache each compiler reads its directory from, and the subdirectory of
+# run.compile_cache_dir it gets
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 
 
 def apply(config: Any) -> None:
-    """``run.num_threads`` (torch intra-op threads) and ``run.cudnn_attention``.
+    """``run.num_threads`` (torch intra-op threads), ``run.cudnn_attention`` and
+    ``run.compile_cache_dir``.
 
     ``run.cudnn_attention = false`` takes cuDNN out of the backends torch's
     ``scaled_dot_product_attention`` may pick (flash, memory-efficient and math remain). cuDNN
@@ -27,3 +34,23 @@ def apply(config: Any) -> None:
     # set both ways: a process that ran an earlier configuration in-process (tests, notebooks)
     # must not keep its value
     torch.backends.cuda.enable_cudnn_sdp(bool(config.run.cudnn_attention))
+    set_compile_caches(config.run.compile_cache_dir)
+
+
+def set_compile_caches(root: str) -> dict[str, str]:
+    """Point inductor's and Triton's on-disk caches under ``root`` (``~`` expanded) unless the
+    environment names them already; return the variables set.
+
+    Both compilers read their directory from the environment when they compile, not at
+    import, so setting it before the first compilation is enough. torch's default inductor
+    cache lives under the system's temporary directory (lost on reboot, per user) and
+    Triton's under ``~/.triton``; one documented directory lets a user keep, copy or clear
+    a model's compiled code, and makes the second run of the same shapes skip the work."""
+    if not root:
+        return {}
+    base = Path(os.path.expanduser(root))
+    done = {}
+    for var, sub in COMPILE_CACHES.items():
+        if not os.environ.get(var):
+            os.environ[var] = done[var] = str(base / sub)
+    return done

@@ -55,7 +55,9 @@ class TorchTrainer:
             self.model.gradient_checkpointing_enable()
         # the response log-probs' head step (logprob_head) for the models that allow it
         self.fused_head = bool(config.train.fused_head) and logprob_head.unsupported(self.model) is None
-        if config.train.compile:
+        # `is True`: an unresolved "auto" (a trainer built outside the driver, which resolves
+        # it: runner/fast_defaults.py) stays eager
+        if config.train.compile is True:
             # in place (Module.compile): parameter names, checkpoints and weight export are
             # unchanged; dynamic shapes, since micro-batch shapes change every step. With the
             # fused head the decoder is what the trainer calls.
@@ -132,8 +134,9 @@ class TorchTrainer:
         # off under gradient checkpointing. Under train.compile it compiles a second graph
         # (the call with a cache; same values on the CPU, 116 s of compilation for a 2-layer
         # model) whose cost on a GPU run was not measured, so the two are not combined.
-        shared = fused and t.shared_prefix and not t.compile and not t.gradient_checkpointing
-        return {"fused_head": fused, "compile_head": fused and bool(t.compile),
+        compiled = t.compile is True
+        shared = fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
+        return {"fused_head": fused, "compile_head": fused and compiled,
                 "shared_prefix": shared, "head_kernel": str(getattr(t, "head_kernel", "auto"))}
 
     def _plan(self, tokens: list[torch.Tensor], response_lengths: list[int],

@@ -1,0 +1,118 @@
+"""The ``auto`` settings of the fast path, resolved once per run on the accelerator it runs on.
+
+A user on a GPU gets CUDA graphs and the Triton kernels without knowing a key (and bf16, which
+``model.dtype = "auto"`` gives where the model is loaded); on the CPU the same keys stay off. The driver resolves them before the run's ``config.toml`` is written,
+so the file records what ran (``true``/``false``, a kernel name), and prints one line per
+choice with its reason.
+
+Compilation is chosen by whether it pays for the run's length, from the warm-up and the
+per-step saving measured on an H200 (``bench/README.md``):
+
+* ``rollout.compile_decode``: a 20-25 s first compile (a few seconds once inductor's cache in
+  ``run.compile_cache_dir`` holds it) saved about 1 ms per decode step of the 0.5b anchor
+  (0.26 s of a 256-token rollout). It is on when the run decodes at least
+  :data:`COMPILE_DECODE_MIN_TOKENS` steps (``num_rollouts x max_new_tokens``).
+* ``train.compile``: about 200 s of warm-up (dynamic shapes recompile as lengths change) for
+  about 0.4 s a step, and it turns the shared-prefix forward off. It is on from
+  :data:`TRAIN_COMPILE_MIN_STEPS` optimizer steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+AUTO = "auto"
+COMPILE_DECODE_MIN_TOKENS = 25_000  # decode steps that repay the compiled decode step's warm-up
+TRAIN_COMPILE_MIN_STEPS = 1_000  # optimizer steps that repay train.compile's warm-up
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One resolved ``auto`` key: its dotted name, the value it got and why."""
+
+    key: str
+    value: Any
+    reason: str
+
+    def line(self) -> str:
+        shown = str(self.value).lower() if isinstance(self.value, bool) else repr(self.value)
+        return f"auto: {self.key} = {shown} ({self.reason})"
+
+
+def resolve(config: Any, device_type: str) -> list[Choice]:
+    """Replace every ``auto`` of the fast-path keys in ``config`` (in place) by the value for a
+    run on ``device_type`` (the accelerator record's ``device_type``); return the choices made,
+    in a stable order. Keys the user set are left alone and not reported."""
+    choices: list[Choice] = []
+
+    def choose(section: Any, name: str, value: Any, reason: str) -> Any:
+        if getattr(section, name) != AUTO:
+            return getattr(section, name)
+        setattr(section, name, value)
+        choices.append(Choice(f"{_section_name(config, section)}.{name}", value, reason))
+        return value
+
+    run, rollout, train = config.run, config.rollout, config.train
+    cuda = device_type == "cuda"
+    triton = _triton_runs(device_type)
+    local = rollout.engine == "local"
+
+    if not local:
+        why = f"rollout.engine is {rollout.engine!r}; the key is the local engine's"
+        graphs = choose(rollout, "cuda_graphs", False, why)
+    elif cuda:
+        graphs = choose(rollout, "cuda_graphs", True,
+                        "CUDA: static KV cache, each decode step replays a captured graph")
+    else:
+        graphs = choose(rollout, "cuda_graphs", False, f"no CUDA graphs on {device_type}")
+
+    decode_tokens = run.num_rollouts * rollout.max_new_tokens
+    if not graphs:
+        choose(rollout, "compile_decode", False, "needs rollout.cuda_graphs")
+    elif rollout.compile_autotune:
+        choose(rollout, "compile_decode", True, "rollout.compile_autotune is an option of it")
+    elif decode_tokens >= COMPILE_DECODE_MIN_TOKENS:
+        choose(rollout, "compile_decode", True,
+               f"{decode_tokens} decode steps (num_rollouts x max_new_tokens) >= "
+               f"{COMPILE_DECODE_MIN_TOKENS}: the compile warm-up pays for itself")
+    else:
+        choose(rollout, "compile_decode", False,
+               f"{decode_tokens} decode steps (num_rollouts x max_new_tokens) < "
+               f"{COMPILE_DECODE_MIN_TOKENS}: too short to repay the compile warm-up; "
+               "set it true to compile anyway")
+
+    kernel_why = ("CUDA with triton" if triton else
+                  f"the Triton kernels need CUDA and triton (on {device_type})")
+    if local:
+        choose(rollout, "decode_attention", "triton" if triton else "sdpa", kernel_why)
+        choose(rollout, "sample_kernel", "triton" if triton else "torch", kernel_why)
+    choose(train, "head_kernel", "triton" if triton else "torch", kernel_why)
+
+    steps = run.num_rollouts * train.num_steps_per_rollout
+    if not cuda:
+        choose(train, "compile", False, f"not compiled on {device_type}")
+    elif steps >= TRAIN_COMPILE_MIN_STEPS:
+        choose(train, "compile", True,
+               f"{steps} optimizer steps >= {TRAIN_COMPILE_MIN_STEPS}: the compile warm-up pays "
+               "for itself")
+    else:
+        choose(train, "compile", False,
+               f"{steps} optimizer steps < {TRAIN_COMPILE_MIN_STEPS}: too short to repay the "
+               "compile warm-up (minutes); set it true to compile anyway")
+    return choices
+
+
+def _section_name(config: Any, section: Any) -> str:
+    for name in ("rollout", "train"):
+        if getattr(config, name) is section:
+            return name
+    raise ValueError(f"not a section of the config: {section!r}")
+
+
+def _triton_runs(device_type: str) -> bool:
+    """Whether the Triton kernels run on a device of this type (as the engine and trainer
+    decide it with ``kernels.available``)."""
+    from slime_core import kernels
+
+    return kernels.available(device_type)

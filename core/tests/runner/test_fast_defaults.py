@@ -1,0 +1,87 @@
+"""The fast path's ``auto`` keys resolve as documented: on for CUDA, off on the CPU; compilation
+only where the run is long enough to repay it; a key the user set is never changed."""
+
+from __future__ import annotations
+
+import pytest
+from slime_core.config.loader import ConfigError
+from slime_core.runner import fast_defaults
+from slime_core.runner.fast_defaults import COMPILE_DECODE_MIN_TOKENS, TRAIN_COMPILE_MIN_STEPS
+from slime_core.testing import build_test_config
+
+
+def _resolved(device: str, **sections: dict) -> tuple[object, dict[str, object]]:
+    config = build_test_config(**sections)
+    choices = fast_defaults.resolve(config, device)
+    return config, {c.key: c.value for c in choices}
+
+
+def test_the_defaults_are_auto():
+    config = build_test_config()
+    assert (config.rollout.cuda_graphs, config.rollout.compile_decode,
+            config.train.compile) == ("auto", "auto", "auto")
+
+
+def test_cpu_keeps_every_fast_path_key_off():
+    config, chosen = _resolved("cpu")
+    assert chosen["rollout.cuda_graphs"] is False
+    assert chosen["rollout.compile_decode"] is False
+    assert chosen["train.compile"] is False
+    assert config.rollout.cuda_graphs is False and config.train.compile is False
+    assert chosen["rollout.decode_attention"] == "sdpa"
+    assert chosen["rollout.sample_kernel"] == chosen["train.head_kernel"] == "torch"
+
+
+def test_cuda_takes_graphs_and_skips_compiling_a_short_run():
+    _, chosen = _resolved("cuda", run={"num_rollouts": 10}, rollout={"max_new_tokens": 64})
+    assert chosen["rollout.cuda_graphs"] is True
+    assert chosen["rollout.compile_decode"] is False
+    assert chosen["train.compile"] is False
+
+
+def test_cuda_compiles_what_a_long_run_repays():
+    steps = TRAIN_COMPILE_MIN_STEPS
+    new = -(-COMPILE_DECODE_MIN_TOKENS // steps)
+    config, chosen = _resolved("cuda", run={"num_rollouts": steps},
+                               rollout={"max_new_tokens": new})
+    assert chosen["rollout.compile_decode"] is True and chosen["train.compile"] is True
+    # one decode step and one optimizer step fewer: below both thresholds
+    _, chosen = _resolved("cuda", run={"num_rollouts": steps - 1},
+                          rollout={"max_new_tokens": (COMPILE_DECODE_MIN_TOKENS - 1) // steps})
+    assert chosen["rollout.compile_decode"] is False and chosen["train.compile"] is False
+
+
+def test_a_key_the_user_set_is_kept_and_not_reported():
+    config, chosen = _resolved("cuda", rollout={"cuda_graphs": False}, train={"compile": True})
+    assert config.rollout.cuda_graphs is False and config.train.compile is True
+    assert "rollout.cuda_graphs" not in chosen and "train.compile" not in chosen
+    assert chosen["rollout.compile_decode"] is False  # no graphs, no compiled step
+
+
+def test_another_engine_gets_no_local_engine_graphs():
+    config, chosen = _resolved("cuda", rollout={"engine": "vllm"})
+    assert chosen["rollout.cuda_graphs"] is False
+    assert "rollout.decode_attention" not in chosen  # the local engine's key stays auto
+    assert config.rollout.decode_attention == "auto"
+
+
+def test_autotune_asks_for_the_compiled_step():
+    _, chosen = _resolved("cuda", rollout={"compile_autotune": True})
+    assert chosen["rollout.compile_decode"] is True
+
+
+def test_every_choice_prints_its_value_and_reason():
+    config = build_test_config()
+    lines = [c.line() for c in fast_defaults.resolve(config, "cpu")]
+    assert "auto: rollout.cuda_graphs = false (no CUDA graphs on cpu)" in lines
+    assert any(line.startswith("auto: train.compile = false (") for line in lines)
+    assert fast_defaults.resolve(config, "cpu") == []  # resolved once: nothing auto is left
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("rollout", "cuda_graphs", "yes"), ("rollout", "compile_decode", "on"),
+    ("train", "compile", "maybe"),
+])
+def test_other_strings_are_refused_naming_the_key(section: str, key: str, value: str):
+    with pytest.raises((ConfigError, ValueError), match=f"{section}.{key}"):
+        build_test_config(**{section: {key: value}})
