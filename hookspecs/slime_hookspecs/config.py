@@ -33,6 +33,7 @@ class RunConfig(Protocol):
     loggers: list[str]
     progress: bool
     num_threads: int
+    compile_cache_dir: str
     cudnn_attention: bool
     async_rollout: bool
     max_staleness: int
@@ -96,8 +97,8 @@ class RolloutConfig(Protocol):
     mask_offpolicy_in_partial_rollout: bool
     generate_batch_size: int
     fused_decoder: bool
-    cuda_graphs: bool
-    compile_decode: bool
+    cuda_graphs: bool | str
+    compile_decode: bool | str
     compile_autotune: bool
     compile_pdl: bool
     decode_attention: str
@@ -140,7 +141,7 @@ class TrainConfig(Protocol):
     num_steps_per_rollout: int
     num_ranks: int
     gradient_checkpointing: bool
-    compile: bool
+    compile: bool | str
     fused_head: bool
     shared_prefix: bool
     head_kernel: str
