@@ -24,7 +24,7 @@ def test_cpu_run_writes_resolved_auto_keys_and_startup_time(
     assert saved["train"]["compile"] is False
     assert saved["rollout"]["decode_attention"] == "sdpa"
     # each choice once, with its reason
-    assert err.count("auto: rollout.cuda_graphs = false (no CUDA graphs on cpu)") == 1
+    assert err.count("auto: rollout.cuda_graphs = false (cpu does not capture graphs)") == 1
     assert err.count("auto: train.compile = false") == 1
     assert err.count("time to first step: ") == 1
 

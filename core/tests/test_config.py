@@ -50,7 +50,10 @@ def test_range_check_names_key(tmp_path: Path) -> None:
 
 def test_decode_autotune_needs_the_compiled_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="rollout.compile_autotune: needs rollout.compile_decode"):
-        _resolve(tmp_path, "[rollout]\ncompile_autotune = true\n")
+        _resolve(tmp_path, "[rollout]\ncompile_decode = false\ncompile_autotune = true\n")
+    # compile_decode = "auto" (the default) resolves to true when autotune is asked for
+    _, cfg = _resolve(tmp_path, "[rollout]\ncompile_autotune = true\n")
+    assert cfg.rollout.compile_decode == "auto"
     _, cfg = _resolve(tmp_path, "[rollout]\ncompile_decode = true\ncompile_autotune = true\n")
     assert cfg.rollout.compile_autotune is True and cfg.rollout.compile_pdl is True
 

@@ -336,6 +336,9 @@ class AcceleratorRecord(Record):
     ray_resource: str = "CPU"  # the Ray resource an actor asks for
     visible_devices_env: str | None = None  # e.g. CUDA_VISIBLE_DEVICES
     priority: int = 0  # run.accelerator = "auto" picks the available record with the highest
+    # The device replays captured graphs (torch's graph capture): the ``auto`` fast-path keys
+    # turn graph capture and the compiled steps on only where this is True.
+    graph_capture: bool = False
 
 
 @dataclass

@@ -37,6 +37,6 @@ def slime_register_accelerators() -> list[AcceleratorRecord]:
             name="cuda", factory=lambda: TorchAccelerator("cuda", fused_optimizer=True),
             summary="NVIDIA GPUs through torch.cuda (nccl)", probe=_cuda_probe,
             device_type="cuda", dist_backend="nccl", ray_resource="GPU",
-            visible_devices_env="CUDA_VISIBLE_DEVICES", priority=10,
+            visible_devices_env="CUDA_VISIBLE_DEVICES", priority=10, graph_capture=True,
         ),
     ]

@@ -54,7 +54,7 @@ class Driver:
         # the fast path's "auto" keys take their values for this accelerator before
         # config.toml is written (or compared, on resume): the file records what ran
         self.accel_record = select_accelerator(manager, config.run.accelerator)
-        for choice in fast_defaults.resolve(config, self.accel_record.device_type):
+        for choice in fast_defaults.resolve(config, self.accel_record):
             print(choice.line(), file=sys.stderr)
         process_settings.apply(config)
         random.seed(config.run.seed)

@@ -1,9 +1,11 @@
 """The ``auto`` settings of the fast path, resolved once per run on the accelerator it runs on.
 
-A user on a GPU gets CUDA graphs and the Triton kernels without knowing a key (and bf16, which
-``model.dtype = "auto"`` gives where the model is loaded); on the CPU the same keys stay off. The driver resolves them before the run's ``config.toml`` is written,
-so the file records what ran (``true``/``false``, a kernel name), and prints one line per
-choice with its reason.
+A user on a GPU gets captured decode graphs and the Triton kernels without knowing a key (and
+bf16, which ``model.dtype = "auto"`` gives where the model is loaded); on the CPU the same keys
+stay off. What the device can do comes from its accelerator record (``graph_capture``) and from
+:func:`slime_core.kernels.available`, never from the device's name. The driver resolves the keys
+before the run's ``config.toml`` is written, so the file records what ran (``true``/``false``,
+a kernel name), and prints one line per choice with its reason.
 
 Compilation is chosen by whether it pays for the run's length, from the warm-up and the
 per-step saving measured on an H200 (``bench/README.md``):
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from slime_hookspecs import AcceleratorRecord
 
 AUTO = "auto"
 COMPILE_DECODE_MIN_TOKENS = 25_000  # decode steps that repay the compiled decode step's warm-up
@@ -40,10 +44,10 @@ class Choice:
         return f"auto: {self.key} = {shown} ({self.reason})"
 
 
-def resolve(config: Any, device_type: str) -> list[Choice]:
+def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
     """Replace every ``auto`` of the fast-path keys in ``config`` (in place) by the value for a
-    run on ``device_type`` (the accelerator record's ``device_type``); return the choices made,
-    in a stable order. Keys the user set are left alone and not reported."""
+    run on ``accelerator`` (the selected record); return the choices made, in a stable order.
+    Keys the user set are left alone and not reported."""
     choices: list[Choice] = []
 
     def choose(section: Any, name: str, value: Any, reason: str) -> Any:
@@ -54,22 +58,25 @@ def resolve(config: Any, device_type: str) -> list[Choice]:
         return value
 
     run, rollout, train = config.run, config.rollout, config.train
-    cuda = device_type == "cuda"
+    device_type = accelerator.device_type
+    capture = accelerator.graph_capture
     triton = _triton_runs(device_type)
     local = rollout.engine == "local"
 
     if not local:
         why = f"rollout.engine is {rollout.engine!r}; the key is the local engine's"
         graphs = choose(rollout, "cuda_graphs", False, why)
-    elif cuda:
+    elif capture:
         graphs = choose(rollout, "cuda_graphs", True,
-                        "CUDA: static KV cache, each decode step replays a captured graph")
+                        f"{accelerator.name} captures graphs: static KV cache, each decode step "
+                        "replays a captured graph")
     else:
-        graphs = choose(rollout, "cuda_graphs", False, f"no CUDA graphs on {device_type}")
+        graphs = choose(rollout, "cuda_graphs", False,
+                        f"{accelerator.name} does not capture graphs")
 
     decode_tokens = run.num_rollouts * rollout.max_new_tokens
     if not graphs:
-        choose(rollout, "compile_decode", False, "needs rollout.cuda_graphs")
+        choose(rollout, "compile_decode", False, "needs the captured decode graphs")
     elif rollout.compile_autotune:
         choose(rollout, "compile_decode", True, "rollout.compile_autotune is an option of it")
     elif decode_tokens >= COMPILE_DECODE_MIN_TOKENS:
@@ -82,16 +89,17 @@ def resolve(config: Any, device_type: str) -> list[Choice]:
                f"{COMPILE_DECODE_MIN_TOKENS}: too short to repay the compile warm-up; "
                "set it true to compile anyway")
 
-    kernel_why = ("CUDA with triton" if triton else
-                  f"the Triton kernels need CUDA and triton (on {device_type})")
+    kernel_why = (f"triton runs on {device_type}" if triton else
+                  f"the Triton kernels do not run on {device_type}")
     if local:
         choose(rollout, "decode_attention", "triton" if triton else "sdpa", kernel_why)
         choose(rollout, "sample_kernel", "triton" if triton else "torch", kernel_why)
     choose(train, "head_kernel", "triton" if triton else "torch", kernel_why)
 
     steps = run.num_rollouts * train.num_steps_per_rollout
-    if not cuda:
-        choose(train, "compile", False, f"not compiled on {device_type}")
+    if not capture:
+        choose(train, "compile", False,
+               f"not compiled on {accelerator.name} (compiling pays only with graph capture)")
     elif steps >= TRAIN_COMPILE_MIN_STEPS:
         choose(train, "compile", True,
                f"{steps} optimizer steps >= {TRAIN_COMPILE_MIN_STEPS}: the compile warm-up pays "

@@ -8,11 +8,19 @@ from slime_core.config.loader import ConfigError
 from slime_core.runner import fast_defaults
 from slime_core.runner.fast_defaults import COMPILE_DECODE_MIN_TOKENS, TRAIN_COMPILE_MIN_STEPS
 from slime_core.testing import build_test_config
+from slime_hookspecs import AcceleratorRecord
+
+# What the resolution reads of a record: its device type and whether it captures graphs.
+RECORDS = {
+    "cpu": AcceleratorRecord(name="cpu", factory=object, device_type="cpu"),
+    "cuda": AcceleratorRecord(name="cuda", factory=object, device_type="cuda",
+                              graph_capture=True),
+}
 
 
 def _resolved(device: str, **sections: dict) -> tuple[object, dict[str, object]]:
     config = build_test_config(**sections)
-    choices = fast_defaults.resolve(config, device)
+    choices = fast_defaults.resolve(config, RECORDS[device])
     return config, {c.key: c.value for c in choices}
 
 
@@ -65,6 +73,14 @@ def test_another_engine_gets_no_local_engine_graphs():
     assert config.rollout.decode_attention == "auto"
 
 
+def test_a_device_without_graph_capture_stays_off_whatever_its_name():
+    record = AcceleratorRecord(name="npu", factory=object, device_type="npu")
+    config = build_test_config(run={"num_rollouts": 10**6})
+    chosen = {c.key: c.value for c in fast_defaults.resolve(config, record)}
+    assert chosen["rollout.cuda_graphs"] is False and chosen["train.compile"] is False
+    assert chosen["rollout.decode_attention"] == "sdpa"  # triton kernels need a CUDA device
+
+
 def test_autotune_asks_for_the_compiled_step():
     _, chosen = _resolved("cuda", rollout={"compile_autotune": True})
     assert chosen["rollout.compile_decode"] is True
@@ -72,10 +88,10 @@ def test_autotune_asks_for_the_compiled_step():
 
 def test_every_choice_prints_its_value_and_reason():
     config = build_test_config()
-    lines = [c.line() for c in fast_defaults.resolve(config, "cpu")]
-    assert "auto: rollout.cuda_graphs = false (no CUDA graphs on cpu)" in lines
+    lines = [c.line() for c in fast_defaults.resolve(config, RECORDS["cpu"])]
+    assert "auto: rollout.cuda_graphs = false (cpu does not capture graphs)" in lines
     assert any(line.startswith("auto: train.compile = false (") for line in lines)
-    assert fast_defaults.resolve(config, "cpu") == []  # resolved once: nothing auto is left
+    assert fast_defaults.resolve(config, RECORDS["cpu"]) == []  # resolved once: nothing auto is left
 
 
 @pytest.mark.parametrize(("section", "key", "value"), [
