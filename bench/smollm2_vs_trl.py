@@ -12,8 +12,11 @@ per step x samples per prompt, temperature (no top-k / top-p), completion budget
 rate (constant, AdamW (0.9, 0.999), no weight decay, grad-norm clip 1), no KL term, one
 optimizer step per rollout, token-level PPO clip 0.2 averaged per sequence then over sequences
 (TRL ``loss_type="grpo"``, slime's ``seq_mean_token_mean``), group-std scaled advantages.
-On CUDA both train in bf16 arithmetic with fp32 optimizer state (TRL: fp32 weights under bf16
-autocast; slime: bf16 weights with fp32 master copies).
+``--precision fp32`` (the default, as the example's config): fp32 weights and arithmetic in both.
+``--precision bf16`` on CUDA: bf16 arithmetic with fp32 optimizer state in both (TRL: fp32
+weights under bf16 autocast; slime: bf16 weights with fp32 master copies). At this learning
+rate an update is far below a bf16 weight's spacing, so bf16 forwards see the policy move in
+rare jumps; measured on the H200 it learns less per step (bench/README.md).
 
 Held-out accuracy: greedy, the same first ``--eval-prompts`` of ``eval.jsonl``, the same reward,
 before the first step and every ``--eval-interval`` steps (slime: its own evaluation; TRL: HF
@@ -39,7 +42,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "smollm2"
-SEED = 1
 
 
 def _process_start() -> float:
@@ -72,13 +74,14 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any) -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="slime-smollm2-")) / "run"
     overrides = [
         f"run.run_dir={json.dumps(str(run_dir))}", f"run.num_rollouts={a.steps}",
-        "run.progress=false", 'run.loggers=["jsonl"]', "run.save_interval=0", f"run.seed={SEED}",
+        "run.progress=false", 'run.loggers=["jsonl"]', "run.save_interval=0", f"run.seed={a.seed}",
         f"model.path={json.dumps(str(model))}",
         f"data.path={json.dumps(str(EXAMPLE / 'train.jsonl'))}",
         f"data.eval_path={json.dumps(str(EXAMPLE / 'eval.jsonl'))}",
         f"rollout.batch_size={a.prompts}", f"rollout.n_samples_per_prompt={a.group}",
         f"rollout.temperature={a.temperature}", f"rollout.max_new_tokens={a.new}",
         f"train.lr={a.lr}", f"eval.interval={a.eval_interval}",
+        f"model.dtype={json.dumps('float32' if a.precision == 'fp32' else 'bfloat16')}",
         f"eval.max_prompts={a.eval_prompts}",
         *a.slime_set,
     ]
@@ -137,7 +140,8 @@ def run_trl(a: argparse.Namespace, model: Path, emit: Any) -> None:
         for i in range(0, len(texts), batch):
             enc = tok(texts[i:i + batch], return_tensors="pt", padding=True,
                       add_special_tokens=False).to(net.device)
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16,
+                                                      enabled=cuda and a.precision == "bf16"):
                 out = net.generate(**enc, max_new_tokens=a.new, do_sample=False,
                                    pad_token_id=tok.pad_token_id)
             for row, r in zip(out[:, enc.input_ids.shape[1]:], held_out[i:i + batch],
@@ -163,14 +167,15 @@ def run_trl(a: argparse.Namespace, model: Path, emit: Any) -> None:
 
     n = a.prompts * a.group
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-smollm2-"), use_cpu=not cuda, bf16=cuda,
+        output_dir=tempfile.mkdtemp(prefix="trl-smollm2-"), use_cpu=not cuda,
+        bf16=cuda and a.precision == "bf16",
         per_device_train_batch_size=n, num_generations=a.group, gradient_accumulation_steps=1,
         max_completion_length=a.new, temperature=a.temperature, top_p=1.0, top_k=0,
         max_steps=a.steps, learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=0.0, max_grad_norm=1.0, beta=0.0, epsilon=0.2, loss_type="grpo",
         scale_rewards="group", num_iterations=1, report_to="none", logging_steps=1,
         gradient_checkpointing=False,  # TRL's default is True; slime does not recompute
-        save_strategy="no", seed=SEED, dataloader_num_workers=0, disable_tqdm=True)
+        save_strategy="no", seed=a.seed, dataloader_num_workers=0, disable_tqdm=True)
     trainer = GRPOTrainer(model=lm, reward_funcs=reward, args=args, train_dataset=ds,
                           processing_class=tok, callbacks=[Clock()])
     trainer.train()
@@ -213,6 +218,8 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=32, help="max completion tokens")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=5e-6)
+    ap.add_argument("--seed", type=int, default=1, help="both frameworks' seed")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--eval-interval", type=int, default=5)
     ap.add_argument("--eval-prompts", type=int, default=256)
     ap.add_argument("--slime-set", action="append", default=[],

@@ -75,7 +75,7 @@ class ModelSection:
     path: str = ""  # local directory with config.json + weights (+ tokenizer)
     tokenizer: str = ""  # defaults to path
     init_config: dict[str, Any] = field(default_factory=dict)  # build from a config (tests)
-    dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16
+    dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16; bf16 weights move only when an update crosses their spacing, so a small model at a low lr learns more per step in float32 (examples/smollm2)
     trust_remote_code: bool = False  # passed to transformers when loading model and tokenizer
 
     def __post_init__(self) -> None:
@@ -130,7 +130,7 @@ class RolloutSection:
     mask_offpolicy_in_partial_rollout: bool = False  # mask older-weight tokens
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
-    cuda_graphs: bool | str = "auto"  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph; "auto": true on CUDA (resolved at start, written to config.toml)
+    cuda_graphs: bool | str = "auto"  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph; "auto": true where the accelerator record has graph_capture (cuda), resolved at start and written to config.toml
     compile_decode: bool | str = "auto"  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler; "auto": true when num_rollouts x max_new_tokens >= 25000 (the warm-up pays; slime_core.runner.fast_defaults)
     compile_autotune: bool = False  # with compile_decode: inductor's max-autotune-no-cudagraphs for the decode step (Triton templates benchmarked against cuBLAS for each product, elementwise work fused into the chosen one; H200 anchor: rollout 0.392 -> 0.443 s, warm-up 21 -> 72 s)
     compile_pdl: bool = True  # with compile_decode: inductor's kernels of the decode step launch with programmatic dependent launch (CUDA compute capability 9 and newer, a torch whose inductor has it; a kernel's start overlaps the end of the one before; H200 anchor rollout 0.413 -> 0.392 s)
@@ -200,7 +200,7 @@ class TrainSection:
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
-    compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true on CUDA from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_core.runner.fast_defaults)
+    compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_core.runner.fast_defaults)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
