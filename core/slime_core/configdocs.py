@@ -12,6 +12,7 @@ import inspect
 import io
 import textwrap
 import tokenize
+import typing
 from typing import Any
 
 # the first-party plugins that contribute sections (load without their optional backends)
@@ -50,6 +51,14 @@ def field_comments(cls: type) -> dict[str, str]:
     return out
 
 
+def _kind(f: dataclasses.Field[Any]) -> str:
+    """The type as written in the source (a merged section's fields hold the types)."""
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", None) or str(f.type)
+    if not isinstance(f.type, str) and typing.get_origin(f.type) is not None:
+        kind = str(f.type).replace("typing.", "")
+    return str(kind).replace("|", "or")
+
+
 def _default(f: dataclasses.Field[Any]) -> str:
     if f.default is not dataclasses.MISSING:
         value = f.default
@@ -81,12 +90,22 @@ def render() -> str:
         out += [f"## `[{name}]`{owner}", ""]
         if sec.summary:
             out += [sec.summary[0].upper() + sec.summary[1:] + ".", ""]
-        comments = field_comments(sec.schema)
+        comments: dict[str, str] = {}
+        parts = schema.parts(name)
+        for part in parts:
+            comments.update(field_comments(part.schema))
         out += ["| key | type | default | meaning |", "|---|---|---|---|"]
         for f in dataclasses.fields(sec.schema):
             kind = str(f.type).replace("|", "or")
             note = comments.get(f.name, "").replace("|", "\\|")
-            out.append(f"| `{f.name}` | {kind} | `{_default(f)}` | {note} |")
+            by = schema.owner_of(name, f.name)
+            if by != sec.owner:  # a key an extension adds: it exists with that plugin only
+                note = f"(plugin `{by}`) {note}"
+            giver = next((p.owner for p in parts[1:] if f.name in p.defaults), None)
+            if giver is not None:  # the core's default is replaced while that plugin is active
+                own = next(g for g in dataclasses.fields(parts[0].schema) if g.name == f.name)
+                note = f"(default from plugin `{giver}`; without it `{_default(own)}`) {note}"
+            out.append(f"| `{f.name}` | {_kind(f)} | `{_default(f)}` | {note} |")
         out.append("")
     return "\n".join(out)
 

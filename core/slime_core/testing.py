@@ -50,16 +50,23 @@ def write_char_tokenizer(path: Path, extra_tokens: Sequence[str] = (),
     return path
 
 
-def build_test_config(**sections: dict[str, Any]) -> Any:
-    """A validated config of the core's sections only (no plugin sections)."""
+def build_test_config(*contributed: Any, **sections: dict[str, Any]) -> Any:
+    """A validated config of the core's sections plus the ``ConfigSection`` objects given
+    positionally (a plugin's own sections or its extension of ``[algorithm]``, as its
+    ``slime_add_config`` returns them), with ``sections`` as the TOML tables."""
     from slime_hookspecs import ConfigSection
 
     from slime_core.config import ConfigSchema, load_config
-    from slime_core.config.sections import SECTIONS
+    from slime_core.config.sections import RECORD_KEYS, SECTIONS
 
     schema = ConfigSchema()
     for name, cls, doc in SECTIONS:
-        schema.add(ConfigSection(name=name, schema=cls, summary=doc))
+        schema.add(ConfigSection(name=name, schema=cls, summary=doc, owner="core_config",
+                                 record_keys=RECORD_KEYS.get(name, {})))
+    for item in contributed:
+        for sec in item if isinstance(item, (list, tuple)) else [item]:
+            schema.add(sec)
+    schema.check_extensions()
     return load_config(schema, data=sections)
 
 

@@ -90,9 +90,9 @@ def test_optional_and_special_values_pass() -> None:
 
 
 def test_defaults_of_an_empty_registry_are_left_alone() -> None:
-    # no algorithm plugin: the default estimator 'grpo' cannot resolve, and need not here
+    # no algorithm plugin: the core names no estimator, and need not here
     _, cfg = resolve(PluginSelection(autoload=False))
-    assert cfg.algorithm.advantage_estimator == "grpo"
+    assert cfg.algorithm.advantage_estimator == ""
     with pytest.raises(ConfigError, match="advantage_estimator = 'grpo' .*provided by plugin "
                                           "slime_grpo .*autoload disabled"):
         resolve(PluginSelection(autoload=False), None, ("algorithm.advantage_estimator=grpo",))
@@ -125,3 +125,28 @@ def test_needs_ref_fails_on_an_unknown_estimator() -> None:
     cfg = build_test_config(algorithm={"advantage_estimator": "grpoo"})
     with pytest.raises(UnknownRecordError, match="did you mean 'grpo'"):
         needs_ref(cfg)
+
+
+def test_the_algorithm_plugin_names_the_default_records() -> None:
+    _, cfg = resolve(GRPO, ARITH)
+    assert (cfg.algorithm.advantage_estimator, cfg.algorithm.policy_loss,
+            cfg.algorithm.loss_reducer, cfg.algorithm.kl_estimator) == (
+        "grpo", "ppo", "seq_mean_token_mean", "k1")
+    assert cfg.algorithm.eps_clip == 0.2  # a key slime_grpo adds to [algorithm]
+
+
+def test_a_key_of_an_inactive_plugin_names_the_plugin() -> None:
+    with pytest.raises(ConfigError, match=r"config key algorithm.lam \(in -o algorithm.lam=0.9\) "
+                                          r"belongs to plugin slime_ppo .*add --plugins "
+                                          r"slime_grpo,slime_ppo"):
+        resolve(GRPO, ARITH, ("algorithm.lam=0.9",))
+    with pytest.raises(ConfigError, match="algorithm.eps_clip .* belongs to plugin slime_grpo"):
+        resolve(PluginSelection(plugins=["slime_ppo"], autoload=False), ARITH,
+                ("algorithm.eps_clip=0.3",))
+
+
+def test_an_empty_record_key_with_records_to_choose_from_is_refused() -> None:
+    with pytest.raises(ConfigError, match="algorithm.policy_loss = '' .*no policy loss is named "
+                                          "and no active plugin gives a default; set it to one "
+                                          "of: .*ppo"):
+        resolve(GRPO, ARITH, ('algorithm.policy_loss=""',))

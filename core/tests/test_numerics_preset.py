@@ -1,18 +1,21 @@
-"""``algorithm.numerics``: one key selects the defaults of every numerical convention.
-
-The values each preset gives are checked against THUDM/slime's and verl's outputs in
+"""``algorithm.numerics`` and plugin extensions of a section: how presets and extension keys
+resolve. The values each preset gives are checked against THUDM/slime's and verl's outputs in
 ``plugins/slime_grpo/tests/test_grpo_numerics_on_cpu.py`` and
-``plugins/slime_ppo/tests/test_ppo_numerics_on_cpu.py``; here: how the preset resolves.
+``plugins/slime_ppo/tests/test_ppo_numerics_on_cpu.py``; here the machinery, with an
+extension written for the test (the core alone registers no algorithm).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 import sys
+from dataclasses import dataclass
 
 import pytest
-from slime_core.config.sections import SECTIONS, AlgorithmSection
 from slime_core.config import ConfigError, ConfigSchema, load_config
+from slime_core.config.sections import SECTIONS, AlgorithmSection
 from slime_core.runner.rundir import config_to_toml
 from slime_hookspecs import ConfigSection
 
@@ -22,53 +25,111 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def _schema() -> ConfigSchema:
+@dataclass
+class ClipKeys:
+    clip_c: float = 0.0  # preset (verl: 3.0)
+    clamp: float = 0.0  # preset (verl: 20.0)
+    steps: str = "count"  # preset (verl: skip)
+
+    def __post_init__(self) -> None:
+        if self.clip_c and self.clip_c <= 1:
+            raise ValueError("algorithm.clip_c: must be > 1 (0 turns it off)")
+
+    NUMERICS_PRESETS = {
+        "slime": {"clip_c": 0.0, "clamp": 0.0, "steps": "count", "loss_reducer": "seq"},
+        "verl": {"clip_c": 3.0, "clamp": 20.0, "steps": "skip", "loss_reducer": "token"},
+    }
+
+
+def _ext(**kw: object) -> ConfigSection:
+    return ConfigSection(name="algorithm", schema=ClipKeys, extends=True, owner="clip_plugin",
+                         defaults={"loss_reducer": "seq"}, **kw)  # type: ignore[arg-type]
+
+
+def _schema(*extra: ConfigSection) -> ConfigSchema:
     schema = ConfigSchema()
     for name, cls, doc in SECTIONS:
-        schema.add(ConfigSection(name=name, schema=cls, summary=doc))
+        schema.add(ConfigSection(name=name, schema=cls, summary=doc, owner="core_config"))
+    for sec in extra:
+        schema.add(sec)
+    schema.check_extensions()
     return schema
 
 
-def test_slime_is_the_default_and_the_field_defaults_are_its_column() -> None:
+def test_slime_is_the_default_and_the_core_names_no_record() -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(AlgorithmSection)}
     assert defaults["numerics"] == "slime"
-    presets = AlgorithmSection.NUMERICS_PRESETS
-    assert set(presets) == {"slime", "verl"} and set(presets["slime"]) == set(presets["verl"])
-    assert {k: defaults[k] for k in presets["slime"]} == presets["slime"]
-    # each key a preset sets is a field (a typo would be silently ignored otherwise)
-    assert set(presets["verl"]) <= set(defaults)
+    assert defaults["advantage_estimator"] == defaults["policy_loss"] == ""
+    assert defaults["loss_reducer"] == defaults["kl_estimator"] == ""
 
 
-def test_verl_sets_every_key_of_its_column() -> None:
-    cfg = load_config(_schema(), overrides=["algorithm.numerics=verl"])
-    for key, value in AlgorithmSection.NUMERICS_PRESETS["verl"].items():
-        assert getattr(cfg.algorithm, key) == value, key
-    assert cfg.algorithm.eps_clip_c == 3.0 and cfg.algorithm.loss_reducer == "token_mean"
+def test_an_extension_adds_keys_defaults_and_presets() -> None:
+    cfg = load_config(_schema(_ext()))
+    assert isinstance(cfg.algorithm, AlgorithmSection)
+    assert (cfg.algorithm.clip_c, cfg.algorithm.steps, cfg.algorithm.loss_reducer) == (
+        0.0, "count", "seq")
+    cfg = load_config(_schema(_ext()), overrides=["algorithm.numerics=verl"])
+    assert (cfg.algorithm.clip_c, cfg.algorithm.clamp, cfg.algorithm.loss_reducer) == (
+        3.0, 20.0, "token")
+    with pytest.raises(ConfigError, match="algorithm.clip_c: must be > 1"):
+        load_config(_schema(_ext()), overrides=["algorithm.clip_c=0.5"])
+    # without the extension the key does not exist
+    with pytest.raises(ConfigError, match="unknown config key 'algorithm.clip_c'"):
+        load_config(_schema(), overrides=["algorithm.clip_c=2"])
 
 
 def test_a_key_set_explicitly_wins_over_the_preset(tmp_path) -> None:
     path = tmp_path / "run.toml"
-    path.write_text('[algorithm]\nnumerics = "verl"\nloss_reducer = "seq_mean_token_mean"\n')
-    cfg = load_config(_schema(), path, overrides=["algorithm.eps_clip_c=0"])
+    path.write_text('[algorithm]\nnumerics = "verl"\nloss_reducer = "seq"\n')
+    cfg = load_config(_schema(_ext()), path, overrides=["algorithm.clip_c=0"])
     assert cfg.algorithm.numerics == "verl"
-    assert cfg.algorithm.loss_reducer == "seq_mean_token_mean"  # from the file
-    assert cfg.algorithm.eps_clip_c == 0.0  # from -o
-    assert cfg.algorithm.log_ratio_clamp == 20.0  # still verl's
+    assert cfg.algorithm.loss_reducer == "seq"  # from the file
+    assert cfg.algorithm.clip_c == 0.0  # from -o
+    assert cfg.algorithm.clamp == 20.0  # still verl's
     # and the preset itself may come from -o, over a file that names another
-    cfg = load_config(_schema(), path, overrides=["algorithm.numerics=slime"])
-    assert cfg.algorithm.eps_clip_c == 0.0 and cfg.algorithm.masked_steps == "count"
-    assert cfg.algorithm.loss_reducer == "seq_mean_token_mean"
+    cfg = load_config(_schema(_ext()), path, overrides=["algorithm.numerics=slime"])
+    assert cfg.algorithm.clip_c == 0.0 and cfg.algorithm.steps == "count"
 
 
 def test_the_run_directory_records_the_resolved_values() -> None:
-    cfg = load_config(_schema(), overrides=["algorithm.numerics=verl",
-                                            "algorithm.kl_estimator=k2"])
+    cfg = load_config(_schema(_ext()), overrides=["algorithm.numerics=verl",
+                                                  "algorithm.kl_estimator=k2"])
     written = tomllib.loads(config_to_toml(cfg))["algorithm"]
     assert written["numerics"] == "verl" and written["kl_estimator"] == "k2"
-    assert written["log_ratio_clamp"] == 20.0 and written["count_empty_samples"] is False
+    assert written["clamp"] == 20.0 and written["steps"] == "skip"
     # read back, the file gives the same config (resume), whatever numerics' default
-    again = load_config(_schema(), data={"algorithm": written})
+    again = load_config(_schema(_ext()), data={"algorithm": written})
     assert dataclasses.asdict(again.algorithm) == dataclasses.asdict(cfg.algorithm)
+
+
+def test_a_merged_section_survives_pickling_and_copying() -> None:
+    cfg = load_config(_schema(_ext()), overrides=["algorithm.clip_c=2"])
+    for again in (pickle.loads(pickle.dumps(cfg.algorithm)), copy.deepcopy(cfg.algorithm)):
+        assert type(again) is type(cfg.algorithm) and again == cfg.algorithm
+
+
+def test_conflicts_between_plugins_fail_naming_both() -> None:
+    @dataclass
+    class Again:
+        clamp: float = 1.0
+
+    clash = ConfigSection(name="algorithm", schema=Again, extends=True, owner="other")
+    with pytest.raises(ConfigError, match="algorithm.clamp is contributed by both plugin "
+                                          "'clip_plugin' and plugin 'other'"):
+        _schema(_ext(), clash)
+
+    @dataclass
+    class Nothing:
+        pass
+
+    other_default = ConfigSection(name="algorithm", schema=Nothing, extends=True, owner="other",
+                                  defaults={"loss_reducer": "token"})
+    with pytest.raises(ConfigError, match="algorithm.loss_reducer: plugin 'clip_plugin' makes "
+                                          "'seq' its default and plugin 'other' 'token'"):
+        _schema(_ext(), other_default)
+    orphan = ConfigSection(name="nowhere", schema=Nothing, extends=True, owner="other")
+    with pytest.raises(ConfigError, match=r"plugin 'other' extends config section \[nowhere\]"):
+        _schema(orphan)
 
 
 def test_an_unknown_preset_is_refused_naming_the_key() -> None:

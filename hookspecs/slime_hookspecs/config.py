@@ -6,8 +6,10 @@ not edit by hand (``tests/test_conformance.py`` fails when it is stale).
 The core passes its resolved config object (``slime_core.config.Config``); these protocols
 describe it, so an editor and mypy follow ``config.rollout.temperature`` from a hook to the
 ``[rollout]`` key and its type. A plugin's own section is reached by attribute too
-(``config.ppo``), typed ``Any`` here: a plugin that wants it typed declares its own protocol
-and casts to it. What each key means, and its default: ``docs/config.md``.
+(``config.ppo``), typed ``Any`` here; the keys a plugin adds to a built-in section
+(``algorithm.eps_clip`` of slime_grpo) are not listed below. A plugin that wants either typed
+declares its own protocol and casts to it. What each key means, and its default:
+``docs/config.md``.
 """
 
 from __future__ import annotations
@@ -154,32 +156,14 @@ class AlgorithmConfig(Protocol):
     advantage_estimator: str
     policy_loss: str
     loss_reducer: str
-    count_empty_samples: bool
-    eps_clip: float
-    eps_clip_high: float
-    eps_clip_c: float
-    log_ratio_clamp: float
     kl_estimator: str
-    kl_in_reward_estimator: str
-    k3_clamp: float
-    low_var_kl_clamp: float
-    kl_log_ratio_clamp: float
     use_kl_loss: bool
     kl_loss_coef: float
     kl_in_reward_coef: float
     entropy_coef: float
-    normalize_std: bool
-    singleton_advantage: str
     whiten_advantages: bool
-    whiten_reinforce: bool
-    reinforce_baseline_kl: str
-    masked_steps: str
     is_correction: str
     is_kwargs: dict[str, float]
-    gamma: float
-    lam: float
-    opsm_delta: float
-    max_response_length: int
 
 
 class WeightsConfig(Protocol):

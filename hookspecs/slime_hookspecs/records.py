@@ -531,6 +531,26 @@ class ConfigSection:
     ``schema`` is a dataclass type; its fields (with type hints and defaults) are the keys of
     the TOML table ``[name]``. ``record_keys`` maps the keys whose values name records to
     their :class:`RecordKey` (see there: the names are checked before the run starts).
+
+    ``extends=True`` adds the schema's keys to a section another plugin contributes (an
+    algorithm plugin's hyper-parameters in the core's ``[algorithm]``), under the same names
+    (``algorithm.eps_clip``); they exist only while the extending plugin is active. The
+    resolved section object has every part's keys; each part's ``__post_init__`` runs on it;
+    a part's ``NUMERICS_PRESETS`` class attribute (``{preset: {key: value}}``) adds to the
+    section's presets. ``defaults`` (extensions only) gives keys of the extended section a new
+    default, e.g. the record the plugin registers as the default advantage estimator. A key
+    contributed twice, or given two different defaults, fails naming both plugins.
+
+    Example::
+
+        @dataclass
+        class MyLossKeys:
+            my_margin: float = 0.1  # the margin of the my_loss policy loss
+
+        @hookimpl
+        def slime_add_config(schema):
+            return ConfigSection(name="algorithm", schema=MyLossKeys, extends=True,
+                                 defaults={"policy_loss": "my_loss"})
     """
 
     name: str
@@ -538,3 +558,5 @@ class ConfigSection:
     summary: str = ""
     owner: str | None = None
     record_keys: dict[str, RecordKey] = field(default_factory=dict)
+    extends: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict)

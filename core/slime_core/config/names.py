@@ -10,7 +10,8 @@ would provide the name when one is installed but not active.
 
 A value still at its default is checked only when its registry has records: a process that
 loaded no algorithm plugin (``core plugins``, tests of the core alone) has no advantage
-estimators at all, and the default ``grpo`` would otherwise fail every such config.
+estimators at all, and leaves ``algorithm.advantage_estimator`` at the core's empty default
+(the algorithm plugin names its own record as the default when it is active).
 """
 
 from __future__ import annotations
@@ -165,20 +166,30 @@ def provided_by(manager: SlimePluginManager, record: type[Record], name: str) ->
     return found
 
 
-def section_owners(manager: SlimePluginManager, section: str) -> list[Inactive]:
-    """Inactive plugins whose ``slime_add_config`` contributes ``[section]``."""
+def _contributed(manager: SlimePluginManager) -> Iterator[tuple[Inactive, list[ConfigSection]]]:
+    """Each inactive plugin with the config sections its ``slime_add_config`` returns."""
     from slime_core.config.schema import ConfigSchema
 
-    found = []
     for plug in inactive_plugins(manager):
         fn = _impl(plug.plugin, "slime_add_config") if plug.plugin is not None else None
         produced = _call(fn, schema=ConfigSchema()) if fn is not None else None
         if produced is None:
             continue
         items = [produced] if isinstance(produced, ConfigSection) else list(produced)
-        if any(isinstance(s, ConfigSection) and s.name == section for s in items):
-            found.append(plug)
-    return found
+        yield plug, [s for s in items if isinstance(s, ConfigSection)]
+
+
+def section_owners(manager: SlimePluginManager, section: str) -> list[Inactive]:
+    """Inactive plugins whose ``slime_add_config`` contributes ``[section]``."""
+    return [plug for plug, items in _contributed(manager)
+            if any(s.name == section and not s.extends for s in items)]
+
+
+def key_owners(manager: SlimePluginManager, section: str, key: str) -> list[Inactive]:
+    """Inactive plugins whose ``slime_add_config`` extends ``[section]`` with ``key``."""
+    return [plug for plug, items in _contributed(manager)
+            if any(s.extends and s.name == section
+                   and key in {f.name for f in dataclasses.fields(s.schema)} for s in items)]
 
 
 def _provider_text(manager: SlimePluginManager, found: list[Inactive]) -> str:
@@ -201,6 +212,16 @@ def check_sections(manager: SlimePluginManager, schema: ConfigSchema, sources: S
         if owners:
             raise ConfigError(
                 f"config section [{section}] (in {origin}) belongs to "
+                f"{_provider_text(manager, owners)}"
+            )
+    # a key an inactive plugin adds to a known section (algorithm.lam without slime_ppo)
+    for (section, key), (origin, _) in sources.where.items():
+        if section not in known or key in schema.keys(section):
+            continue
+        owners = key_owners(manager, section, key)
+        if owners:
+            raise ConfigError(
+                f"config key {section}.{key} (in {origin}) belongs to "
                 f"{_provider_text(manager, owners)}"
             )
 
@@ -244,6 +265,11 @@ def _check_one(manager: SlimePluginManager, registry: Any, spec: RecordKey, key:
         return
     label = registry.label
     where = f"config {key} = {value!r} (from {source})"
+    if name == "" and name not in registry:
+        names = ", ".join(sorted(r.name for r in registry)) or "(none registered)"
+        raise ConfigError(
+            f"{where}: no {label} is named and no active plugin gives a default; set it to "
+            f"one of: {names}")
     if name in registry:
         rec = registry.records[name]
         if spec.stage is not None and getattr(rec, "stage", spec.stage) != spec.stage:

@@ -222,69 +222,29 @@ class TrainSection:
 
 @dataclass
 class AlgorithmSection:
+    """The keys the core's loss composition reads (slime_core.trainkit.compose): which records
+    compute advantages, the policy loss, its reduction, KL and the mismatch correction, and
+    their coefficients. The records and their own hyper-parameters (clip ranges, discounts,
+    clamps) come with the algorithm plugins, which extend this section (``slime_grpo``,
+    ``slime_ppo``; docs/config.md lists every key with its plugin) and name its default
+    records."""
+
     numerics: str = "slime"  # conventions preset: slime (THUDM/slime's, the default) | verl; sets the defaults of the keys marked 'preset' (docs/algorithms.md); a key set explicitly wins
-    advantage_estimator: str = "grpo"  # advantage estimator record
-    policy_loss: str = "ppo"  # policy loss record
-    loss_reducer: str = "seq_mean_token_mean"  # loss aggregation record (preset; verl: token_mean)
-    count_empty_samples: bool = True  # preset: a sample with no loss-masked token still counts in the seq_* reducers' sample count (verl: false)
-    eps_clip: float = 0.2  # PPO clip range of the ratio (lower side; upper: eps_clip_high)
-    eps_clip_high: float = 0.0  # 0: same as eps_clip (clip-higher when larger)
-    eps_clip_c: float = 0.0  # dual-clip constant (> 1); 0: off (preset; verl: 3.0)
-    log_ratio_clamp: float = 0.0  # preset: clamp log(pi/pi_old) to [-x, x] before exp in the ppo and cispo ratios; 0: off (verl: 20)
-    kl_estimator: str = "k1"  # k1, k2, k3 or low_var_kl (docs/algorithms.md); preset (verl: low_var_kl)
-    kl_in_reward_estimator: str = ""  # KL estimator of the reward penalty (empty: kl_estimator); preset (verl: k1)
-    k3_clamp: float = 0.0  # preset: clamp the estimator named k3 to [-x, x]; 0: off (verl: 10)
-    low_var_kl_clamp: float = 10.0  # clamp the estimator named low_var_kl to [-x, x]; 0: off
-    kl_log_ratio_clamp: float = 0.0  # preset: clamp log(pi/pi_ref) to [-x, x] before exp in k3 / low_var_kl; 0: off (verl: 20)
+    advantage_estimator: str = ""  # advantage estimator record (the algorithm plugin names the default: slime_grpo's grpo)
+    policy_loss: str = ""  # policy loss record (default from the algorithm plugin: slime_grpo's ppo)
+    loss_reducer: str = ""  # loss aggregation record (preset; slime_grpo: seq_mean_token_mean, verl: token_mean)
+    kl_estimator: str = ""  # KL estimator record: k1, k2, k3 or low_var_kl (docs/algorithms.md); preset (slime_grpo: k1, verl: low_var_kl)
     use_kl_loss: bool = False  # add kl_loss_coef x KL(policy, reference) to the loss
     kl_loss_coef: float = 0.0  # weight of that KL term
     kl_in_reward_coef: float = 0.0  # KL penalty placed in the reward (PPO, REINFORCE++)
     entropy_coef: float = 0.0  # entropy bonus weight (0: entropy is only logged)
-    normalize_std: bool = True  # GRPO: divide by the group std
-    singleton_advantage: str = "zero"  # preset: a group of one sample gets zero (its own baseline) | reward (verl: baseline 0, std 1)
     whiten_advantages: bool = False  # whiten advantages over the batch's loss-masked tokens (every estimator, slime's --normalize-advantages)
-    whiten_reinforce: bool = False  # preset: whiten the reinforce_plus_plus(_baseline) advantages even when whiten_advantages is false (verl: true)
-    reinforce_baseline_kl: str = "per_token"  # preset: reinforce_plus_plus_baseline's KL term: per_token (A_t = b - coef kl_t, slime) | cumulative (summed into the return)
-    masked_steps: str = "count"  # preset: REINFORCE++ and GAE: a loss-masked-out position is a discount step (count, slime) or skipped (skip, verl)
     is_correction: str = ""  # mismatch correction record: tis, icepop, ... (empty: off)
     is_kwargs: dict[str, float] = field(default_factory=dict)  # bounds of the is_correction record (docs/algorithms.md)
-    gamma: float = 1.0  # discount (REINFORCE++, GAE)
-    lam: float = 1.0  # GAE lambda
-    opsm_delta: float = 0.0  # OPSM threshold (0: off)
-    max_response_length: int = 0  # Dr. GRPO constant denominator (0: rollout.max_new_tokens)
 
     def __post_init__(self) -> None:
-        _need(self.eps_clip >= 0, "algorithm.eps_clip", "must be >= 0")
-        _need(self.eps_clip_c == 0 or self.eps_clip_c > 1, "algorithm.eps_clip_c",
-              "dual clip needs a constant > 1 (0 turns it off)")
         _need(self.numerics in NUMERICS, "algorithm.numerics",
               f"{self.numerics!r} is not one of {', '.join(NUMERICS)}")
-        _need(self.singleton_advantage in ("zero", "reward"), "algorithm.singleton_advantage",
-              "must be zero or reward")
-        _need(self.reinforce_baseline_kl in ("per_token", "cumulative"),
-              "algorithm.reinforce_baseline_kl", "must be per_token or cumulative")
-        _need(self.masked_steps in ("count", "skip"), "algorithm.masked_steps",
-              "must be count or skip")
-        for key in ("log_ratio_clamp", "k3_clamp", "low_var_kl_clamp", "kl_log_ratio_clamp"):
-            _need(getattr(self, key) >= 0, f"algorithm.{key}", "must be >= 0 (0 turns it off)")
-
-    # the field defaults above are the "slime" column; a test checks they agree
-    NUMERICS_PRESETS = {
-        "slime": {
-            "loss_reducer": "seq_mean_token_mean", "count_empty_samples": True,
-            "eps_clip_c": 0.0, "log_ratio_clamp": 0.0, "kl_estimator": "k1",
-            "kl_in_reward_estimator": "", "k3_clamp": 0.0, "low_var_kl_clamp": 10.0,
-            "kl_log_ratio_clamp": 0.0, "singleton_advantage": "zero", "whiten_reinforce": False,
-            "reinforce_baseline_kl": "per_token", "masked_steps": "count",
-        },
-        "verl": {
-            "loss_reducer": "token_mean", "count_empty_samples": False,
-            "eps_clip_c": 3.0, "log_ratio_clamp": 20.0, "kl_estimator": "low_var_kl",
-            "kl_in_reward_estimator": "k1", "k3_clamp": 10.0, "low_var_kl_clamp": 10.0,
-            "kl_log_ratio_clamp": 20.0, "singleton_advantage": "reward", "whiten_reinforce": True,
-            "reinforce_baseline_kl": "per_token", "masked_steps": "skip",
-        },
-    }
 
 
 @dataclass
@@ -411,7 +371,6 @@ RECORD_KEYS: dict[str, dict[str, RecordKey]] = {
         "policy_loss": RecordKey(PolicyLossRecord),
         "loss_reducer": RecordKey(LossReducerRecord),
         "kl_estimator": RecordKey(KLEstimatorRecord),
-        "kl_in_reward_estimator": RecordKey(KLEstimatorRecord, optional=True),
         "is_correction": RecordKey(ISCorrectionRecord, optional=True),
     },
     "weights": {"transport": RecordKey(WeightTransportRecord)},

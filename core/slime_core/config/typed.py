@@ -27,8 +27,10 @@ not edit by hand (``tests/test_conformance.py`` fails when it is stale).
 The core passes its resolved config object (``slime_core.config.Config``); these protocols
 describe it, so an editor and mypy follow ``config.rollout.temperature`` from a hook to the
 ``[rollout]`` key and its type. A plugin's own section is reached by attribute too
-(``config.ppo``), typed ``Any`` here: a plugin that wants it typed declares its own protocol
-and casts to it. What each key means, and its default: ``docs/config.md``.
+(``config.ppo``), typed ``Any`` here; the keys a plugin adds to a built-in section
+(``algorithm.eps_clip`` of slime_grpo) are not listed below. A plugin that wants either typed
+declares its own protocol and casts to it. What each key means, and its default:
+``docs/config.md``.
 """
 
 from __future__ import annotations

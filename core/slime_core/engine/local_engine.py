@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from slime_hookspecs import GenerateOutput, SamplingParams
+from slime_hookspecs import Config, GenerateOutput, SamplingParams
 
 from slime_core import kernels
 from slime_core.engine.decoding import Request, decode
@@ -72,7 +72,7 @@ def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
 class LocalEngine:
     """``LocalEngine(config, engine_index, accelerator)``; see the module docstring."""
 
-    def __init__(self, config: Any, engine_index: int = 0, accelerator: Any = None) -> None:
+    def __init__(self, config: Config, engine_index: int = 0, accelerator: Any = None) -> None:
         self.config = config
         self.engine_index = engine_index
         self.accelerator = accelerator
@@ -93,49 +93,49 @@ class LocalEngine:
         # whose masks grow with its square (a 900 kB prompt asked for 810 GB)
         ctx = getattr(model.config, "max_position_embeddings", None)
         self.context_length: int | None = int(ctx) if isinstance(ctx, int) and ctx > 0 else None
-        self.generate_batch_size = int(getattr(config.rollout, "generate_batch_size", 0) or 0)
+        self.generate_batch_size = int(config.rollout.generate_batch_size or 0)
         # rollout.cuda_graphs: static KV cache + one CUDA graph per decode step (CUDA only;
         # the CPU keeps the dynamic cache, which drops finished rows and attends no further
         # than the longest row)
         # (`is True`: an unresolved "auto", in an engine built outside the driver that resolves
         # it in runner/fast_defaults.py, stays off)
         self._static: StaticDecoders | None = None
-        if getattr(config.rollout, "cuda_graphs", False) is True and self.device.type == "cuda":
-            setting = str(getattr(config.rollout, "decode_attention", "auto"))
+        if config.rollout.cuda_graphs is True and self.device.type == "cuda":
+            setting = str(config.rollout.decode_attention)
             triton = kernels.choose(setting, self.device, "rollout.decode_attention")
-            compile_step = getattr(config.rollout, "compile_decode", False) is True
+            compile_step = config.rollout.compile_decode is True
             # inductor's options only where there is a compilation to take them (a missing
             # PDL option warns, which is noise for an uncompiled step)
             options = compile_options(
-                bool(getattr(config.rollout, "compile_autotune", False)),
-                bool(getattr(config.rollout, "compile_pdl", True))) if compile_step else None
+                bool(config.rollout.compile_autotune),
+                bool(config.rollout.compile_pdl)) if compile_step else None
             self._static = StaticDecoders(
                 capture=True, compile_step=compile_step,
                 decode_attention="triton" if triton else "sdpa",
-                splits=int(getattr(config.rollout, "decode_attention_splits", 0)) or None,
-                fuse_rope=bool(getattr(config.rollout, "decode_fuse_rope", True)),
+                splits=int(config.rollout.decode_attention_splits) or None,
+                fuse_rope=bool(config.rollout.decode_fuse_rope),
                 options=options)
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the
         # kernels run (as rollout.decode_attention)
         self._sample_kernel = kernels.choose(
-            str(getattr(config.rollout, "sample_kernel", "auto")), self.device,
+            str(config.rollout.sample_kernel), self.device,
             "rollout.sample_kernel")
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the
         # model's q/k/v and gate/up weights become views of the fused tensors)
         self._fused: FusedDecoder | None = None
         self.fused_unsupported: str | None = "rollout.fused_decoder is off"
-        if getattr(config.rollout, "fused_decoder", True):
+        if config.rollout.fused_decoder:
             self.fused_unsupported = unsupported(model)
             self._fuse()
         # rollout.async_threads: a one-step-off rollout generates on a worker thread while the
         # main thread trains; on the CPU both compete for the same cores
         run = config.run
         self._overlap_threads = 0
-        if (self.device.type == "cpu" and getattr(run, "async_rollout", False)
-                and getattr(run, "executor", "local") == "local"):
-            self._overlap_threads = int(getattr(config.rollout, "async_threads", 0) or 0)
+        if (self.device.type == "cpu" and run.async_rollout
+                and run.executor == "local"):
+            self._overlap_threads = int(config.rollout.async_threads or 0)
             # a thread takes torch's process-wide count when it first asks for it; asking
             # now fixes this (constructing) thread's count before a worker changes it
             torch.get_num_threads()

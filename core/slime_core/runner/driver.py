@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slime_core.config import Config
 from slime_core.config.names import check_record_names
 from slime_core.context import set_manager
 from slime_core.evaluation.metrics import eval_metrics
@@ -41,7 +42,7 @@ INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of an async run's in-flight
 
 
 class Driver:
-    def __init__(self, manager: SlimePluginManager, config: Any, resume_dir: str | None = None):
+    def __init__(self, manager: SlimePluginManager, config: Config, resume_dir: str | None = None):
         import torch
 
         self.manager, self.config, self.pm = manager, config, manager.hook
@@ -77,7 +78,7 @@ class Driver:
             self.discard_if_stub()
             raise
 
-    def _setup(self, manager: SlimePluginManager, config: Any, resume_dir: str | None) -> None:
+    def _setup(self, manager: SlimePluginManager, config: Config, resume_dir: str | None) -> None:
         removed = ckpt.remove_stale(self.run_dir)
         if removed:
             print(f"removed leftovers of an interrupted save in {self.run_dir}: "
@@ -423,7 +424,7 @@ def _tuple_state(state: Any) -> Any:
     return (state[0], tuple(state[1]), state[2])
 
 
-def run_training(manager: SlimePluginManager, config: Any, resume_dir: str | None = None) -> Path:
+def run_training(manager: SlimePluginManager, config: Config, resume_dir: str | None = None) -> Path:
     """Run (or resume) training; returns the run directory. Ends with a summary line:
     steps, wall time, the final held-out accuracy when there was an evaluation, the directory."""
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 import torch
-from slime_hookspecs import TrainBatch
+from slime_hookspecs import Config, TrainBatch
 from slime_hookspecs.batch import TENSOR_KEYS
 
 from slime_core.algo.opd import teacher_model_config
@@ -36,7 +36,7 @@ from slime_core.trainkit.shared_prefix import prompt_groups
 class TorchTrainer:
     """One data-parallel rank of the built-in trainer."""
 
-    def __init__(self, config: Any, rank: int = 0, world_size: int = 1,
+    def __init__(self, config: Config, rank: int = 0, world_size: int = 1,
                  accelerator: Any = None) -> None:
         self.config = config
         self.rank, self.world_size = rank, world_size
@@ -137,7 +137,7 @@ class TorchTrainer:
         compiled = t.compile is True
         shared = fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
         return {"fused_head": fused, "compile_head": fused and compiled,
-                "shared_prefix": shared, "head_kernel": str(getattr(t, "head_kernel", "auto"))}
+                "shared_prefix": shared, "head_kernel": str(t.head_kernel)}
 
     def _plan(self, tokens: list[torch.Tensor], response_lengths: list[int],
               shared: bool) -> list[list[int]]:

@@ -21,7 +21,8 @@ def slime_add_config(schema: Any) -> ConfigSection | list[ConfigSection] | None:
     **Args**: ``schema`` -- the schema being built; ``schema.sections()`` lists names taken.
     **Returns**: :class:`~slime_hookspecs.records.ConfigSection` (or a list): the TOML table
     name and a dataclass type whose annotated fields are the keys, with defaults. A section name
-    already taken fails naming both owners.
+    already taken fails naming both owners, unless the new one sets ``extends=True``: then its
+    keys join the existing section (see :class:`~slime_hookspecs.records.ConfigSection`).
 
     .. versionadded:: 0.1
     """

@@ -14,11 +14,13 @@ from typing import Any
 from slime_hookspecs import (
     AdvantageEstimatorRecord,
     Config,
+    ConfigSection,
     ISCorrectionRecord,
     KLEstimatorRecord,
     LossReducerRecord,
     PolicyLossRecord,
     Records,
+    hookimpl,
 )
 
 records = Records()
@@ -299,3 +301,14 @@ for _name, _summary in {
         extra={"weighting": "tokens" if _name == "token_mean" else "samples"}))
 
 slime_register_loss_reducers = records.hook(LossReducerRecord)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+@hookimpl
+def slime_add_config(schema: Any) -> ConfigSection:
+    """The GRPO family's hyper-parameters, added to the core's ``[algorithm]`` section."""
+    from slime_grpo.config import algorithm_keys
+
+    return algorithm_keys()

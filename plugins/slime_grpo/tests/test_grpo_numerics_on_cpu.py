@@ -32,6 +32,7 @@ import pytest
 import torch
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import build_test_config
+from slime_grpo.config import algorithm_keys
 from slime_hookspecs import TrainBatch
 
 REF = json.loads((Path(__file__).parent / "data" / "numerics_reference.json").read_text())
@@ -69,7 +70,7 @@ def test_group_advantages_with_singletons(registries, system, name) -> None:
     case = REF["group_advantages"]
     if name not in case[system]:
         pytest.skip(f"{system} has no recorded {name}")
-    cfg = build_test_config(algorithm={"numerics": system})
+    cfg = build_test_config(algorithm_keys(), algorithm={"numerics": system})
     n = len(case["rewards"])
     batch = _batch([1] * n, rewards=case["rewards"], group_indices=case["groups"])
     adv, _ = registries.advantage_estimator.get(name).factory(cfg)(batch)
@@ -96,7 +97,7 @@ def test_singleton_rule_is_the_only_group_difference() -> None:
 @pytest.mark.parametrize("name", ["k1", "k2", "k3", "low_var_kl"])
 def test_kl_estimators(registries, system, name) -> None:
     case = REF["kl"]
-    cfg = build_test_config(algorithm={"numerics": system})
+    cfg = build_test_config(algorithm_keys(), algorithm={"numerics": system})
     kl = registries.kl_estimator.get(name).factory(cfg)(_t(case["log_probs"]),
                                                        _t(case["ref_log_probs"]))
     # float32 in every system (slime and verl cast too); values up to 7e10 unclamped in slime
@@ -133,7 +134,7 @@ def _loss(registries: Any, cfg: Any, name: str, case: dict[str, Any]) -> tuple[A
 
 def test_ppo_loss_slime(registries) -> None:
     case = REF["policy_loss"]
-    cfg = build_test_config(algorithm={"numerics": "slime", "eps_clip": case["eps_clip"],
+    cfg = build_test_config(algorithm_keys(), algorithm={"numerics": "slime", "eps_clip": case["eps_clip"],
                                        "eps_clip_high": case["eps_clip_high"]})
     pg, loss, _ = _loss(registries, cfg, "ppo", case)
     # per token: no log-ratio clamp, no dual clip (slime's compute_policy_loss)
@@ -144,7 +145,7 @@ def test_ppo_loss_slime(registries) -> None:
 
 def test_ppo_loss_verl(registries) -> None:
     case = REF["policy_loss"]
-    cfg = build_test_config(algorithm={"numerics": "verl", "eps_clip": case["eps_clip"],
+    cfg = build_test_config(algorithm_keys(), algorithm={"numerics": "verl", "eps_clip": case["eps_clip"],
                                        "eps_clip_high": case["eps_clip_high"]})
     assert cfg.algorithm.eps_clip_c == 3.0 and cfg.algorithm.loss_reducer == "token_mean"
     _, loss, metrics = _loss(registries, cfg, "ppo", case)
@@ -157,7 +158,7 @@ def test_ppo_loss_verl(registries) -> None:
 
 def test_cispo_slime(registries) -> None:
     case = REF["policy_loss"]
-    cfg = build_test_config(algorithm={"numerics": "slime", "eps_clip": case["eps_clip"],
+    cfg = build_test_config(algorithm_keys(), algorithm={"numerics": "slime", "eps_clip": case["eps_clip"],
                                        "eps_clip_high": case["eps_clip_high"],
                                        "advantage_estimator": "cispo", "policy_loss": "cispo"})
     pg, _, _ = _loss(registries, cfg, "cispo", case)
@@ -172,7 +173,7 @@ def test_aggregation(registries, system) -> None:
     case = REF["aggregation"]
     lengths = [len(x) for x in case["values"]]
     for mode, want in case[system].items():
-        cfg = build_test_config(algorithm={"numerics": system,
+        cfg = build_test_config(algorithm_keys(), algorithm={"numerics": system,
                                            "max_response_length": case["max_response_length"]})
         reducer = registries.loss_reducer.get(mode).factory(
             cfg, lengths, [_t(m) for m in case["loss_masks"]])
@@ -199,7 +200,7 @@ def _masked(xs: list[Any], masks: list[list[int]]) -> list[float]:
 @pytest.mark.parametrize("whiten", [False, True])
 def test_reinforce_plus_plus_slime(registries, whiten) -> None:
     case = REF["reinforce"]
-    cfg = build_test_config(algorithm={
+    cfg = build_test_config(algorithm_keys(), algorithm={
         "numerics": "slime", "advantage_estimator": "reinforce_plus_plus",
         "kl_in_reward_coef": case["kl_coef"], "gamma": case["gamma"],
         "whiten_advantages": whiten})
@@ -221,7 +222,7 @@ def test_reinforce_plus_plus_slime(registries, whiten) -> None:
 
 def test_reinforce_plus_plus_verl(registries) -> None:
     case = REF["reinforce"]
-    cfg = build_test_config(algorithm={
+    cfg = build_test_config(algorithm_keys(), algorithm={
         "numerics": "verl", "advantage_estimator": "reinforce_plus_plus",
         "kl_in_reward_coef": case["kl_coef"], "gamma": case["gamma"]})
     assert cfg.algorithm.kl_in_reward_estimator == "k1" and cfg.algorithm.whiten_reinforce
@@ -243,7 +244,7 @@ def test_masked_spans_make_the_two_systems_differ() -> None:
 
 def test_reinforce_plus_plus_baseline_slime(registries) -> None:
     case = REF["reinforce"]
-    cfg = build_test_config(algorithm={
+    cfg = build_test_config(algorithm_keys(), algorithm={
         "numerics": "slime", "advantage_estimator": "reinforce_plus_plus_baseline",
         "kl_in_reward_coef": case["kl_coef"]})
     adv, _ = registries.advantage_estimator.get("reinforce_plus_plus_baseline").factory(cfg)(
@@ -258,7 +259,7 @@ def test_reinforce_plus_plus_baseline_verl_without_kl(registries) -> None:
     baseline, a form not offered here; without a KL term the preset matches it (singleton
     groups keep their reward, then batch whitening)."""
     case = REF["reinforce"]
-    cfg = build_test_config(algorithm={
+    cfg = build_test_config(algorithm_keys(), algorithm={
         "numerics": "verl", "advantage_estimator": "reinforce_plus_plus_baseline"})
     adv, _ = registries.advantage_estimator.get("reinforce_plus_plus_baseline").factory(cfg)(
         _reinforce_batch(case))

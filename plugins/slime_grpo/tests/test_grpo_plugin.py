@@ -8,6 +8,7 @@ import pytest
 import torch
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import build_test_config
+from slime_grpo.config import algorithm_keys
 from slime_hookspecs import TrainBatch
 
 
@@ -46,7 +47,7 @@ def test_registration_hooks_list_every_record() -> None:
 
 def test_every_record_runs_on_a_batch() -> None:
     m = _manager()
-    cfg = build_test_config(algorithm={"kl_in_reward_coef": 0.1, "is_kwargs": {"tis_clip": 2.0}})
+    cfg = build_test_config(algorithm_keys(), algorithm={"kl_in_reward_coef": 0.1, "is_kwargs": {"tis_clip": 2.0}})
     reg = m.registries
     for rec in reg.advantage_estimator:
         adv, ret = rec.factory(cfg)(_batch())
@@ -159,3 +160,26 @@ def test_batch_wide_whitening_across_data_parallel_ranks_equals_one_process(name
     # and per-rank statistics would differ: the test can tell the two apart
     alone = _estimate(algorithm, 1, SHARES[0])
     assert any(abs(a - b) > 1e-3 for x, y in zip(alone, whole[:4], strict=True) for a, b in zip(x, y, strict=True))
+
+def test_the_algorithm_keys_defaults_are_the_slime_preset_column() -> None:
+    import dataclasses
+
+    from slime_grpo.config import DEFAULTS, GRPOAlgorithmKeys
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOAlgorithmKeys)}
+    defaults.update(DEFAULTS)
+    presets = GRPOAlgorithmKeys.NUMERICS_PRESETS
+    assert set(presets) == {"slime", "verl"} and set(presets["slime"]) == set(presets["verl"])
+    assert {k: defaults[k] for k in presets["slime"]} == presets["slime"]
+    assert set(presets["verl"]) <= set(defaults)  # a typo would be silently ignored
+    cfg = build_test_config(algorithm_keys(), algorithm={"numerics": "verl"})
+    for key, value in presets["verl"].items():
+        assert getattr(cfg.algorithm, key) == value, key
+    # every record a default or a preset names is one this plugin registers
+    reg = _manager().registries
+    for key, kind in (("advantage_estimator", reg.advantage_estimator),
+                      ("policy_loss", reg.policy_loss), ("loss_reducer", reg.loss_reducer),
+                      ("kl_estimator", reg.kl_estimator)):
+        assert DEFAULTS[key] in kind, key
+        for column in presets.values():
+            assert column.get(key, DEFAULTS[key]) in kind, key

@@ -1,8 +1,9 @@
 """The ``[ppo]`` config section and the cross-section checks of a PPO run (torch-free).
 
-Discounting lives in the core's ``[algorithm]`` section, shared with REINFORCE++:
-``algorithm.gamma`` and ``algorithm.lam`` (both default 1, slime's defaults), and the KL
-penalty in the reward is ``algorithm.kl_in_reward_coef`` with ``algorithm.kl_estimator``.
+Discounting lives in ``[algorithm]``: ``algorithm.gamma`` (slime_grpo's key, shared with
+REINFORCE++) and ``algorithm.lam`` (this plugin's, :class:`PPOAlgorithmKeys`), both default 1
+(slime's defaults); the KL penalty in the reward is ``algorithm.kl_in_reward_coef`` with
+``algorithm.kl_estimator``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ ESTIMATOR = "gae"
 def _need(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ValueError(f"{key}: {msg}")
+
+
+@dataclass
+class PPOAlgorithmKeys:
+    """What slime_ppo adds to the core's ``[algorithm]`` section."""
+
+    lam: float = 1.0  # GAE lambda
 
 
 @dataclass

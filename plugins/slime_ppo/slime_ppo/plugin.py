@@ -23,7 +23,7 @@ from typing import Any
 
 from slime_hookspecs import AdvantageEstimatorRecord, Config, ConfigSection, Records, hookimpl
 
-from slime_ppo.config import ESTIMATOR, PPOSection, check_config, uses_critic
+from slime_ppo.config import ESTIMATOR, PPOAlgorithmKeys, PPOSection, check_config, uses_critic
 
 
 def _active(config: Config) -> bool:
@@ -57,12 +57,17 @@ slime_register_advantage_estimators = records.hook(AdvantageEstimatorRecord)
 
 
 @hookimpl
-def slime_add_config(schema: Any) -> ConfigSection:
-    return ConfigSection(
-        name="ppo",
-        schema=PPOSection,
-        summary="PPO critic: lr, init, value clip and coefficient, critic-only warm-up, whitening",
-    )
+def slime_add_config(schema: Any) -> list[ConfigSection]:
+    return [
+        ConfigSection(
+            name="ppo",
+            schema=PPOSection,
+            summary="PPO critic: lr, init, value clip and coefficient, critic-only warm-up, "
+            "whitening",
+        ),
+        ConfigSection(name="algorithm", schema=PPOAlgorithmKeys, extends=True,
+                      summary="GAE's lambda"),
+    ]
 
 
 @hookimpl
