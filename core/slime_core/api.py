@@ -26,7 +26,9 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`prepare_batch`, :func:`compute_advantages`, :func:`compute_loss`, :func:`make_reducer`,
   :func:`needs_ref`,
   :func:`whiten`, ``WHITEN_EPS``; on-policy distillation: :func:`opd_enabled`,
-  :func:`teacher_in_trainer`, :func:`teacher_model_config`.
+  :func:`teacher_in_trainer`, :func:`teacher_model_config`; the KL reference:
+  :func:`ref_model_config` (``model.ref_path``), :func:`ref_update_due`
+  (``train.ref_update_interval``).
 * **data parallelism** (default ``torch.distributed`` group, or the ``group`` given): :func:`dp_active`,
   :func:`global_totals`, :func:`all_reduce_gradients`, :func:`float_all_sum`,
   :func:`sum_metrics`; :func:`data_parallel_group` / :func:`set_data_parallel_group` (the
@@ -68,6 +70,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "opd_enabled": ("slime_core.algo.opd", "opd_enabled"),
     "teacher_in_trainer": ("slime_core.algo.opd", "teacher_in_trainer"),
     "teacher_model_config": ("slime_core.algo.opd", "teacher_model_config"),
+    "ref_model_config": ("slime_core.trainkit.reference", "ref_model_config"),
+    "ref_update_due": ("slime_core.trainkit.reference", "ref_update_due"),
     "whiten": ("slime_core.trainkit.whiten", "whiten"),
     "WHITEN_EPS": ("slime_core.trainkit.whiten", "WHITEN_EPS"),
     "AllSum": ("slime_core.trainkit.whiten", "AllSum"),
@@ -114,6 +118,8 @@ if TYPE_CHECKING:
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
+    from slime_core.trainkit.reference import ref_model_config as ref_model_config
+    from slime_core.trainkit.reference import ref_update_due as ref_update_due
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients

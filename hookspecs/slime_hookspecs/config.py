@@ -50,6 +50,7 @@ class ModelConfig(Protocol):
     init_config: dict[str, Any]
     dtype: str
     trust_remote_code: bool
+    ref_path: str
 
 
 class DataConfig(Protocol):
@@ -147,6 +148,7 @@ class TrainConfig(Protocol):
     fused_head: bool
     shared_prefix: bool
     head_kernel: str
+    ref_update_interval: int
 
 
 class AlgorithmConfig(Protocol):

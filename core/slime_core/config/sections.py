@@ -77,6 +77,7 @@ class ModelSection:
     init_config: dict[str, Any] = field(default_factory=dict)  # build from a config (tests)
     dtype: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | float32 | bfloat16 | float16; bf16 weights move only when an update crosses their spacing, so a small model at a low lr learns more per step in float32 (examples/smollm2)
     trust_remote_code: bool = False  # passed to transformers when loading model and tokenizer
+    ref_path: str = ""  # the reference model (KL) from its own directory, same architecture and tokenizer (slime's --ref-load); empty: the initial policy
 
     def __post_init__(self) -> None:
         _need(
@@ -204,9 +205,12 @@ class TrainSection:
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
+    ref_update_interval: int = 0  # every N steps the reference model takes the policy's weights (slime's --ref-update-interval); 0: the reference stays fixed
 
     def __post_init__(self) -> None:
         _need(self.lr >= 0, "train.lr", "must be >= 0")
+        _need(self.ref_update_interval >= 0, "train.ref_update_interval",
+              "must be >= 0 (0: the reference model stays fixed)")
         _need(self.lr_decay in ("constant", "linear", "cosine"), "train.lr_decay",
               "must be constant, linear or cosine")
         _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")

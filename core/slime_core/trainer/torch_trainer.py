@@ -27,10 +27,13 @@ from slime_core.trainkit.batching import (
     response_log_probs,
     shared_micro_batches,
 )
-from slime_core.trainkit.compose import compute_loss, prepare_batch
+from slime_core.trainkit.compose import compute_loss, needs_ref, prepare_batch
 from slime_core.trainkit.master import make_adamw
 from slime_core.trainkit.schedule import lr_schedule
+from slime_core.trainkit.reference import ref_model_config, ref_update_due
 from slime_core.trainkit.shared_prefix import prompt_groups
+
+REF_FILE = "ref_model.safetensors"  # a checkpoint's reference, when train.ref_update_interval moves it
 
 
 class TorchTrainer:
@@ -86,13 +89,15 @@ class TorchTrainer:
     def _build(self, role: str) -> torch.nn.Module:
         model = self.pm.hook.slime_make_model(config=self.config, role=role)
         if model is None:
-            model = load_causal_lm(self.config.model, self.device, self.dtype, role=role,
+            model_cfg = ref_model_config(self.config) if role == "ref" else self.config.model
+            model = load_causal_lm(model_cfg, self.device, self.dtype, role=role,
                                    seed=self.config.run.seed)
         return model.to(self.device)
 
     def _ref(self) -> torch.nn.Module:
-        """The frozen reference: the initial policy, rebuilt from ``model.path`` / ``init_config``
-        (``init_config`` models are seeded, so they rebuild identically)."""
+        """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from
+        ``model.path`` / ``init_config`` (``init_config`` models are seeded, so they rebuild
+        identically); ``train.ref_update_interval`` replaces its weights by the policy's."""
         if self.ref_model is None:
             torch_state = torch.get_rng_state()
             self.ref_model = self._build("ref")
@@ -163,10 +168,14 @@ class TorchTrainer:
         # prepares it, so estimators that sum batch statistics over ranks see every rank.
         if len(batch) or self.data_parallel:
             self.prepare(batch)
-        return rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
-                                       self._optimizer_step, model=self.model,
-                                       optimizer=self.optimizer, scheduler=self.scheduler,
-                                       started=t0)
+        metrics = rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
+                                          self._optimizer_step, model=self.model,
+                                          optimizer=self.optimizer, scheduler=self.scheduler,
+                                          started=t0)
+        if ref_update_due(self.config, rollout_id) and needs_ref(self.config):
+            self._ref().load_state_dict(self.model.state_dict())
+            metrics["train/ref_updated"] = 1.0
+        return metrics
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -206,6 +215,11 @@ class TorchTrainer:
         if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
             state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
             save_file(_untie(state), os.path.join(path, "model.safetensors"))
+            if self.config.train.ref_update_interval and self.ref_model is not None:
+                # a moved reference is no longer what a resumed run would rebuild
+                ref = {k: v.detach().contiguous().cpu()
+                       for k, v in self.ref_model.state_dict().items()}
+                save_file(_untie(ref), os.path.join(path, REF_FILE))
             torch.save({
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -224,6 +238,8 @@ class TorchTrainer:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
             raise ValueError(f"checkpoint {path} has unknown tensors: {unexpected[:5]}")
+        if os.path.isfile(os.path.join(path, REF_FILE)):
+            self._ref().load_state_dict(load_file(os.path.join(path, REF_FILE)), strict=False)
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
         self.optimizer.load_state_dict(extra["optimizer"])
         self.scheduler.load_state_dict(extra["scheduler"])

@@ -59,6 +59,9 @@ def check_config(config: Any) -> None:
                           f"{config.train.backend!r}: [megatron] applies only to train.backend "
                           f"= {BACKEND!r}", stacklevel=2)
         return
+    _need(config.train.ref_update_interval == 0, "train.ref_update_interval",
+          f"{config.train.ref_update_interval}: a moving reference model is not implemented in "
+          "slime-megatron-backend (train.backend = \"torch\" has it)")
     _need(mg.context_parallel_size == 1, "megatron.context_parallel_size",
           f"{mg.context_parallel_size}: context parallelism is not implemented in this version "
           "of slime-megatron-backend")

@@ -30,6 +30,7 @@ from slime_core.api import (
     lr_schedule,
     micro_batches,
     prepare_batch,
+    ref_model_config,
     resolve_dtype,
     rollout_optimizer_steps,
     set_data_parallel_group,
@@ -156,10 +157,11 @@ class MegatronTrainer:
         return model.to(self.device)
 
     def _ref(self) -> Any:
-        """The frozen reference: the initial policy rebuilt from ``[model]``."""
+        """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from
+        ``[model]``."""
         if self.ref_model is None:
             state = torch.get_rng_state()
-            self.ref_model = self._build("ref")
+            self.ref_model = self._build("ref", ref_model_config(self.config))
             torch.set_rng_state(state)  # building ref must not shift the sampling stream
             self.ref_model.eval().requires_grad_(False)
         return self.ref_model

@@ -94,6 +94,18 @@ def _advantage_estimator(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("algorithm", {})["advantage_estimator"] = ESTIMATOR_RECORDS.get(name, name)
 
 
+def _ref_load(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    # slime's --ref-load is usually the Megatron (torch_dist) conversion of --hf-checkpoint,
+    # i.e. the initial policy, which is this project's default reference anyway
+    path = _one(v)
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(
+            f"{path} is not a Hugging Face model directory (no config.json; a Megatron "
+            "checkpoint?): the reference stays the initial policy (model.path); to load "
+            "another one, give its Hugging Face directory with --set ref-load=DIR")
+    cfg.setdefault("model", {})["ref_path"] = path
+
+
 def _kl_loss_type(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("algorithm", {})["kl_estimator"] = _one(v)
 
@@ -143,6 +155,8 @@ RULES: dict[str, Apply] = {
     "use-kl-loss": _set("algorithm.use_kl_loss", _true),
     "kl-loss-coef": _set("algorithm.kl_loss_coef", _float),
     "kl-loss-type": _kl_loss_type,
+    "ref-load": _ref_load,
+    "ref-update-interval": _set("train.ref_update_interval", _int),
     "kl-coef": _set("algorithm.kl_in_reward_coef", _float),
     "entropy-coef": _set("algorithm.entropy_coef", _float),
     "eps-clip": _set("algorithm.eps_clip", _float),
@@ -190,7 +204,7 @@ DROPPED: dict[str, str] = {
        for f in ("actor-num-nodes", "actor-num-gpus-per-node", "num-gpus-per-node", "colocate",
                  "offload", "offload-train", "offload-rollout")},
     **{f: "Megatron checkpoints (torch_dist): this project starts from model.path and keeps its own checkpoints in the run directory"
-       for f in ("load", "ref-load", "save", "no-save-optim", "ckpt-format")},
+       for f in ("load", "save", "no-save-optim", "ckpt-format")},
     **{f: "logging to Weights & Biases is not built in (run.loggers: jsonl, tensorboard)"
        for f in ("use-wandb", "wandb-project", "wandb-group", "wandb-key", "wandb-host")},
     "balance-data": "no effect here: micro-batches are cut by token budget (train.micro_batch_tokens)",

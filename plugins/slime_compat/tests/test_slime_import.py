@@ -231,3 +231,17 @@ def test_imported_ppo_script_runs_a_step_with_a_critic(tmp_path: Path) -> None:
     (row,) = metrics(run_dir)
     assert "train/value_loss" in row and "train/critic_grad_norm" in row  # the critic trained
     assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 4
+
+
+def test_ref_load_and_ref_update_interval(tmp_path: Path) -> None:
+    hf = tmp_path / "ref_hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    tr = to_config([("ref-load", str(hf)), ("ref-update-interval", "10")])
+    assert tr.config["model"]["ref_path"] == str(hf)
+    assert tr.config["train"]["ref_update_interval"] == 10
+    # slime's usual --ref-load: the Megatron conversion of the initial policy, dropped with why
+    tr = to_config([("ref-load", "/root/Qwen3-4B_torch_dist")])
+    (flag, _, why), = tr.dropped
+    assert flag == "ref-load" and "not a Hugging Face model directory" in why
+    assert "ref_path" not in tr.config.get("model", {})
