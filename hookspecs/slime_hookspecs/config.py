@@ -149,6 +149,7 @@ class TrainConfig(Protocol):
     shared_prefix: bool
     head_kernel: str
     ref_update_interval: int
+    keep_old_actor: bool
 
 
 class AlgorithmConfig(Protocol):

@@ -20,6 +20,7 @@ from slime_hookspecs.batch import TENSOR_KEYS
 from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.trainer.old_actor import OldActor, synced_at_start
 from slime_core.trainkit import data_parallel, logprob_head
 from slime_core.trainkit.accumulate import Accumulation, rollout_optimizer_steps
 from slime_core.trainkit.batching import (
@@ -67,6 +68,7 @@ class TorchTrainer:
             (self.model.model if self.fused_head else self.model).compile(dynamic=True)
         self.ref_model: torch.nn.Module | None = None
         self.teacher_model: torch.nn.Module | None = None  # [opd] mode = "trainer"
+        self.old_actor = OldActor(self.model) if config.train.keep_old_actor else None
         tok = load_tokenizer(config.model)
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
         t = config.train
@@ -118,14 +120,26 @@ class TorchTrainer:
         return self.teacher_model
 
     def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
+        if role == "old_actor":
+            if self.old_actor is None:
+                raise ValueError("old_actor log-probs need train.keep_old_actor = true")
+            return self.old_actor.log_probs(
+                batch, lambda model, idx: self._score(model, batch, idx, role))
         model = {"ref": self._ref, "teacher": self._teacher}.get(role, lambda: self.model)()
+        return self._score(model, batch, list(range(len(batch))), role)
+
+    def _score(self, model: torch.nn.Module, batch: TrainBatch, idx: list[int],
+               role: str) -> list[torch.Tensor]:
+        """Response log-probs of the samples ``idx`` of ``batch`` under ``model``."""
         self.pm.hook.slime_before_log_prob(config=self.config, model=model, role=role)
-        out: list[torch.Tensor | None] = [None] * len(batch)
+        tokens = [batch.tokens[i] for i in idx]
+        lengths = [batch.response_lengths[i] for i in idx]
+        out: list[torch.Tensor | None] = [None] * len(idx)
         options = self._head_options(model)
         with torch.no_grad():
-            for mb in self._plan(batch.tokens, batch.response_lengths, options["shared_prefix"]):
+            for mb in self._plan(tokens, lengths, options["shared_prefix"]):
                 lps, _ = response_log_probs(
-                    model, [batch.tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
+                    model, [tokens[i] for i in mb], [lengths[i] for i in mb],
                     self.config.rollout.temperature, self.pad_id, **options,
                 )
                 for i, lp in zip(mb, lps, strict=True):
@@ -163,6 +177,8 @@ class TorchTrainer:
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
         t0 = time.perf_counter()
+        if self.old_actor is not None and synced_at_start(self.config, rollout_id):
+            self.old_actor.snapshot(rollout_id)  # the weights the engines now generate with
         data_parallel.set_data_parallel_group(self.data_parallel_group)
         # A data-parallel rank may get an empty share (fewer groups than ranks); it still
         # prepares it, so estimators that sum batch statistics over ranks see every rank.
@@ -172,6 +188,8 @@ class TorchTrainer:
                                           self._optimizer_step, model=self.model,
                                           optimizer=self.optimizer, scheduler=self.scheduler,
                                           started=t0)
+        if self.old_actor is not None:
+            metrics["train/old_actor_missing"] = float(self.old_actor.missing)
         if ref_update_due(self.config, rollout_id) and needs_ref(self.config):
             self._ref().load_state_dict(self.model.state_dict())
             metrics["train/ref_updated"] = 1.0

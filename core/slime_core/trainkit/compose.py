@@ -88,6 +88,9 @@ def prepare_batch(config: Any, batch: TrainBatch,
             batch.ref_log_probs = compute_log_probs(batch, "ref")
         if teacher_in_trainer(config) and batch.teacher_log_probs is None:
             batch.teacher_log_probs = compute_log_probs(batch, "teacher")
+        # the policy that generated the samples, kept by the trainer (train.keep_old_actor)
+        if config.train.keep_old_actor and batch.old_log_probs is None:
+            batch.old_log_probs = compute_log_probs(batch, "old_actor")
         # OPD needs the student's log-probs before the update, as several steps do
         if (config.train.num_steps_per_rollout > 1 or opd_enabled(config)) \
                 and batch.old_log_probs is None:

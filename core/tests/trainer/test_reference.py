@@ -87,3 +87,34 @@ def test_the_reference_takes_the_policys_weights_every_interval(tmp_path: Path) 
 def test_a_negative_interval_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match="train.ref_update_interval: must be >= 0"):
         build_test_config(train={"ref_update_interval": -1})
+
+
+def test_the_old_actor_scores_each_sample_with_the_weights_that_generated_it() -> None:
+    # weights synced every 2 steps: versions 0 and 2 are snapshotted at the start of steps 0, 2
+    from slime_core.config import load_config
+    from slime_core.config.schema import build_schema
+
+    manager = SlimePluginManager(PluginSelection(plugins=["slime_grpo"])).load()
+    set_manager(manager)
+    cfg = load_config(build_schema(manager), data={
+        "model": {"path": str(MODEL)}, "train": {"lr": 1e-3, "keep_old_actor": True},
+        "weights": {"update_interval": 2}})
+    trainer = TorchTrainer(cfg)
+    v0 = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train_step(_batch(), 0)
+    trainer.train_step(_batch(), 1)
+    assert sorted(trainer.old_actor.snapshots) == [0]  # step 1 starts on unsynced weights
+    batch = _batch()
+    batch.weight_versions = [0, 0, 2, 7]  # 7: never snapshotted (e.g. before a resume)
+    m = trainer.train_step(batch, 2)
+    assert sorted(trainer.old_actor.snapshots) == [0, 2]
+    assert m["train/old_actor_missing"] == 1.0
+    # what the denominator was: version 0's weights for the first two samples
+    probe = _batch()
+    probe.weight_versions = [0, 0, 0, 0]
+    old = trainer.compute_log_probs(probe, "old_actor")
+    current = TorchTrainer(cfg)
+    current.model.load_state_dict(v0)
+    fresh = current.compute_log_probs(_batch(), "actor")
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(old, fresh, strict=True))
+    assert not torch.allclose(trainer.compute_log_probs(_batch(), "actor")[0], fresh[0])

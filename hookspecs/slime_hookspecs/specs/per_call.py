@@ -328,9 +328,12 @@ def slime_trainer_init(config: Config, model: Any) -> None:
 
 @hookspec
 def slime_before_log_prob(config: Config, model: Any, role: str) -> None:
-    """Called before log-probs are computed with ``model`` for ``role`` (actor, ref, old).
+    """Called before log-probs are computed with ``model`` for ``role`` (actor, ref, teacher,
+    old_actor).
 
-    **When**: once per role per training step. **Process**: each trainer rank.
+    **When**: once per role per training step (``old_actor``: once per weight version among the
+    batch's samples, ``model`` holding that version's weights; ``train.keep_old_actor``).
+    **Process**: each trainer rank.
     **Args**: ``model`` -- the ``torch`` backend's module; the ``megatron`` backend's model list
     of that role (``[GPTModel]``; ref: the frozen reference), as slime's
     ``--custom-megatron-before-log-prob-hook-path`` receives it. **Returns**: nothing.

@@ -62,6 +62,9 @@ def check_config(config: Any) -> None:
     _need(config.train.ref_update_interval == 0, "train.ref_update_interval",
           f"{config.train.ref_update_interval}: a moving reference model is not implemented in "
           "slime-megatron-backend (train.backend = \"torch\" has it)")
+    _need(not config.train.keep_old_actor, "train.keep_old_actor",
+          "the old actor is not implemented in slime-megatron-backend (train.backend = "
+          "\"torch\" has it)")
     _need(mg.context_parallel_size == 1, "megatron.context_parallel_size",
           f"{mg.context_parallel_size}: context parallelism is not implemented in this version "
           "of slime-megatron-backend")

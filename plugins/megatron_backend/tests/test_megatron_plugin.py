@@ -58,6 +58,7 @@ def test_a_host_without_megatron_core_lists_it_unavailable(monkeypatch: pytest.M
      "train.num_ranks: 3 is not a multiple"),
     ({"megatron": {"recompute": "some"}}, "megatron.recompute"),
     ({"train": {"ref_update_interval": 5}}, "train.ref_update_interval: 5: a moving reference"),
+    ({"train": {"keep_old_actor": True}}, "train.keep_old_actor: the old actor is not"),
 ])
 def test_config_refuses_what_the_backend_cannot_run(sections: dict[str, Any], message: str) -> None:
     data = base_data(**sections)

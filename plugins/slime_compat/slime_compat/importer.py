@@ -157,6 +157,7 @@ RULES: dict[str, Apply] = {
     "kl-loss-type": _kl_loss_type,
     "ref-load": _ref_load,
     "ref-update-interval": _set("train.ref_update_interval", _int),
+    "keep-old-actor": _set("train.keep_old_actor", _true),
     "kl-coef": _set("algorithm.kl_in_reward_coef", _float),
     "entropy-coef": _set("algorithm.entropy_coef", _float),
     "eps-clip": _set("algorithm.eps_clip", _float),

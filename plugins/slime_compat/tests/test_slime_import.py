@@ -233,13 +233,14 @@ def test_imported_ppo_script_runs_a_step_with_a_critic(tmp_path: Path) -> None:
     assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 4
 
 
-def test_ref_load_and_ref_update_interval(tmp_path: Path) -> None:
+def test_ref_load_ref_update_interval_and_keep_old_actor(tmp_path: Path) -> None:
     hf = tmp_path / "ref_hf"
     hf.mkdir()
     (hf / "config.json").write_text("{}")
-    tr = to_config([("ref-load", str(hf)), ("ref-update-interval", "10")])
+    tr = to_config([("ref-load", str(hf)), ("ref-update-interval", "10"), ("keep-old-actor", None)])
     assert tr.config["model"]["ref_path"] == str(hf)
     assert tr.config["train"]["ref_update_interval"] == 10
+    assert tr.config["train"]["keep_old_actor"] is True
     # slime's usual --ref-load: the Megatron conversion of the initial policy, dropped with why
     tr = to_config([("ref-load", "/root/Qwen3-4B_torch_dist")])
     (flag, _, why), = tr.dropped
