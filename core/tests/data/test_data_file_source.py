@@ -238,3 +238,69 @@ def test_parquet_rows(make_config, tiny_tokenizer_dir, tmp_path):
 def test_bad_prompt_template_is_named(cfg):
     with pytest.raises(ValueError, match=r"data.prompt_template .*\\boxed\{\{\}\}"):
         make_jsonl_source(cfg(prompt_template="{prompt} in \\boxed{}"), "train")
+
+
+def test_chat_template_kwargs_reach_the_template(make_config, tmp_path):
+    from slime_core.data.sft_chat import chat_loss_mask
+    from slime_core.testing import write_char_tokenizer
+
+    # a template with a switch, as Qwen3's enable_thinking
+    template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<assistant>"
+                "{% if enable_thinking is defined and not enable_thinking %}[no-think]{% endif %}"
+                "{% endif %}")
+    tok_dir = write_char_tokenizer(tmp_path / "tok", chat_template=template)
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "hi", "label": "x"}])
+
+    def first_prompt(**data):
+        config = make_config(model={"path": str(tok_dir)}, rollout={"n_samples_per_prompt": 1},
+                             data={"path": str(path), "apply_chat_template": True, **data})
+        src = make_jsonl_source(config, "train")
+        (s,), = src.get_samples(1)
+        return src.encoder.tokenizer.decode(s.tokens)
+
+    assert first_prompt() == "<user>hi\n<assistant>"
+    assert first_prompt(chat_template_kwargs={"enable_thinking": False}) == \
+        "<user>hi\n<assistant>[no-think]"
+    # the SFT chat renderer takes them too (a template with a banner variable)
+    from transformers import AutoTokenizer
+
+    banner = write_char_tokenizer(tmp_path / "tok2", chat_template=(
+        "{% if banner is defined %}{{ banner }}\n{% endif %}"
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"))
+    tok = AutoTokenizer.from_pretrained(str(banner))
+    chat = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    plain, _ = chat_loss_mask(tok, chat)
+    with_banner, mask = chat_loss_mask(tok, chat, chat_kwargs={"banner": "SYS"})
+    assert tok.decode(with_banner) == "SYS\n" + tok.decode(plain)
+    assert tok.decode([t for t, m in zip(with_banner, mask) if m]) == "b\n"
+    with pytest.raises(Exception, match="data.chat_template_kwargs.tokenize: is set by slime"):
+        make_config(data={"chat_template_kwargs": {"tokenize": True}})
+
+
+def test_max_prompt_len_drops_long_training_prompts(cfg, make_config, tiny_tokenizer_dir,
+                                                    tmp_path, capsys):
+    path = write_jsonl(tmp_path / "mixed.jsonl", [
+        {"prompt": "q" * n, "label": str(n)} for n in (3, 30, 5, 40, 4)])
+    config = make_config(model={"path": str(tiny_tokenizer_dir)},
+                         data={"path": str(path), "shuffle": False, "max_prompt_len": 10},
+                         rollout={"n_samples_per_prompt": 1})
+    src = make_jsonl_source(config, "train")
+    assert len(src) == 3
+    assert [g[0].label for g in src.get_samples(4)] == ["3", "5", "4", "3"]  # then epoch 2
+    assert "dropped 2 of 5 training prompts longer than data.max_prompt_len = 10" in \
+        capsys.readouterr().err
+    # a resume continues in the filtered order
+    state = src.state_dict()
+    again = make_jsonl_source(config, "train")
+    again.load_state_dict(state)
+    assert [g[0].label for g in again.get_samples(2)] == ["5", "4"]
+    # the eval split is never filtered; every prompt too long is an error naming the key
+    eval_cfg = make_config(model={"path": str(tiny_tokenizer_dir)},
+                           data={"path": str(path), "eval_path": str(path), "max_prompt_len": 1})
+    assert len(make_jsonl_source(eval_cfg, "eval")) == 5
+    with pytest.raises(ValueError, match="data.max_prompt_len = 1: every one of the 5 training"):
+        len(make_jsonl_source(eval_cfg, "train"))
+    with pytest.raises(Exception, match="data.max_prompt_len: must be >= 0"):
+        make_config(data={"max_prompt_len": -1})
