@@ -179,6 +179,8 @@ class WeightsConfig(Protocol):
     bucket_mb: int
     dir: str
     verify: bool
+    delta: str
+    full_every: int
 
 
 class RayConfig(Protocol):

@@ -98,11 +98,12 @@ class EngineWorker:
 
         ray_store.receive(self.engine, refs, version)
 
-    def receive_from_disk(self, version_dir: str, version: int) -> None:
-        """``disk`` transport: ``slime_before_weights_read`` in this process, then load."""
+    def receive_from_disk(self, version_dir: str, version: int) -> str:
+        """``disk`` transport: ``slime_before_weights_read`` in this process, then load;
+        ``"ok"`` or why a delta was refused."""
         from slime_core.weights import disk
 
-        disk.receive(self.engine, version_dir, version)
+        return disk.receive(self.engine, version_dir, version)
 
     def join_weight_group(self, host: str, port: int, prefix: str, rank: int, size: int,
                           backend: str, timeout_s: float) -> None:
@@ -189,9 +190,9 @@ class RemoteEngine:
     def update_weights(self, weights: Any, version: int) -> None:
         self._call("update_weights", weights, version)
 
-    def receive_from_disk(self, version_dir: str, version: int) -> None:
+    def receive_from_disk(self, version_dir: str, version: int) -> str:
         """The ``disk`` transport's engine side, run in the actor."""
-        self._call("receive_from_disk", version_dir, version)
+        return str(self._call("receive_from_disk", version_dir, version))
 
     def weight_version(self) -> int:
         if self.supervisor is not None:
