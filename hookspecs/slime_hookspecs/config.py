@@ -179,8 +179,6 @@ class WeightsConfig(Protocol):
     bucket_mb: int
     dir: str
     verify: bool
-    delta: str
-    full_every: int
 
 
 class RayConfig(Protocol):

@@ -270,17 +270,10 @@ class WeightsSection:
     bucket_mb: int = 512  # ray / broadcast transports: tensors are sent in buckets of this size
     dir: str = ""  # disk transport directory (default run_dir/weights)
     verify: bool = False  # after each sync, check every engine's weights equal the trainer's
-    delta: str = "off"  # disk transport: write only what changed since the engines' version: off | xor (XOR of the bytes, compressed) | overwrite (changed elements); per-tensor checksums, a full resync when a delta cannot be applied
-    full_every: int = 0  # with delta: a full version every N syncs (0: only the first and when an engine needs one)
 
     def __post_init__(self) -> None:
         _need(self.update_interval >= 1, "weights.update_interval", "must be >= 1")
         _need(self.bucket_mb >= 1, "weights.bucket_mb", "must be >= 1")
-        _need(self.delta in ("off", "xor", "overwrite"), "weights.delta",
-              f"{self.delta!r} is not one of off, xor, overwrite")
-        _need(self.full_every >= 0, "weights.full_every", "must be >= 0 (0: only when needed)")
-        _need(self.delta == "off" or self.transport == "disk", "weights.delta",
-              f"applies to the disk transport; weights.transport is {self.transport!r}")
 
 
 @dataclass

@@ -98,12 +98,11 @@ class EngineWorker:
 
         ray_store.receive(self.engine, refs, version)
 
-    def receive_from_disk(self, version_dir: str, version: int) -> str:
-        """``disk`` transport: ``slime_before_weights_read`` in this process, then load;
-        ``"ok"`` or why a delta was refused."""
+    def receive_from_disk(self, version_dir: str, version: int) -> None:
+        """``disk`` transport: ``slime_before_weights_read`` in this process, then load."""
         from slime_core.weights import disk
 
-        return disk.receive(self.engine, version_dir, version)
+        disk.receive(self.engine, version_dir, version)
 
     def join_weight_group(self, host: str, port: int, prefix: str, rank: int, size: int,
                           backend: str, timeout_s: float) -> None:
@@ -190,9 +189,9 @@ class RemoteEngine:
     def update_weights(self, weights: Any, version: int) -> None:
         self._call("update_weights", weights, version)
 
-    def receive_from_disk(self, version_dir: str, version: int) -> str:
+    def receive_from_disk(self, version_dir: str, version: int) -> None:
         """The ``disk`` transport's engine side, run in the actor."""
-        return str(self._call("receive_from_disk", version_dir, version))
+        self._call("receive_from_disk", version_dir, version)
 
     def weight_version(self) -> int:
         if self.supervisor is not None:

@@ -10,17 +10,6 @@ def nbytes(weights: dict[str, Any]) -> int:
     return sum(int(t.numel()) * int(t.element_size()) for t in weights.values())
 
 
-def untie(state: dict[str, Any]) -> dict[str, Any]:
-    """safetensors refuses shared storage (tied embeddings): give each tensor its own copy."""
-    seen: dict[int, str] = {}
-    out = {}
-    for k, v in state.items():
-        ptr = v.data_ptr()
-        out[k] = v.clone() if ptr in seen else v
-        seen.setdefault(ptr, k)
-    return out
-
-
 def make_buckets(weights: dict[str, Any], bucket_mb: int) -> list[dict[str, Any]]:
     """Consecutive tensors up to ``bucket_mb`` MiB each (a larger tensor is its own bucket)."""
     limit = bucket_mb * 2**20

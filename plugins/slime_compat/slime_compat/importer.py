@@ -106,22 +106,6 @@ def _chat_template_kwargs(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("data", {})["chat_template_kwargs"] = kwargs
 
 
-def _update_weight_transport(cfg: dict[str, dict[str, Any]], v: Value) -> None:
-    name = _one(v)
-    if name != "disk":  # nccl: this project's engines take the executor's default transport
-        raise ValueError(f"{name}: only 'disk' has an equivalent here (weights.transport); the "
-                         "default transport follows run.executor")
-    cfg.setdefault("weights", {})["transport"] = "disk"
-
-
-def _update_weight_mode(cfg: dict[str, dict[str, Any]], v: Value) -> None:
-    mode = _one(v)
-    if mode not in ("full", "delta"):
-        raise ValueError(f"{mode}: expected full or delta")
-    # slime's delta is a sparse-index encoding over disk; "xor" is exact for every dtype
-    cfg.setdefault("weights", {})["delta"] = "xor" if mode == "delta" else "off"
-
-
 def _ref_load(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     # slime's --ref-load is usually the Megatron (torch_dist) conversion of --hf-checkpoint,
     # i.e. the initial policy, which is this project's default reference anyway
@@ -188,10 +172,6 @@ RULES: dict[str, Apply] = {
     "ref-load": _ref_load,
     "ref-update-interval": _set("train.ref_update_interval", _int),
     "keep-old-actor": _set("train.keep_old_actor", _true),
-    "update-weight-transport": _update_weight_transport,
-    "update-weight-mode": _update_weight_mode,
-    "update-weight-disk-dir": _set("weights.dir", _one),
-    "update-weight-base-sync-interval": _set("weights.full_every", _int),
     "kl-coef": _set("algorithm.kl_in_reward_coef", _float),
     "entropy-coef": _set("algorithm.entropy_coef", _float),
     "eps-clip": _set("algorithm.eps_clip", _float),

@@ -260,13 +260,3 @@ def test_chat_template_kwargs_and_max_prompt_len() -> None:
     assert flag == "apply-chat-template-kwargs" and "not JSON" in why
     (flag, _, why), = to_config([("apply-chat-template-kwargs", "[1]")]).dropped
     assert "expects a JSON object" in why
-
-
-def test_delta_weight_updates_over_disk() -> None:
-    tr = to_config([("update-weight-mode", "delta"), ("update-weight-transport", "disk"),
-                    ("update-weight-disk-dir", "/shared/w"),
-                    ("update-weight-base-sync-interval", "30")])
-    assert tr.config["weights"] == {"delta": "xor", "transport": "disk", "dir": "/shared/w",
-                                    "full_every": 30}
-    (flag, _, why), = to_config([("update-weight-transport", "nccl")]).dropped
-    assert flag == "update-weight-transport" and "only 'disk'" in why
