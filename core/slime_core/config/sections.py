@@ -32,8 +32,6 @@ from slime_hookspecs import (
 # preset default unless the config sets the key (slime_core.config.loader). docs/algorithms.md
 # ("Numerics presets") has the table of every convention.
 NUMERICS = ("slime", "verl")
-# apply_chat_template arguments slime passes itself (data.chat_template_kwargs may not)
-RESERVED_CHAT_KWARGS = frozenset({"conversation", "tokenize", "add_generation_prompt", "tools"})
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -100,8 +98,6 @@ class DataSection:
     apply_chat_template: bool = False  # prompt -> one user message
     system_prompt: str = ""  # system message placed before it (with apply_chat_template)
     prompt_template: str = "{prompt}"  # applied to the raw prompt text before tokenization
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments of the tokenizer's apply_chat_template wherever chat messages are rendered (prompts, SFT chats, agent turns), e.g. {enable_thinking = false} for Qwen3 (slime's --apply-chat-template-kwargs)
-    max_prompt_len: int = 0  # drop training prompts longer than this many tokens after templating, when the data is loaded (the count is logged; slime's --rollout-max-prompt-len); 0: keep all; the eval split is never filtered
     shuffle: bool = True  # permute the training prompts every epoch (seeded by seed + epoch)
     skip_bad_rows: bool = False  # train on the good rows of a file with bad ones (their count is logged); false: fail listing them
     task: str = ""  # reasoning_gym: dataset name (basic_arithmetic, chain_sum, ...)
@@ -109,13 +105,6 @@ class DataSection:
     size: int = 10000  # reasoning_gym: number of procedural train tasks
     eval_size: int = 100  # reasoning_gym source: tasks in the eval split
     eval_seed: int = 12345  # reasoning_gym: eval split seed
-
-    def __post_init__(self) -> None:
-        _need(self.max_prompt_len >= 0, "data.max_prompt_len", "must be >= 0 (0: keep all)")
-        # what the call sites set themselves: a kwarg of the same name would be ambiguous
-        for key in sorted(set(self.chat_template_kwargs) & RESERVED_CHAT_KWARGS):
-            _need(False, f"data.chat_template_kwargs.{key}",
-                  "is set by slime where it renders the template; remove it")
 
 
 @dataclass

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import random
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -83,7 +82,6 @@ class PromptDataSource:
         self.buffer: list[list[Sample]] = []
         self._buffer_filter: BufferFilter | None = None
         self._order: tuple[int, list[int]] | None = None
-        self._kept: list[int] | None = None  # data.max_prompt_len: the rows that fit
 
     # -- subclass interface ------------------------------------------------------------------
     def _num_rows(self) -> int:
@@ -92,44 +90,10 @@ class PromptDataSource:
     def _row(self, i: int) -> PromptRow:
         raise NotImplementedError
 
-    # -- data.max_prompt_len -----------------------------------------------------------------
-    def _count(self) -> int:
-        """Prompts the source hands out: every row, or those within ``data.max_prompt_len``."""
-        kept = self._kept_rows()
-        return self._num_rows() if kept is None else len(kept)
-
-    def _fetch(self, i: int) -> PromptRow:
-        kept = self._kept_rows()
-        return self._row(i if kept is None else kept[i])
-
-    def _kept_rows(self) -> list[int] | None:
-        """Row numbers whose templated prompt fits ``data.max_prompt_len`` tokens (training
-        split only; ``None``: no filter). Computed once, when first needed: every prompt is
-        templated and tokenized, as slime does when it loads its dataset."""
-        limit = int(self.config.data.max_prompt_len)
-        if limit <= 0 or self.split != "train":
-            return None
-        if self._kept is None:
-            n = self._num_rows()
-            kept = []
-            for i in range(n):
-                row = self._row(i)
-                if len(self.encoder.encode(row.prompt, row.tools)[1]) <= limit:
-                    kept.append(i)
-            if n and not kept:
-                raise ValueError(
-                    f"data.max_prompt_len = {limit}: every one of the {n} training prompts is "
-                    "longer (after templating); raise it, or 0 keeps all")
-            if len(kept) < n:
-                print(f"data: dropped {n - len(kept)} of {n} training prompts longer than "
-                      f"data.max_prompt_len = {limit} tokens", file=sys.stderr)
-            self._kept = kept
-        return self._kept
-
     # -- DataSource protocol -----------------------------------------------------------------
     def __len__(self) -> int:
         """Number of prompts per epoch."""
-        return self._count()
+        return self._num_rows()
 
     def get_samples(self, num_groups: int | None, rollout_id: int | None = None) -> list[list[Sample]]:
         """``num_groups`` groups, buffered ones first; negative or ``None``: all remaining.
@@ -143,7 +107,7 @@ class PromptDataSource:
         if self.buffer and (everything or num_groups > 0):
             out.extend(self._take_buffered(len(self.buffer) if everything else num_groups, rid))
         if everything:
-            for _ in range(self._count() - self.position):
+            for _ in range(self._num_rows() - self.position):
                 out.append(self._fresh_group())
             return out
         while len(out) < num_groups:
@@ -178,7 +142,7 @@ class PromptDataSource:
             "format": STATE_FORMAT,
             "kind": self.kind,
             "split": self.split,
-            "num_prompts": self._count(),
+            "num_prompts": self._num_rows(),
             "seed": self.seed,
             "shuffle": self.shuffle,
             "epoch": self.epoch,
@@ -201,7 +165,7 @@ class PromptDataSource:
                 f"data source state was saved by a {state.get('kind')!r} source, this is "
                 f"{self.kind!r} (data.source changed?)"
             )
-        n = self._count()
+        n = self._num_rows()
         if int(state["num_prompts"]) != n:
             raise ValueError(
                 f"data source state was saved with {state['num_prompts']} prompts, the data now "
@@ -268,14 +232,14 @@ class PromptDataSource:
         """Row order of ``epoch``: ``random.Random(seed + epoch)`` permutation, or file order."""
         if self._order is not None and self._order[0] == epoch:
             return self._order[1]
-        rows = list(range(self._count()))
+        rows = list(range(self._num_rows()))
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(rows)
         self._order = (epoch, rows)
         return rows
 
     def _fresh_group(self) -> list[Sample]:
-        n = self._count()
+        n = self._num_rows()
         if n == 0:
             raise ValueError(f"{self.kind} data source ({self.split}) has no prompts")
         if self.position >= n:
@@ -284,7 +248,7 @@ class PromptDataSource:
         self.position += 1
         if self.position >= n:
             self.epoch, self.position = self.epoch + 1, 0
-        return self.make_group(self._fetch(row_index))
+        return self.make_group(self._row(row_index))
 
     def make_group(self, row: PromptRow) -> list[Sample]:
         """``n_samples_per_prompt`` PENDING samples of ``row`` with a new group index."""

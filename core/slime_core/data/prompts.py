@@ -6,8 +6,8 @@ Rules (``[data]`` keys):
   literal braces as ``{{`` ``}}``);
 * with ``apply_chat_template`` the text becomes one user message; ``system_prompt`` (when set
   and the messages do not start with a system message) is put first; the tokenizer's chat
-  template renders the messages with ``add_generation_prompt=True``, the row's tools
-  (``tools_key``) and ``chat_template_kwargs`` (e.g. ``enable_thinking``), and the rendered text is tokenized without adding special tokens (the
+  template renders the messages with ``add_generation_prompt=True`` and the row's tools
+  (``tools_key``), and the rendered text is tokenized without adding special tokens (the
   template already holds them), as slime does;
 * a prompt that already is a list of messages always goes through the chat template (there is
   no other way to turn it into ids); ``prompt_template`` is not applied to it;
@@ -33,7 +33,6 @@ class PromptEncoder:
         self.template = data.prompt_template or "{prompt}"
         self.apply_chat_template = bool(data.apply_chat_template)
         self.system_prompt = data.system_prompt
-        self.chat_kwargs = dict(data.chat_template_kwargs)
         self.tokenizer_name = config.model.tokenizer or config.model.path
         self.trust_remote_code = bool(config.model.trust_remote_code)
         self._tokenizer = tokenizer
@@ -95,8 +94,7 @@ class PromptEncoder:
                 f"tokenizer {self.tokenizer_name!r} has no chat template, but the prompt needs "
                 "one (data.apply_chat_template is true, or the prompt is a list of messages)"
             )
-        kwargs: dict[str, Any] = {**self.chat_kwargs, "tokenize": False,
-                                  "add_generation_prompt": True}
+        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
         if tools:
             kwargs["tools"] = tools
         return tok.apply_chat_template(messages, **kwargs)

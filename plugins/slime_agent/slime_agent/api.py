@@ -94,8 +94,7 @@ class AgentApiServer:
                  port: int = 0, token: str = "", allow_remote: bool = False,
                  model_name: str = "slime", tool_parser: Any = None, max_tokens: int = 1024,
                  max_sessions: int = 4096, session_ttl_s: float = 3600.0,
-                 context_length: int | None = None,
-                 chat_kwargs: dict[str, Any] | None = None) -> None:
+                 context_length: int | None = None) -> None:
         if not engines:
             raise ValueError("AgentApiServer needs at least one rollout engine")
         check_bind(host, allow_remote, "agent_api")
@@ -108,8 +107,7 @@ class AgentApiServer:
         self.max_tokens = int(max_tokens)
         self.context_length = context_length or engine_int(self.engines[0], "context_length")
         self.vocab_size = engine_int(self.engines[0], "vocab_size")  # handed to buffer workers
-        self.store = SessionStore(tokenizer, len(self.engines), max_sessions, session_ttl_s,
-                                  chat_kwargs)
+        self.store = SessionStore(tokenizer, len(self.engines), max_sessions, session_ttl_s)
         self._clients: list[Any] = []
         self._server = ServerThread(self._app, host, port, "slime-agent-api")
         self.requests = 0
@@ -134,8 +132,7 @@ class AgentApiServer:
                    allow_remote=api.allow_remote, model_name=api.model_name, tool_parser=parser,
                    max_tokens=api.max_tokens or config.rollout.max_new_tokens,
                    max_sessions=api.max_sessions, session_ttl_s=api.session_ttl_s,
-                   context_length=api.max_context_tokens or None,
-                   chat_kwargs=config.data.chat_template_kwargs)
+                   context_length=api.max_context_tokens or None)
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> AgentApiServer:

@@ -94,18 +94,6 @@ def _advantage_estimator(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("algorithm", {})["advantage_estimator"] = ESTIMATOR_RECORDS.get(name, name)
 
 
-def _chat_template_kwargs(cfg: dict[str, dict[str, Any]], v: Value) -> None:
-    # slime: --apply-chat-template-kwargs '{"enable_thinking": false}' (a JSON object)
-    text = " ".join(v)
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"expects a JSON object, got {type(kwargs).__name__}: {text!r}")
-    cfg.setdefault("data", {})["chat_template_kwargs"] = kwargs
-
-
 def _ref_load(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     # slime's --ref-load is usually the Megatron (torch_dist) conversion of --hf-checkpoint,
     # i.e. the initial policy, which is this project's default reference anyway
@@ -133,8 +121,6 @@ RULES: dict[str, Apply] = {
     "metadata-key": _set("data.metadata_key", _one),
     "tool-key": _set("data.tools_key", _one),
     "apply-chat-template": _set("data.apply_chat_template", _true),
-    "apply-chat-template-kwargs": _chat_template_kwargs,
-    "rollout-max-prompt-len": _set("data.max_prompt_len", _int),
     "rollout-shuffle": _set("data.shuffle", _true),
     "rm-type": _rm_type,
     "reward-key": _set("rollout.reward_key", _one),

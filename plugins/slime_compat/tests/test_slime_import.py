@@ -246,17 +246,3 @@ def test_ref_load_ref_update_interval_and_keep_old_actor(tmp_path: Path) -> None
     (flag, _, why), = tr.dropped
     assert flag == "ref-load" and "not a Hugging Face model directory" in why
     assert "ref_path" not in tr.config.get("model", {})
-
-
-def test_chat_template_kwargs_and_max_prompt_len() -> None:
-    flags = parse_script("python3 train.py --apply-chat-template "
-                         "--apply-chat-template-kwargs '{\"enable_thinking\": false}' "
-                         "--rollout-max-prompt-len 2048")
-    tr = to_config(flags)
-    assert tr.config["data"]["chat_template_kwargs"] == {"enable_thinking": False}
-    assert tr.config["data"]["max_prompt_len"] == 2048
-    tr = to_config([("apply-chat-template-kwargs", "{enable_thinking: false}")])
-    (flag, _, why), = tr.dropped
-    assert flag == "apply-chat-template-kwargs" and "not JSON" in why
-    (flag, _, why), = to_config([("apply-chat-template-kwargs", "[1]")]).dropped
-    assert "expects a JSON object" in why

@@ -104,28 +104,6 @@ def test_turn_end_already_generated_is_not_doubled(tokenizer):
     assert chat.continuation_text(tok, history, new, last_token_id=ids(tok, "x")[0]).startswith("<eos>")
 
 
-def test_chat_template_kwargs_reach_every_rendering(tokenizer):
-    """data.chat_template_kwargs (e.g. Qwen3's enable_thinking) in prompts and continuations."""
-    import copy
-
-    from slime_agent.sessions import SessionStore
-
-    tok = copy.deepcopy(tokenizer)
-    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}<eos>"
-                         "{% endfor %}{% if add_generation_prompt %}<assistant>"
-                         "{% if enable_thinking is defined and not enable_thinking %}[nt]"
-                         "{% endif %}{% endif %}")
-    off = {"enable_thinking": False}
-    msgs = [{"role": "user", "content": "hi"}]
-    assert chat.render_chat(tok, msgs).endswith("<assistant>")
-    assert chat.render_chat(tok, msgs, chat_kwargs=off).endswith("<assistant>[nt]")
-    history = msgs + [{"role": "assistant", "content": "x"}]
-    new = [{"role": "tool", "content": "R"}]
-    assert chat.continuation_text(tok, history, new, chat_kwargs=off).endswith("<assistant>[nt]")
-    store = SessionStore(tok, chat_kwargs=off)
-    assert store.chat_kwargs == off
-
-
 class SlowTools:
     """A test plugin: ``slime_register_tools`` adds a slow coroutine tool and a context probe."""
 
