@@ -15,6 +15,17 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 
+THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{% if add_generation_prompt %}<assistant>{% endif %}",
+    "{% if add_generation_prompt %}<assistant>"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}"
+    "{% endif %}",
+)
+"""``CHAT_TEMPLATE`` with Qwen3's thinking switch: ``apply_chat_template(...,
+enable_thinking=False)`` puts an empty ``<think></think>`` after the generation prompt (thinking
+off), as Qwen3's template does; without the keyword the model is left to think. Tests of
+``data.chat_template_kwargs`` use it to see the keyword reach the template."""
+
 TINY_QWEN2: dict[str, Any] = {
     "model_type": "qwen2", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

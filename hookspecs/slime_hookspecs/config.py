@@ -66,6 +66,8 @@ class DataConfig(Protocol):
     apply_chat_template: bool
     system_prompt: str
     prompt_template: str
+    chat_template_kwargs: dict[str, Any]
+    max_prompt_len: int
     shuffle: bool
     skip_bad_rows: bool
     task: str

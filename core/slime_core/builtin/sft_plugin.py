@@ -39,7 +39,7 @@ def slime_rollout(config: Config, rollout_id: int, data_source: Any, evaluation:
     for group in groups:
         for s in group:
             if _is_chat(s.prompt):
-                _set_chat(tok, s, rollout_id)
+                _set_chat(tok, s, rollout_id, config.data.chat_template_kwargs)
                 continue
             target = s.metadata.get("response", s.label)
             if target is None or str(target) == "":
@@ -60,11 +60,11 @@ def _is_chat(prompt: Any) -> bool:
         isinstance(m, dict) and m.get("role") == "assistant" for m in prompt)
 
 
-def _set_chat(tok: Any, s: Any, rollout_id: int) -> None:
+def _set_chat(tok: Any, s: Any, rollout_id: int, template_kwargs: dict[str, Any]) -> None:
     """Prompt ids, response ids and the loss mask of a whole chat, from its template."""
     from slime_core.data.sft_chat import chat_loss_mask, split_prompt_response
 
-    ids, mask = chat_loss_mask(tok, s.prompt, s.metadata.get("tools"))
+    ids, mask = chat_loss_mask(tok, s.prompt, s.metadata.get("tools"), template_kwargs)
     prompt_ids, response_ids, response_mask = split_prompt_response(ids, mask)
     s.tokens, s.response, s.response_length = list(prompt_ids), "", 0
     s.loss_mask, s.rollout_log_probs = [], []

@@ -34,6 +34,12 @@ from slime_hookspecs import (
 NUMERICS = ("slime", "verl")
 
 
+# apply_chat_template arguments the framework itself passes (or that change what the call
+# returns): data.chat_template_kwargs may not set them, else the call fails or returns ids
+CHAT_TEMPLATE_RESERVED = ("conversation", "tools", "tokenize", "add_generation_prompt",
+                          "continue_final_message", "return_dict", "return_tensors")
+
+
 def _need(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ValueError(f"{key}: {msg}")
@@ -98,6 +104,8 @@ class DataSection:
     apply_chat_template: bool = False  # prompt -> one user message
     system_prompt: str = ""  # system message placed before it (with apply_chat_template)
     prompt_template: str = "{prompt}"  # applied to the raw prompt text before tokenization
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments of every apply_chat_template call (prompts, eval, multi-turn, SFT chats), e.g. {enable_thinking = false} for Qwen3; slime's --apply-chat-template-kwargs
+    max_prompt_len: int = 0  # train split: drop prompts longer than this many tokens after templating when the data is loaded (the count is logged; 0: keep all); slime's --rollout-max-prompt-len
     shuffle: bool = True  # permute the training prompts every epoch (seeded by seed + epoch)
     skip_bad_rows: bool = False  # train on the good rows of a file with bad ones (their count is logged); false: fail listing them
     task: str = ""  # reasoning_gym: dataset name (basic_arithmetic, chain_sum, ...)
@@ -105,6 +113,13 @@ class DataSection:
     size: int = 10000  # reasoning_gym: number of procedural train tasks
     eval_size: int = 100  # reasoning_gym source: tasks in the eval split
     eval_seed: int = 12345  # reasoning_gym: eval split seed
+
+    def __post_init__(self) -> None:
+        _need(self.max_prompt_len >= 0, "data.max_prompt_len", "must be >= 0 (0: no limit)")
+        for key in self.chat_template_kwargs:
+            _need(key not in CHAT_TEMPLATE_RESERVED, f"data.chat_template_kwargs.{key}",
+                  "is set by the framework on every apply_chat_template call "
+                  f"(reserved: {', '.join(CHAT_TEMPLATE_RESERVED)}); remove it")
 
 
 @dataclass

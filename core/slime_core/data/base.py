@@ -21,6 +21,10 @@ A fresh group holds ``n`` samples (``rollout.n_samples_per_prompt``; for the eva
 ``eval.n_samples_per_prompt``) sharing a new ``group_index``, each with a new ``index``; the
 counters never repeat within a run, resume included.
 
+With ``data.max_prompt_len`` set, the train split's rows are first cut to the prompts that
+fit (:mod:`slime_core.data.length_filter`; on first use, which the built-in sources make at
+construction); ``N`` and every row index above count the remaining rows only.
+
 ``state_dict()`` is JSON-ready (see :meth:`PromptDataSource.state_dict`); loading it into a
 source built from the same data continues at exactly the next prompt.
 """
@@ -82,6 +86,10 @@ class PromptDataSource:
         self.buffer: list[list[Sample]] = []
         self._buffer_filter: BufferFilter | None = None
         self._order: tuple[int, list[int]] | None = None
+        # data.max_prompt_len: the rows kept (None: every row, or not filtered yet)
+        self._kept: list[int] | None = None
+        self._length_checked = False
+        self.dropped_long_prompts = 0
 
     # -- subclass interface ------------------------------------------------------------------
     def _num_rows(self) -> int:
@@ -90,10 +98,43 @@ class PromptDataSource:
     def _row(self, i: int) -> PromptRow:
         raise NotImplementedError
 
+    # -- prompt length filter (data.max_prompt_len) ----------------------------------------
+    def apply_max_prompt_len(self) -> None:
+        """Drop the train split's prompts longer than ``data.max_prompt_len`` tokens after
+        templating (once; see :mod:`slime_core.data.length_filter`). The built-in sources
+        call it at the end of their constructor so a filter that drops everything fails at
+        start-up; a subclass that does not is filtered on first use."""
+        if self._length_checked:
+            return
+        self._length_checked = True
+        max_len = int(getattr(self.config.data, "max_prompt_len", 0) or 0)
+        if self.split != "train" or max_len <= 0:
+            return
+        from slime_core.data.length_filter import describe, rows_within
+
+        n = self._num_rows()
+        kept = rows_within(n, lambda i: self._encode_row(self._row(i))[1], max_len,
+                           describe(self))
+        self.dropped_long_prompts = n - len(kept)
+        self._kept = kept if self.dropped_long_prompts else None
+
+    def _size(self) -> int:
+        """Rows after the length filter."""
+        self.apply_max_prompt_len()
+        return self._num_rows() if self._kept is None else len(self._kept)
+
+    def _kept_row(self, i: int) -> PromptRow:
+        """Row ``i`` of the rows after the length filter."""
+        self.apply_max_prompt_len()
+        return self._row(i if self._kept is None else self._kept[i])
+
+    def _encode_row(self, row: PromptRow) -> tuple[Any, list[int]]:
+        return self.encoder.encode(row.prompt, row.tools)
+
     # -- DataSource protocol -----------------------------------------------------------------
     def __len__(self) -> int:
         """Number of prompts per epoch."""
-        return self._num_rows()
+        return self._size()
 
     def get_samples(self, num_groups: int | None, rollout_id: int | None = None) -> list[list[Sample]]:
         """``num_groups`` groups, buffered ones first; negative or ``None``: all remaining.
@@ -107,7 +148,7 @@ class PromptDataSource:
         if self.buffer and (everything or num_groups > 0):
             out.extend(self._take_buffered(len(self.buffer) if everything else num_groups, rid))
         if everything:
-            for _ in range(self._num_rows() - self.position):
+            for _ in range(self._size() - self.position):
                 out.append(self._fresh_group())
             return out
         while len(out) < num_groups:
@@ -142,7 +183,7 @@ class PromptDataSource:
             "format": STATE_FORMAT,
             "kind": self.kind,
             "split": self.split,
-            "num_prompts": self._num_rows(),
+            "num_prompts": self._size(),
             "seed": self.seed,
             "shuffle": self.shuffle,
             "epoch": self.epoch,
@@ -165,11 +206,12 @@ class PromptDataSource:
                 f"data source state was saved by a {state.get('kind')!r} source, this is "
                 f"{self.kind!r} (data.source changed?)"
             )
-        n = self._num_rows()
+        n = self._size()
         if int(state["num_prompts"]) != n:
             raise ValueError(
                 f"data source state was saved with {state['num_prompts']} prompts, the data now "
-                f"has {n}: the data changed since the checkpoint, so the position is meaningless"
+                f"has {n}: the data (or data.max_prompt_len) changed since the checkpoint, so the "
+                "position is meaningless"
             )
         self.seed = int(state["seed"])
         self.shuffle = bool(state["shuffle"])
@@ -232,14 +274,14 @@ class PromptDataSource:
         """Row order of ``epoch``: ``random.Random(seed + epoch)`` permutation, or file order."""
         if self._order is not None and self._order[0] == epoch:
             return self._order[1]
-        rows = list(range(self._num_rows()))
+        rows = list(range(self._size()))
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(rows)
         self._order = (epoch, rows)
         return rows
 
     def _fresh_group(self) -> list[Sample]:
-        n = self._num_rows()
+        n = self._size()
         if n == 0:
             raise ValueError(f"{self.kind} data source ({self.split}) has no prompts")
         if self.position >= n:
@@ -248,11 +290,11 @@ class PromptDataSource:
         self.position += 1
         if self.position >= n:
             self.epoch, self.position = self.epoch + 1, 0
-        return self.make_group(self._row(row_index))
+        return self.make_group(self._kept_row(row_index))
 
     def make_group(self, row: PromptRow) -> list[Sample]:
         """``n_samples_per_prompt`` PENDING samples of ``row`` with a new group index."""
-        prompt, ids = self.encoder.encode(row.prompt, row.tools)
+        prompt, ids = self._encode_row(row)
         group_index = self.next_group_index
         self.next_group_index += 1
         group = []

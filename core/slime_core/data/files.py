@@ -220,6 +220,7 @@ class FileDataSource(PromptDataSource):
         self.skipped_rows = len(bad)
         if not self.rows:
             raise ValueError(f"{key} file {self.path!r} holds no prompts")
+        self.apply_max_prompt_len()  # data.max_prompt_len: fails now if it drops every prompt
 
     def _num_rows(self) -> int:
         return len(self.rows)

@@ -8,7 +8,8 @@ Rules (``[data]`` keys):
   and the messages do not start with a system message) is put first; the tokenizer's chat
   template renders the messages with ``add_generation_prompt=True`` and the row's tools
   (``tools_key``), and the rendered text is tokenized without adding special tokens (the
-  template already holds them), as slime does;
+  template already holds them), as slime does; ``chat_template_kwargs`` go to every
+  template call as extra keyword arguments (``enable_thinking = false`` for Qwen3);
 * a prompt that already is a list of messages always goes through the chat template (there is
   no other way to turn it into ids); ``prompt_template`` is not applied to it;
 * without the chat template the templated text is tokenized with ``add_special_tokens=False``
@@ -33,6 +34,7 @@ class PromptEncoder:
         self.template = data.prompt_template or "{prompt}"
         self.apply_chat_template = bool(data.apply_chat_template)
         self.system_prompt = data.system_prompt
+        self.chat_template_kwargs = dict(data.chat_template_kwargs)
         self.tokenizer_name = config.model.tokenizer or config.model.path
         self.trust_remote_code = bool(config.model.trust_remote_code)
         self._tokenizer = tokenizer
@@ -94,7 +96,8 @@ class PromptEncoder:
                 f"tokenizer {self.tokenizer_name!r} has no chat template, but the prompt needs "
                 "one (data.apply_chat_template is true, or the prompt is a list of messages)"
             )
-        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
+        kwargs: dict[str, Any] = {**self.chat_template_kwargs, "tokenize": False,
+                                  "add_generation_prompt": True}
         if tools:
             kwargs["tools"] = tools
         return tok.apply_chat_template(messages, **kwargs)

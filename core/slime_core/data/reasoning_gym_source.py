@@ -104,6 +104,7 @@ class ReasoningGymDataSource(PromptDataSource):
             except TypeError as exc:
                 raise ValueError(f"data.task_kwargs for {task!r}: {exc}") from exc
             self.datasets.append(ds)
+        self.apply_max_prompt_len()  # data.max_prompt_len: fails now if it drops every prompt
 
     def _num_rows(self) -> int:
         return self.size

@@ -28,26 +28,31 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
     return [int(t) for t in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, gen: bool) -> str:
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}
+def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, gen: bool,
+            template_kwargs: dict[str, Any]) -> str:
+    kwargs: dict[str, Any] = {**template_kwargs, "tokenize": False, "add_generation_prompt": gen}
     if tools:
         kwargs["tools"] = tools
     return tokenizer.apply_chat_template(messages, **kwargs) if messages else ""
 
 
-def chat_loss_mask(tokenizer: Any, messages: list[dict[str, Any]],
-                   tools: Any = None) -> tuple[list[int], list[int]]:
-    """``(token_ids, mask)`` of the whole chat; ``mask[j]`` is 1 on assistant-turn tokens."""
+def chat_loss_mask(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None,
+                   template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[int]]:
+    """``(token_ids, mask)`` of the whole chat; ``mask[j]`` is 1 on assistant-turn tokens.
+
+    ``template_kwargs`` (``data.chat_template_kwargs``) go to every template call.
+    """
+    kw = dict(template_kwargs or {})
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("multi-turn SFT needs a tokenizer with a chat template "
                          "(model.tokenizer's tokenizer_config.json has none)")
-    full = _ids(tokenizer, _render(tokenizer, messages, tools, gen=False))
+    full = _ids(tokenizer, _render(tokenizer, messages, tools, False, kw))
     mask = [0] * len(full)
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant" or msg.get("step_loss_mask", 1) != 1:
             continue
-        before = _ids(tokenizer, _render(tokenizer, messages[:i], tools, gen=True))
-        upto = _ids(tokenizer, _render(tokenizer, messages[: i + 1], tools, gen=False))
+        before = _ids(tokenizer, _render(tokenizer, messages[:i], tools, True, kw))
+        upto = _ids(tokenizer, _render(tokenizer, messages[: i + 1], tools, False, kw))
         for ids, what in ((before, "with the generation prompt"), (upto, "")):
             if full[:len(ids)] != ids:
                 raise ValueError(

@@ -136,7 +136,8 @@ class AdaptiveSource:
             messages = [{"role": "user", "content": text}]
             if data.system_prompt:
                 messages.insert(0, {"role": "system", "content": data.system_prompt})
-            rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            rendered = tok.apply_chat_template(messages, **dict(data.chat_template_kwargs),
+                                               tokenize=False, add_generation_prompt=True)
             return messages, list(tok.encode(rendered, add_special_tokens=False))
         return text, list(tok.encode(text, add_special_tokens=False))
 

@@ -88,3 +88,23 @@ def test_configuration_errors_name_the_key(make_config):
         AdaptiveSource(make_config(task="no_such_task"), "train")
     with pytest.raises(ValueError, match="prompt_format"):
         AdaptiveSource(make_config(prompt_format="{nope}"), "train").get_samples(1)
+
+
+def test_chat_template_kwargs_reach_the_template(make_config, tmp_path):
+    """data.chat_template_kwargs (slime's --apply-chat-template-kwargs) go to the template."""
+    import dataclasses
+
+    from slime_core.config.model import Config
+    from slime_core.testing import THINKING_CHAT_TEMPLATE, write_char_tokenizer
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(
+        str(write_char_tokenizer(tmp_path, chat_template=THINKING_CHAT_TEMPLATE)))
+    base = make_config()
+    data = dataclasses.replace(base.data, apply_chat_template=True,
+                               chat_template_kwargs={"enable_thinking": False})
+    config = Config({**{n: base.section(n) for n in base.sections()}, "data": data}, base.source)
+    src = AdaptiveSource(config, "train")
+    src.set_tokenizer(tok)
+    (g,) = src.get_samples(1)
+    assert tok.decode(g[0].tokens).endswith("\n<assistant><think></think>")

@@ -88,13 +88,16 @@ class AgentApiServer:
     :param max_tokens: the largest ``max_tokens`` a request may ask for (also its default).
     :param context_length: prompt + completion tokens a request may need; ``None``: the first
         engine's ``context_length`` if it has one, else no limit but the 1 MiB body.
+    :param chat_template_kwargs: extra keyword arguments of every chat-template call
+        (``from_config``: ``data.chat_template_kwargs``, e.g. ``enable_thinking``).
     """
 
     def __init__(self, engines: list[Any], tokenizer: Any, *, host: str = "127.0.0.1",
                  port: int = 0, token: str = "", allow_remote: bool = False,
                  model_name: str = "slime", tool_parser: Any = None, max_tokens: int = 1024,
                  max_sessions: int = 4096, session_ttl_s: float = 3600.0,
-                 context_length: int | None = None) -> None:
+                 context_length: int | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         if not engines:
             raise ValueError("AgentApiServer needs at least one rollout engine")
         check_bind(host, allow_remote, "agent_api")
@@ -107,7 +110,8 @@ class AgentApiServer:
         self.max_tokens = int(max_tokens)
         self.context_length = context_length or engine_int(self.engines[0], "context_length")
         self.vocab_size = engine_int(self.engines[0], "vocab_size")  # handed to buffer workers
-        self.store = SessionStore(tokenizer, len(self.engines), max_sessions, session_ttl_s)
+        self.store = SessionStore(tokenizer, len(self.engines), max_sessions, session_ttl_s,
+                                  chat_template_kwargs)
         self._clients: list[Any] = []
         self._server = ServerThread(self._app, host, port, "slime-agent-api")
         self.requests = 0
@@ -132,7 +136,8 @@ class AgentApiServer:
                    allow_remote=api.allow_remote, model_name=api.model_name, tool_parser=parser,
                    max_tokens=api.max_tokens or config.rollout.max_new_tokens,
                    max_sessions=api.max_sessions, session_ttl_s=api.session_ttl_s,
-                   context_length=api.max_context_tokens or None)
+                   context_length=api.max_context_tokens or None,
+                   chat_template_kwargs=config.data.chat_template_kwargs)
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> AgentApiServer:

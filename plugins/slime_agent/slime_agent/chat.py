@@ -24,11 +24,17 @@ MARKER = "\ue000slime-assistant-turn\ue001"  # private-use characters: no templa
 
 
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[Any] | None = None,
-                add_generation_prompt: bool = True) -> str:
-    """The chat template's text of ``messages`` (``tools`` passed when given)."""
+                add_generation_prompt: bool = True,
+                template_kwargs: dict[str, Any] | None = None) -> str:
+    """The chat template's text of ``messages`` (``tools`` passed when given).
+
+    ``template_kwargs`` (the run's ``data.chat_template_kwargs``, e.g. Qwen3's
+    ``enable_thinking``) go to the template too, so every turn renders as the prompt did.
+    """
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template, but chat messages must be rendered")
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+    kwargs: dict[str, Any] = {**(template_kwargs or {}), "tokenize": False,
+                              "add_generation_prompt": add_generation_prompt}
     if tools:
         kwargs["tools"] = tools
     return tokenizer.apply_chat_template(list(messages), **kwargs)
@@ -36,7 +42,8 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[Any]
 
 def continuation_text(tokenizer: Any, history: list[dict[str, Any]],
                       new_messages: list[dict[str, Any]], tools: list[Any] | None = None,
-                      last_token_id: int | None = None) -> str:
+                      last_token_id: int | None = None,
+                      template_kwargs: dict[str, Any] | None = None) -> str:
     """Text after the last assistant message of ``history`` up to the next generation prompt.
 
     ``history`` ends with the assistant message the model produced (its content is replaced
@@ -46,7 +53,8 @@ def continuation_text(tokenizer: Any, history: list[dict[str, Any]],
         raise ValueError("continuation_text needs a history that ends with an assistant message")
     msgs = copy.deepcopy(list(history))
     msgs[-1] = {"role": "assistant", "content": MARKER}
-    text = render_chat(tokenizer, msgs + list(new_messages), tools, add_generation_prompt=True)
+    text = render_chat(tokenizer, msgs + list(new_messages), tools, add_generation_prompt=True,
+                       template_kwargs=template_kwargs)
     pos = text.rfind(MARKER)
     if pos < 0:
         raise ValueError(
@@ -77,7 +85,8 @@ def tool_messages(results: list[tuple[str, str]]) -> list[dict[str, Any]]:
 
 def observation_text(tokenizer: Any, prompt: Any, results: list[tuple[str, str]],
                      template: str, default_raw: str, last_token_id: int | None,
-                     tools: list[Any] | None = None) -> str:
+                     tools: list[Any] | None = None,
+                     template_kwargs: dict[str, Any] | None = None) -> str:
     """The text appended after a model turn that called tools.
 
     ``template`` set: ``template.format(observation=text)`` per result, joined. Otherwise a
@@ -88,7 +97,8 @@ def observation_text(tokenizer: Any, prompt: Any, results: list[tuple[str, str]]
         return "".join(template.format(observation=text) for _, text in results)
     if isinstance(prompt, list) and getattr(tokenizer, "chat_template", None):
         history = list(prompt) + [{"role": "assistant", "content": ""}]
-        return continuation_text(tokenizer, history, tool_messages(results), tools, last_token_id)
+        return continuation_text(tokenizer, history, tool_messages(results), tools, last_token_id,
+                                 template_kwargs)
     return "".join(default_raw.format(observation=text) for _, text in results)
 
 

@@ -89,6 +89,7 @@ async def generate_with_tools(config: Any, sample: Sample, sampling_params: Samp
             obs = chat.observation_text(
                 tok, sample.prompt, results, cfg.observation_template, DEFAULT_RAW_OBSERVATION,
                 last_token_id=out.token_ids[-1] if out.token_ids else None, tools=prompt_tools,
+                template_kwargs=config.data.chat_template_kwargs,
             )
             ids = chat.encode(tok, obs)
             if sample.response_length + len(ids) >= budget:

@@ -117,8 +117,9 @@ class SessionStore:
     """Sessions by id; see the module docstring."""
 
     def __init__(self, tokenizer: Any, num_engines: int = 1, max_sessions: int = 4096,
-                 ttl_s: float = 3600.0) -> None:
+                 ttl_s: float = 3600.0, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs
         self.num_engines = max(1, num_engines)
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
@@ -189,10 +190,12 @@ class SessionStore:
         if seg is not None and self._extends(seg, msgs, tools):
             delta = msgs[len(seg.messages):]
             text = chat.continuation_text(self.tokenizer, seg.messages, delta, tools,
-                                          last_token_id=seg.tokens[-1] if seg.tokens else None)
+                                          last_token_id=seg.tokens[-1] if seg.tokens else None,
+                                          template_kwargs=self.template_kwargs)
             ids = chat.encode(self.tokenizer, text)
             return Plan(seg, seg.tokens + ids, ids, text, msgs, tools)
-        text = chat.render_chat(self.tokenizer, msgs, tools, add_generation_prompt=True)
+        text = chat.render_chat(self.tokenizer, msgs, tools, add_generation_prompt=True,
+                                template_kwargs=self.template_kwargs)
         ids = chat.encode(self.tokenizer, text)
         return Plan(None, ids, [], "", msgs, tools)
 

@@ -93,6 +93,9 @@ def build_args(config: Any, router: tuple[str, int] | None = None) -> argparse.N
     ns.num_steps_per_rollout = config.train.num_steps_per_rollout
     ns.eval_max_response_len = config.eval.max_new_tokens or r.max_new_tokens
     ns.eval_prompt_data = [config.data.eval_path] if config.data.eval_path else None
+    # slime: a JSON dict (default {}) and a token count (default None: no filter)
+    ns.apply_chat_template_kwargs = dict(config.data.chat_template_kwargs)
+    ns.rollout_max_prompt_len = config.data.max_prompt_len or None
     alg = config.algorithm
     # slime code compares with slime's names ("ppo"), not the record's ("gae")
     ns.advantage_estimator = SLIME_ESTIMATORS.get(alg.advantage_estimator, alg.advantage_estimator)

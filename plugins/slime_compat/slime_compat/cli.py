@@ -17,7 +17,9 @@ import click
                    "source line naming a file of the same name (else before the script); sourced files are otherwise "
                    "found next to the script or in a directory above it")
 @click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE",
-              help="give a value to a flag the script sets through a shell variable")
+              help="give a value to a flag (one the script sets through a shell variable, or "
+                   "one to add or override); several values split as on a command line, a JSON "
+                   "object or array kept whole")
 @click.option("--backend", type=click.Choice(["torch", "megatron"]), default="torch",
               show_default=True,
               help="the trainer backend to write for: megatron (the megatron_backend plugin) also "
@@ -31,7 +33,8 @@ def slime_import(script: str, output: str | None, model_path: str | None, source
     import shlex
     from pathlib import Path
 
-    from slime_compat.importer import parse_script, read_script, render_report, to_config, write_toml
+    from slime_compat.importer import (FlagError, parse_script, read_script, render_report,
+                                       to_config, write_toml)
 
     sc = read_script(Path(script), [Path(p) for p in sources])
     for f in sc.sourced:
@@ -39,10 +42,15 @@ def slime_import(script: str, output: str | None, model_path: str | None, source
     flags = parse_script(sc.text)
     for item in sets:
         key, _, value = item.partition("=")
-        # several values as on the command line: --set "eval-prompt-data=aime data/aime.jsonl"
-        words = shlex.split(value)
+        # several values as on the command line: --set "eval-prompt-data=aime data/aime.jsonl";
+        # a JSON object or array stays whole (shell-style splitting would eat its quotes):
+        # --set 'apply-chat-template-kwargs={"enable_thinking": false}'
+        words = [value] if value.lstrip()[:1] in ("{", "[") else shlex.split(value)
         flags.append((key.lstrip("-").replace("_", "-"), "\0".join(words) if words else None))
-    result = to_config(flags, model_path=model_path, backend=backend)
+    try:
+        result = to_config(flags, model_path=model_path, backend=backend)
+    except FlagError as exc:  # a value slime would refuse too: no TOML is written
+        raise click.ClickException(f"{script}: {exc}") from None
     out = Path(output) if output else Path(script).with_suffix(".toml")
     write_toml(result.config, out, source=script)
     click.echo(f"wrote {out} ({len(result.mapped)} flags translated, {len(result.dropped)} not)")

@@ -3,7 +3,9 @@
 Input: a slime launch script (bash: ``NAME=( --flag value ... )`` arrays and the
 ``python3 train.py ...`` command, as slime's ``scripts/run-*.sh``) or a plain flag list.
 Output: TOML sections, and for every flag that could not be mapped the reason. ``RULES`` is the
-table of mappings; ``DROPPED`` groups the flags with a shared reason.
+table of mappings; ``DROPPED`` groups the flags with a shared reason. A value slime itself would
+refuse at parse time (bad JSON in ``--apply-chat-template-kwargs``) raises :class:`FlagError`
+instead of being dropped: the script would not run under slime either.
 """
 
 from __future__ import annotations
@@ -51,6 +53,47 @@ def _true(v: Value) -> bool:
 
 def _false(v: Value) -> bool:
     return False
+
+
+class FlagError(Exception):
+    """A flag value slime would refuse too; the import stops naming the flag (not a
+    ``ValueError``, which ``to_config`` reports as a dropped flag)."""
+
+
+def _toml_ready(value: Any, where: str) -> None:
+    """TOML has no null: a ``null`` anywhere in the JSON cannot be written (``where`` names it)."""
+    if value is None:
+        raise FlagError(f"{where} is null, which TOML cannot hold; leave the key out instead")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _toml_ready(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _toml_ready(v, f"{where}[{i}]")
+
+
+def _chat_template_kwargs(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    # slime parses the flag with json.loads into the kwargs of apply_chat_template; an
+    # unquoted value the shell split into words is joined back first
+    text = " ".join(v)
+    flag = "--apply-chat-template-kwargs"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlagError(f"{flag} {text!r}: not JSON ({exc.msg} at column {exc.colno}); slime "
+                        """expects a JSON object, e.g. '{"enable_thinking": false}'""") from None
+    if not isinstance(value, dict):
+        raise FlagError(f"{flag} {text!r}: expected a JSON object (the keyword arguments of "
+                        f"apply_chat_template), got a JSON {type(value).__name__}")
+    _toml_ready(value, flag)
+    cfg.setdefault("data", {})["chat_template_kwargs"] = value
+
+
+def _max_prompt_len(v: Value) -> int:
+    n = _int(v)
+    if n < 1:  # slime would drop every prompt; 0 means "no limit" in data.max_prompt_len
+        raise ValueError(f"{n} would drop every prompt (data.max_prompt_len must be >= 1 here)")
+    return n
 
 
 def _adam_beta(i: int) -> Apply:
@@ -121,6 +164,8 @@ RULES: dict[str, Apply] = {
     "metadata-key": _set("data.metadata_key", _one),
     "tool-key": _set("data.tools_key", _one),
     "apply-chat-template": _set("data.apply_chat_template", _true),
+    "apply-chat-template-kwargs": _chat_template_kwargs,
+    "rollout-max-prompt-len": _set("data.max_prompt_len", _max_prompt_len),
     "rollout-shuffle": _set("data.shuffle", _true),
     "rm-type": _rm_type,
     "reward-key": _set("rollout.reward_key", _one),
@@ -392,6 +437,7 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
         dropped = {**{f: _MEGATRON_BACKEND if r == _MEGATRON else r for f, r in DROPPED.items()},
                    **MEGATRON_DROPPED}
     gbs: int | None = None
+    refused: dict[str, FlagError] = {}  # raised at the end unless a later value of the flag worked
     for flag, raw in flags:
         value = raw.split("\0") if raw is not None else []
         shown = " ".join(value)
@@ -416,8 +462,14 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
         try:
             rule(tr.config, value)
             tr.mapped.append(flag)
+            refused.pop(flag, None)
+        except FlagError as exc:
+            refused[flag] = exc
         except (ValueError, IndexError) as exc:
             tr.dropped.append((flag, shown, f"cannot translate the value: {exc}"))
+    if refused:
+        raise FlagError("; ".join(str(e) for e in refused.values())
+                        + " (--set FLAG=VALUE gives a value that replaces the script's)")
     # a flag given later (--set after a shell-variable value) is translated, not dropped
     tr.dropped = [d for d in tr.dropped if d[0] not in set(tr.mapped)]
     if model_path:

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 from run_support import ARITH, calls, core, metrics
 
 from slime_compat.importer import parse_script, read_script, to_config
@@ -32,6 +33,8 @@ ROLLOUT_ARGS=(
    --input-key prompt
    --label-key label
    --apply-chat-template
+   --apply-chat-template-kwargs '{"enable_thinking": false}'
+   --rollout-max-prompt-len 2048
    --rollout-shuffle
    --rm-type deepscaler
    --num-rollout ${NUM_ROLLOUT}
@@ -111,6 +114,9 @@ def test_translation_table(tmp_path: Path) -> None:
     assert c["algorithm"]["kl_estimator"] == "low_var_kl" and c["algorithm"]["eps_clip_high"] == 0.28
     assert c["algorithm"]["numerics"] == "slime"  # a slime script: slime's conventions
     assert c["slime"]["custom_rm_path"] == "slime_user.arith_rm.custom_rm"
+    # Qwen3's thinking switch (a quoted JSON value in the array) and the prompt length filter
+    assert c["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert c["data"]["max_prompt_len"] == 2048
     dropped = {f: reason for f, _, reason in tr.dropped}
     assert set(dropped) == {"ref-load", "balance-data", "optimizer", "actor-num-gpus-per-node",
                             "tensor-model-parallel-size", "num-rollout", "swiglu", "num-layers",
@@ -128,19 +134,95 @@ def test_imported_config_runs(tmp_path: Path) -> None:
     script, out, log = _write(tmp_path), tmp_path / "imported.toml", tmp_path / "calls.jsonl"
     proc = core(["slime-import", str(script), "-o", str(out), "--model-path", str(ARITH / "model"),
                  "--set", f"prompt-data={ARITH / 'train.jsonl'}", "--set", "rm-type=exact",
-                 "--set", "num-rollout=5", "--set", f"eval-prompt-data=arith {ARITH / 'eval.jsonl'}"], log)
+                 "--set", "num-rollout=5", "--set", f"eval-prompt-data=arith {ARITH / 'eval.jsonl'}",
+                 # the tiny model's prompts are 4-6 tokens: 5 drops the 6-token ones at load
+                 "--set", "rollout-max-prompt-len=5"], log)
     assert "not translated:" in proc.stdout and "--tensor-model-parallel-size" in proc.stdout
     assert "--num-layers" in proc.stdout and "(sourced)" in proc.stdout  # from the model file
     assert "--num-rollout " not in proc.stdout  # given with --set
     text = out.read_text()
     assert "num_rollouts = 5" in text and f'eval_path = "{ARITH / "eval.jsonl"}"' in text
+    assert 'chat_template_kwargs = {"enable_thinking" = false}' in text and "max_prompt_len = 5" in text
     run_dir = tmp_path / "run"
-    core(["run", "--plugins", "slime_grpo,slime_compat", "--config", str(out),
+    proc = core(["run", "--plugins", "slime_grpo,slime_compat", "--config", str(out),
           "-o", "run.num_rollouts=1", "-o", "rollout.batch_size=2", "-o", "rollout.n_samples_per_prompt=4",
           "-o", "rollout.max_new_tokens=8", "-o", "train.num_steps_per_rollout=1",
           "-o", f"run.run_dir={run_dir}", "-o", "run.progress=false", "-o", 'run.loggers=["jsonl"]'], log)
     assert len(metrics(run_dir)) == 1
     assert sum(c["fn"] == "custom_rm" for c in calls(log)) == 8  # the imported --custom-rm-path ran
+    # --rollout-max-prompt-len: the 7927 six-token prompts of 9800 were dropped, and said so
+    assert "data.max_prompt_len = 5: dropped 7927 of 9800 prompts" in proc.stderr
+    rm = [c for c in calls(log) if c["fn"] == "custom_rm"]
+    assert all(c["prompt_len"] <= 5 for c in rm) and {c["rollout_max_prompt_len"] for c in rm} == {5}
+    assert all(c["apply_chat_template_kwargs"] == {"enable_thinking": False} for c in rm)
+
+
+def test_chat_template_kwargs_and_prompt_len_reach_the_config_and_args(tmp_path: Path) -> None:
+    from slime_compat.args import build_args
+    from slime_compat.importer import write_toml
+    from slime_core.config import load_config
+    from slime_core.config.schema import build_schema
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+
+    tr = to_config([("apply-chat-template-kwargs", '{"enable_thinking": false, "n": {"k": [1]}}'),
+                    ("rollout-max-prompt-len", "512")])
+    assert not tr.dropped and tr.config["data"] == {
+        "chat_template_kwargs": {"enable_thinking": False, "n": {"k": [1]}}, "max_prompt_len": 512}
+    # an unquoted value the shell split into words is joined back
+    tr2 = to_config([("apply-chat-template-kwargs", '{"enable_thinking":\0false}')])
+    assert tr2.config["data"]["chat_template_kwargs"] == {"enable_thinking": False}
+    # the TOML it writes loads into the typed [data] section, and slime code sees both in args
+    out = tmp_path / "c.toml"
+    write_toml(tr.config, out)
+    import tomllib
+
+    manager = SlimePluginManager(PluginSelection(plugins=["slime_grpo", "slime_compat"])).load()
+    config = load_config(build_schema(manager), data=tomllib.loads(out.read_text()))
+    assert config.data.chat_template_kwargs == {"enable_thinking": False, "n": {"k": [1]}}
+    assert config.data.max_prompt_len == 512
+    args = build_args(config)
+    assert args.apply_chat_template_kwargs == {"enable_thinking": False, "n": {"k": [1]}}
+    assert args.rollout_max_prompt_len == 512
+    # slime's "no filter" is None, ours 0
+    off = load_config(build_schema(manager), data={})
+    assert build_args(off).rollout_max_prompt_len is None and build_args(off).apply_chat_template_kwargs == {}
+    # 0 would drop every prompt in slime: named as not translated, with the reason
+    (flag, _, reason), = to_config([("rollout-max-prompt-len", "0")]).dropped
+    assert flag == "rollout-max-prompt-len" and "every prompt" in reason
+
+
+@pytest.mark.parametrize("value, words", [
+    ("{enable_thinking: false}", ["--apply-chat-template-kwargs", "not JSON", "column 2"]),
+    ('["enable_thinking"]', ["--apply-chat-template-kwargs", "expected a JSON object", "list"]),
+    ('{"a": {"b": null}}', ["--apply-chat-template-kwargs.a.b is null", "TOML"]),
+])
+def test_bad_chat_template_kwargs_stop_the_import_naming_the_flag(value: str, words: list[str]) -> None:
+    from slime_compat.importer import FlagError
+
+    with pytest.raises(FlagError) as err:
+        to_config([("apply-chat-template-kwargs", value)])
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_bad_chat_template_kwargs_fail_the_command(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script, out = tmp_path / "run.sh", tmp_path / "run.toml"
+    script.write_text("ARGS=(\n   --apply-chat-template-kwargs '{enable_thinking: false}'\n)\n"
+                      "python3 train.py ${ARGS[@]}\n")
+    proc = subprocess.run([sys.executable, "-m", "slime_core", "slime-import", str(script),
+                           "-o", str(out)], capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode != 0 and not out.exists()
+    assert "--apply-chat-template-kwargs" in proc.stderr and "not JSON" in proc.stderr
+    # --set keeps a JSON value whole (shell-style splitting would eat its quotes)
+    good = subprocess.run([sys.executable, "-m", "slime_core", "slime-import", str(script),
+                           "-o", str(out), "--set",
+                           'apply-chat-template-kwargs={"enable_thinking": false}'],
+                          capture_output=True, text=True, env=dict(os.environ))
+    assert good.returncode == 0, good.stderr
+    assert 'chat_template_kwargs = {"enable_thinking" = false}' in out.read_text()
 
 
 def test_megatron_backend_translates_the_parallelism_flags(tmp_path: Path) -> None:

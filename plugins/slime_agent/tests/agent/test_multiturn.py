@@ -90,6 +90,35 @@ def test_chat_prompt_observation_from_the_chat_template(agent_config, manager, t
     assert s.loss_mask == [1] * len(turn1) + [0] * len(obs) + [1] * len(turn2)
 
 
+def test_chat_template_kwargs_reach_every_turn(agent_config, manager, scripted, tmp_path):
+    """data.chat_template_kwargs (slime's --apply-chat-template-kwargs): the text after a tool
+    result ends in the generation prompt the template writes with those keywords, in an
+    episode and in the agent API's sessions alike."""
+    from slime_agent.sessions import SessionStore
+    from slime_core.testing import THINKING_CHAT_TEMPLATE, write_char_tokenizer
+    from transformers import AutoTokenizer
+
+    tok_dir = write_char_tokenizer(tmp_path, chat_template=THINKING_CHAT_TEMPLATE)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    cfg = agent_config(tools={"enabled": ["calculator"]}, model={"tokenizer": str(tok_dir)},
+                       data={"chat_template_kwargs": {"enable_thinking": False}})
+    messages = [{"role": "user", "content": "123*45?"}]
+    turn1 = ids(tok, call_text("calculator", {"expression": "123*45"}))
+    turn2 = ids(tok, "5535") + [EOS]
+    s = run_episode(cfg, manager, tok, scripted([turn1, turn2], tokenizer=tok), prompt=messages)
+    obs = ids(tok, "\n<tool>5535\n<assistant><think></think>")
+    assert s.tokens[s.prompt_length:] == turn1 + obs + turn2
+    # without the keyword the template leaves thinking on: no empty think block
+    plain = run_episode(agent_config(tools={"enabled": ["calculator"]},
+                                     model={"tokenizer": str(tok_dir)}),
+                        manager, tok, scripted([turn1, turn2], tokenizer=tok), prompt=messages)
+    assert plain.tokens[plain.prompt_length:] == turn1 + ids(tok, "\n<tool>5535\n<assistant>") + turn2
+    # the agent API's sessions render the first request and every continuation alike
+    store = SessionStore(tok, 1, template_kwargs={"enable_thinking": False})
+    plan = store.plan(store.get_or_create("s"), messages, None)
+    assert tok.decode(plan.prompt_ids) == "<user>123*45?\n<assistant><think></think>"
+
+
 def test_turn_end_already_generated_is_not_doubled(tokenizer):
     import copy
 

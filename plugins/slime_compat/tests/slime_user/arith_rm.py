@@ -14,7 +14,10 @@ async def custom_rm(args, sample: Sample) -> float:
     assert isinstance(sample, Sample) and sample.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
     assert args.n_samples_per_prompt >= 1 and args.rollout_max_response_len == 8
     sample.metadata["seen_by_rm"] = True
-    record("custom_rm")
+    # what slime code sees of the prompt filter and the template keywords
+    record("custom_rm", prompt_len=len(sample.tokens) - sample.response_length,
+           rollout_max_prompt_len=args.rollout_max_prompt_len,
+           apply_chat_template_kwargs=args.apply_chat_template_kwargs)
     return _score(sample)
 
 
