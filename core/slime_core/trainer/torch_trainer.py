@@ -202,10 +202,12 @@ class TorchTrainer:
     def save(self, path: str) -> None:
         from safetensors.torch import save_file
 
+        from slime_core.weights.tensors import untie
+
         os.makedirs(path, exist_ok=True)
         if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
             state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-            save_file(_untie(state), os.path.join(path, "model.safetensors"))
+            save_file(untie(state), os.path.join(path, "model.safetensors"))
             torch.save({
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -263,14 +265,3 @@ def _to_device(batch: TrainBatch, device: torch.device) -> None:
             continue
         packed = torch.cat(tensors).to(device)
         setattr(batch, key, list(packed.split([t.numel() for t in tensors])))
-
-
-def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses shared storage (tied embeddings): give each tensor its own copy."""
-    seen: dict[int, str] = {}
-    out = {}
-    for k, v in state.items():
-        ptr = v.data_ptr()
-        out[k] = v.clone() if ptr in seen else v
-        seen.setdefault(ptr, k)
-    return out
