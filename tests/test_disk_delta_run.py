@@ -27,7 +27,7 @@ def test_delta_run_learns_as_with_full_versions(tmp_path: Path) -> None:
     full, delta = _run(tmp_path / "full", "off"), _run(tmp_path / "xor", "xor")
     assert [r["step"] for r in delta] == [1, 2, 3, 4, 5, 6]
     assert [r["rollout/reward_mean"] for r in delta] == [r["rollout/reward_mean"] for r in full]
-    assert all(abs(a["train/loss"] - b["train/loss"]) < 1e-6 for a, b in zip(full, delta))
+    assert all(abs(a["train/loss"] - b["train/loss"]) < 1e-6 for a, b in zip(full, delta, strict=True))
     assert all(r["perf/weight_sync_delta"] == 1.0 and r["perf/weight_sync_resyncs"] == 0.0
                and r["perf/weight_sync_written_bytes"] < r["perf/weight_sync_full_bytes"]
                for r in delta)
