@@ -220,7 +220,10 @@ class DiskTransport:
         from safetensors.torch import save_file
 
         t0 = time.perf_counter()
-        cpu = untie({k: _host_copy(v) for k, v in weights.items()})
+        if self.delta != "off":  # kept as the next delta's base: must own its storage
+            cpu = {k: _host_copy(v) for k, v in weights.items()}
+        else:
+            cpu = untie({k: v.detach().contiguous().cpu() for k, v in weights.items()})
         full_due = (self._base is None or set(self._base) != set(cpu)
                     or (self.full_interval > 0 and self._deltas_since_full >= self.full_interval))
         use_delta = self.delta != "off" and not full_due
@@ -241,7 +244,7 @@ class DiskTransport:
                 moved += size
                 if self._receive(e, path, version) is not None:
                     refused.append(e)
-        if to_full or refused:
+        if to_full or refused or not engines:  # no engines: the version is still written
             path, size = self._write(
                 full_dir_name(version), version,
                 lambda d: save_file(cpu, str(d / MODEL_FILE)), engines)
