@@ -37,8 +37,9 @@ def _pid(marker: Path) -> int:
     return int(marker.name.split("-")[2])  # gen-v<version>-<pid>-<n>
 
 
+@pytest.mark.parametrize("delta", ["off", "xor"])
 def test_killed_engine_is_restarted_resynced_and_its_requests_requeued(
-        ray_session, base_config, tmp_path: Path) -> None:  # noqa: F811
+        ray_session, base_config, tmp_path: Path, delta: str) -> None:  # noqa: F811
     markers = tmp_path / "markers"
     markers.mkdir()
     cfg = ray_config(
@@ -46,7 +47,7 @@ def test_killed_engine_is_restarted_resynced_and_its_requests_requeued(
         run={"num_rollouts": 3, "fault_tolerance": True},
         rollout={"engine": "slow_local", "reward": "digit_fraction"},
         ray={"health_check_interval_s": 0.5},
-        weights={"transport": "disk", "verify": True},
+        weights={"transport": "disk", "verify": True, "delta": delta},
         ray_test={"marker_dir": str(markers), "delay_s": 1.0},
     )
     killed: list[int] = []
@@ -80,6 +81,11 @@ def test_killed_engine_is_restarted_resynced_and_its_requests_requeued(
     assert all(x["perf/weight_sync_verified"] == 1.0 for x in m)
     pids = {_pid(p) for p in markers.glob("gen-*")}
     assert killed[0] in pids and len(pids) == 2  # a new process took over
+    if delta != "off":
+        # the restarted process holds no base for the next delta: it refuses it, and the
+        # transport resyncs it with a full version (the other syncs are deltas)
+        assert [x["perf/weight_sync_resyncs"] for x in m] == [0.0, 1.0, 0.0]
+        assert [x["perf/weight_sync_delta"] for x in m] == [1.0, 1.0, 1.0]
 
 
 def test_trainer_rank_failure_keeps_last_checkpoint_and_resume_continues(

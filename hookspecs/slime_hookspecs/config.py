@@ -179,6 +179,8 @@ class WeightsConfig(Protocol):
     bucket_mb: int
     dir: str
     verify: bool
+    delta: str
+    delta_full_interval: int
 
 
 class RayConfig(Protocol):

@@ -274,10 +274,21 @@ class WeightsSection:
     bucket_mb: int = 512  # ray / broadcast transports: tensors are sent in buckets of this size
     dir: str = ""  # disk transport directory (default run_dir/weights)
     verify: bool = False  # after each sync, check every engine's weights equal the trainer's
+    # disk transport: after the first full version, write only what changed since the engines'
+    # version, checksummed ("off" | "xor" | "overwrite"; slime_core.weights.delta); engines
+    # that load files themselves (vLLM, SGLang) still get full versions
+    delta: str = "off"
+    delta_full_interval: int = 0  # with weights.delta: a full version every N syncs (0: only the first and resyncs)
 
     def __post_init__(self) -> None:
         _need(self.update_interval >= 1, "weights.update_interval", "must be >= 1")
         _need(self.bucket_mb >= 1, "weights.bucket_mb", "must be >= 1")
+        _need(self.delta in ("off", "xor", "overwrite"), "weights.delta",
+              f"must be 'off', 'xor' or 'overwrite', not {self.delta!r}")
+        _need(self.delta == "off" or self.transport == "disk", "weights.delta",
+              f"deltas go over the disk transport only; set weights.transport = 'disk' "
+              f"(it is {self.transport!r}) or weights.delta = 'off'")
+        _need(self.delta_full_interval >= 0, "weights.delta_full_interval", "must be >= 0")
 
 
 @dataclass

@@ -98,11 +98,18 @@ class EngineWorker:
 
         ray_store.receive(self.engine, refs, version)
 
-    def receive_from_disk(self, version_dir: str, version: int) -> None:
-        """``disk`` transport: ``slime_before_weights_read`` in this process, then load."""
+    def receive_from_disk(self, version_dir: str, version: int,
+                          keep_base: bool = False) -> str | None:
+        """``disk`` transport: ``slime_before_weights_read`` in this process, then load (None),
+        or why a delta version was refused."""
         from slime_core.weights import disk
 
-        disk.receive(self.engine, version_dir, version)
+        return disk.receive(self.engine, version_dir, version, keep_base)
+
+    def disk_accepts_delta(self) -> bool:
+        from slime_core.weights import disk
+
+        return disk.accepts_delta(self.engine)
 
     def join_weight_group(self, host: str, port: int, prefix: str, rank: int, size: int,
                           backend: str, timeout_s: float) -> None:
@@ -189,9 +196,13 @@ class RemoteEngine:
     def update_weights(self, weights: Any, version: int) -> None:
         self._call("update_weights", weights, version)
 
-    def receive_from_disk(self, version_dir: str, version: int) -> None:
+    def receive_from_disk(self, version_dir: str, version: int,
+                          keep_base: bool = False) -> str | None:
         """The ``disk`` transport's engine side, run in the actor."""
-        self._call("receive_from_disk", version_dir, version)
+        return self._call("receive_from_disk", version_dir, version, keep_base)
+
+    def disk_accepts_delta(self) -> bool:
+        return bool(self._call("disk_accepts_delta"))
 
     def weight_version(self) -> int:
         if self.supervisor is not None:

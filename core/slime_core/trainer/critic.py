@@ -198,13 +198,13 @@ class TorchCritic:
         ``critic_state.pt`` (AdamW state plus ``extra``)."""
         from safetensors.torch import save_file
 
-        from slime_core.trainer.torch_trainer import _untie
+        from slime_core.weights.tensors import untie
 
         if _rank() != 0:
             return
         os.makedirs(path, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-        save_file(_untie(state), os.path.join(path, MODEL_FILE))
+        save_file(untie(state), os.path.join(path, MODEL_FILE))
         torch.save({**(extra or {}), "optimizer": self.optimizer.state_dict()},
                    os.path.join(path, STATE_FILE))
 

@@ -229,15 +229,17 @@ class TorchTrainer:
     def save(self, path: str) -> None:
         from safetensors.torch import save_file
 
+        from slime_core.weights.tensors import untie
+
         os.makedirs(path, exist_ok=True)
         if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
             state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-            save_file(_untie(state), os.path.join(path, "model.safetensors"))
+            save_file(untie(state), os.path.join(path, "model.safetensors"))
             if self.config.train.ref_update_interval and self.ref_model is not None:
                 # a moved reference is no longer what a resumed run would rebuild
                 ref = {k: v.detach().contiguous().cpu()
                        for k, v in self.ref_model.state_dict().items()}
-                save_file(_untie(ref), os.path.join(path, REF_FILE))
+                save_file(untie(ref), os.path.join(path, REF_FILE))
             torch.save({
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -297,14 +299,3 @@ def _to_device(batch: TrainBatch, device: torch.device) -> None:
             continue
         packed = torch.cat(tensors).to(device)
         setattr(batch, key, list(packed.split([t.numel() for t in tensors])))
-
-
-def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses shared storage (tied embeddings): give each tensor its own copy."""
-    seen: dict[int, str] = {}
-    out = {}
-    for k, v in state.items():
-        ptr = v.data_ptr()
-        out[k] = v.clone() if ptr in seen else v
-        seen.setdefault(ptr, k)
-    return out

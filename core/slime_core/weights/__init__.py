@@ -7,7 +7,9 @@ engine side runs in the engine's process:
 
 * :mod:`.inprocess` -- engines in the trainer's process copy its tensors;
 * :mod:`.disk` -- a versioned safetensors directory; the engine side fires
-  ``slime_before_weights_read`` and loads it;
+  ``slime_before_weights_read`` and loads it; with ``weights.delta`` only what changed
+  (:mod:`.delta`: encodings, manifest, checksums), a refused delta resynced in full;
+* :mod:`.tensors` -- helpers on name -> tensor mappings (``untie`` for safetensors);
 * :mod:`.ray_store` -- the ``ray`` transport: buckets in Ray's object store;
 * :mod:`.broadcast` -- a torch.distributed broadcast group of trainer rank 0 and the engines;
 * :mod:`.buckets` -- what they share: buckets of ``weights.bucket_mb``, byte counts, engine

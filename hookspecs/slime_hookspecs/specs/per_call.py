@@ -395,7 +395,10 @@ def slime_trainer_load(config: Config, path: str, rank: int) -> None:
 def slime_after_weights_written(config: Config, version_dir: str, engines: list[Any]) -> None:
     """Called after the disk transport wrote a weight version (``--custom-update-weight-post-write-path``).
 
-    **When**: after the versioned directory is complete, before engines are told to read it.
+    **When**: after the versioned directory is complete, before engines are told to read it;
+    once per directory: with ``weights.delta`` a sync writes a delta directory
+    (``delta-v<version>``) and, for engines that need it (a refused delta, an engine that
+    loads files itself), the full one (``v<version>``), each announced here.
     **Process**: the trainer rank that wrote it (rank 0).
     **Returns**: nothing (e.g. copy the directory to shared storage).
 
@@ -407,8 +410,9 @@ def slime_after_weights_written(config: Config, version_dir: str, engines: list[
 def slime_before_weights_read(version_dir: str, target_version: int) -> None:
     """Called on the engine side before it reads a weight version from disk.
 
-    **When**: once per engine per disk weight sync, fired by the ``disk`` transport's engine
-    side (engines do not fire it) before the engine is told to load ``version_dir``.
+    **When**: once per engine per directory it reads (a refused delta version is followed by
+    the full one), fired by the ``disk`` transport's engine side (engines do not fire it)
+    before the engine is told to load ``version_dir``.
     **Process**: the engine's process (its actor under the ray executor).
     **Returns**: nothing (e.g. fetch the directory).
 

@@ -153,6 +153,54 @@ def _kl_loss_type(cfg: dict[str, dict[str, Any]], v: Value) -> None:
     cfg.setdefault("algorithm", {})["kl_estimator"] = _one(v)
 
 
+# -- slime's delta weight sync (--update-weight-mode delta over --update-weight-transport disk)
+# maps onto the disk transport's weights.delta; the encoding flag may come before the mode, so
+# it waits in a scratch key that _finish_delta resolves (slime's default encoding is xor)
+_ENCODING = "_update_weight_delta_encoding"
+
+
+def _update_weight_mode(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    mode = _one(v)
+    if mode not in ("full", "delta"):
+        raise ValueError(f"{mode!r} is not full or delta")
+    cfg.setdefault("weights", {})["delta"] = mode  # "delta" becomes the encoding below
+
+
+def _update_weight_transport(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    if _one(v) != "disk":
+        raise ValueError("only disk maps (weights.transport = 'disk'); slime's nccl broadcast "
+                         "is weights.transport = 'broadcast' under run.executor = 'ray'")
+    cfg.setdefault("weights", {})["transport"] = "disk"
+
+
+def _update_weight_delta_encoding(cfg: dict[str, dict[str, Any]], v: Value) -> None:
+    encoding = _one(v)
+    if encoding not in ("xor", "overwrite"):
+        raise ValueError(f"{encoding!r} is not xor or overwrite")
+    cfg.setdefault("weights", {})[_ENCODING] = encoding
+
+
+def _finish_delta(cfg: dict[str, dict[str, Any]]) -> None:
+    w = cfg.get("weights", {})
+    encoding = w.pop(_ENCODING, "xor")
+    if w.get("delta") == "delta":
+        w["delta"], w["transport"] = encoding, "disk"  # slime: delta mode is disk only
+    elif w.get("delta") == "full":
+        w["delta"] = "off"
+
+
+DELTA_RULES: dict[str, Apply] = {
+    "update-weight-mode": _update_weight_mode,
+    "update-weight-transport": _update_weight_transport,
+    "update-weight-delta-encoding": _update_weight_delta_encoding,
+    "update-weight-disk-dir": _set("weights.dir", _one),
+}
+DELTA_DROPPED: dict[str, str] = {
+    "update-weight-delta-checksum": "delta checksums are sha256 here, named in each delta's manifest",
+    "update-weight-local-checkpoint-dir": "engines that apply deltas hold their base in memory; engines that load files themselves (vLLM, SGLang) get full versions",
+    "update-weight-disk-keep-files": "the disk transport keeps the two newest versions and the newest full one",
+}
+
 RULES: dict[str, Apply] = {
     "hf-checkpoint": _set("model.path", _one),
     "seed": _set("run.seed", _int),
@@ -220,6 +268,7 @@ RULES: dict[str, Apply] = {
     "num-critic-only-steps": _set("ppo.num_critic_only_steps", _int),
 }
 RULES.update({k.replace("_", "-"): _slime(k) for k in FLAGS})
+RULES.update(DELTA_RULES)
 
 _GPU = "GPU serving/placement of slime's SGLang engines: the project's engines are chosen with rollout.engine (and [sglang] for SGLang)"
 _MEGATRON = "Megatron parallelism/kernel setting: the default torch backend has none (train.backend = 'megatron' with the megatron_backend plugin has [megatron])"
@@ -256,6 +305,7 @@ DROPPED: dict[str, str] = {
     "balance-data": "no effect here: micro-batches are cut by token budget (train.micro_batch_tokens)",
     "optimizer": "AdamW is the only optimizer (train.lr, adam_betas, weight_decay)",
     "global-batch-size": "becomes train.num_steps_per_rollout = rollout_batch_size * n_samples_per_prompt / global_batch_size",
+    **DELTA_DROPPED,
 }
 
 
@@ -470,6 +520,7 @@ def to_config(flags: list[tuple[str, str | None]], model_path: str | None = None
     if refused:
         raise FlagError("; ".join(str(e) for e in refused.values())
                         + " (--set FLAG=VALUE gives a value that replaces the script's)")
+    _finish_delta(tr.config)
     # a flag given later (--set after a shell-variable value) is translated, not dropped
     tr.dropped = [d for d in tr.dropped if d[0] not in set(tr.mapped)]
     if model_path:

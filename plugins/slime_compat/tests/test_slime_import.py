@@ -328,3 +328,28 @@ def test_ref_load_ref_update_interval_and_keep_old_actor(tmp_path: Path) -> None
     (flag, _, why), = tr.dropped
     assert flag == "ref-load" and "not a Hugging Face model directory" in why
     assert "ref_path" not in tr.config.get("model", {})
+
+
+def test_delta_weight_sync_flags_map_onto_the_disk_transport() -> None:
+    """slime's --update-weight-mode delta (disk only) is weights.delta with the encoding,
+    whichever flag comes first; the post-write path stays slime's function, called from
+    slime_after_weights_written for every directory written (full or delta)."""
+    flags = [("update-weight-delta-encoding", "overwrite"), ("update-weight-mode", "delta"),
+             ("update-weight-transport", "disk"), ("update-weight-disk-dir", "/mnt/deltas"),
+             ("update-weight-delta-checksum", "xxh3-128"),
+             ("custom-update-weight-post-write-path", "my_hooks.commit")]
+    tr = to_config(flags)
+    assert tr.config["weights"] == {"delta": "overwrite", "transport": "disk",
+                                    "dir": "/mnt/deltas"}
+    assert tr.config["slime"]["custom_update_weight_post_write_path"] == "my_hooks.commit"
+    assert [f for f, _, _ in tr.dropped] == ["update-weight-delta-checksum"]
+    # slime's defaults: xor, and delta mode implies the disk transport
+    assert to_config([("update-weight-mode", "delta")]).config["weights"] == {
+        "delta": "xor", "transport": "disk"}
+    assert to_config([("update-weight-mode", "full"),
+                      ("update-weight-delta-encoding", "xor")]).config["weights"] == {
+        "delta": "off"}
+    bad = to_config([("update-weight-transport", "nccl"), ("update-weight-mode", "fast")])
+    reasons = {f: r for f, _, r in bad.dropped}
+    assert "weights.transport = 'broadcast'" in reasons["update-weight-transport"]
+    assert "'fast' is not full or delta" in reasons["update-weight-mode"]
