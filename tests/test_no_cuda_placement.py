@@ -64,6 +64,8 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the rollout.cuda_graphs key's name; its value comes from the record's graph_capture"),
     ("core/slime_core/runner/rundir.py", '("rollout", "cuda_graphs")',
      "the rollout.cuda_graphs key's name in the keys a resume may change"),
+    ("plugins/slime_compat/slime_compat/importer.py", "slime's nccl broadcast",
+     "the text of slime-import's note on slime's --update-weight-transport nccl; decides nothing"),
     ("core/slime_core/observe/config.py", "cuda_time_total",
      "profiler table sort keys (names of torch profiler columns)"),
     ("core/slime_core/observe/profiler.py", "torch.cuda.is_available()",
