@@ -137,7 +137,7 @@ def slime_before_rollout(config: Config, rollout_id: int) -> Generator[None, Any
     tracer = tr.current()
     if tracer is not None:
         run = _section(config, "run")
-        if run is None or not run.async_rollout:
+        if run is None or not (run.async_rollout or run.rollout_mode == "one_step_off"):
             # a step runs from its rollout to the next one; with one-step-off rollouts the next
             # rollout starts before this step trains, so steps are not drawn there
             tracer.close("step")

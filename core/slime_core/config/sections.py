@@ -39,6 +39,22 @@ NUMERICS = ("slime", "verl")
 CHAT_TEMPLATE_RESERVED = ("conversation", "tools", "tokenize", "add_generation_prompt",
                           "continue_final_message", "return_dict", "return_tensors")
 
+ROLLOUT_MODES = ("sync", "one_step_off", "fully_async")
+
+
+def rollout_mode(run: Any) -> str:
+    """The rollout mode a ``[run]`` section selects: ``run.async_rollout = true`` (the older
+    key, kept) means ``one_step_off``."""
+    if run.rollout_mode == "sync" and run.async_rollout:
+        return "one_step_off"
+    return str(run.rollout_mode)
+
+
+def async_buffer_groups(config: Any) -> int:
+    """Groups the fully-async generator holds at once (``run.async_buffer_groups``; 0: twice
+    ``rollout.batch_size``, so one batch can wait while the next is generated)."""
+    return int(config.run.async_buffer_groups or 2 * config.rollout.batch_size)
+
 
 def _need(cond: bool, key: str, msg: str) -> None:
     if not cond:
@@ -64,13 +80,23 @@ class RunSection:
     num_threads: int = 0  # torch intra-op threads (0: leave torch's default)
     compile_cache_dir: str = "~/.cache/slime/compile"  # torch.compile's caches (inductor's in inductor/, Triton's in triton/) so a second run of the same model and shapes reuses the first's compilation; an explicit TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR wins; empty: torch's own defaults
     cudnn_attention: bool = False  # CUDA: let torch's SDPA pick cuDNN attention, which builds a graph per new shape (0.4-0.5 s on an H200 at the anchor's first new prompt width; RL shapes change every step); false leaves flash/efficient/math
-    async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains
-    max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound)
+    async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains (the same as rollout_mode = "one_step_off")
+    rollout_mode: str = "sync"  # sync | one_step_off | fully_async: engines generate continuously into a bounded buffer while the trainer consumes it (docs/executors.md); fully_async needs run.max_staleness >= 1
+    max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound; fully_async: required, >= 1)
+    async_buffer_groups: int = 0  # fully_async: groups held at once, completed in the buffer plus in generation (0: 2 x rollout.batch_size); at least rollout.batch_size
+    async_chunk_tokens: int = 0  # fully_async: at most this many new tokens of a sample per engine call, so finished groups leave and new ones join between calls while long samples go on (0: the whole budget in one call)
     fault_tolerance: bool = False  # ray: restart dead engines, re-sync, re-queue their requests
 
     def __post_init__(self) -> None:
         _need(self.num_rollouts >= 0, "run.num_rollouts", "must be >= 0")
         _need(self.max_staleness >= -1, "run.max_staleness", "must be >= 0, or -1 for no bound")
+        _need(self.rollout_mode in ROLLOUT_MODES, "run.rollout_mode",
+              f"must be one of {', '.join(ROLLOUT_MODES)}, got {self.rollout_mode!r}")
+        _need(not (self.async_rollout and self.rollout_mode == "fully_async"), "run.async_rollout",
+              "is one-step-off; it cannot be true with run.rollout_mode = \"fully_async\" "
+              "(leave it false)")
+        _need(self.async_buffer_groups >= 0, "run.async_buffer_groups", "must be >= 0")
+        _need(self.async_chunk_tokens >= 0, "run.async_chunk_tokens", "must be >= 0")
         _need(self.save_interval >= 0, "run.save_interval", "must be >= 0")
         _need(self.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
         _need(self.executor in ("local", "ray"), "run.executor", "must be 'local' or 'ray'")

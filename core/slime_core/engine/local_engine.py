@@ -129,11 +129,11 @@ class LocalEngine:
         if config.rollout.fused_decoder:
             self.fused_unsupported = unsupported(model)
             self._fuse()
-        # rollout.async_threads: a one-step-off rollout generates on a worker thread while the
-        # main thread trains; on the CPU both compete for the same cores
+        # rollout.async_threads: a one-step-off or fully-async rollout generates on a worker
+        # thread while the main thread trains; on the CPU both compete for the same cores
         run = config.run
         self._overlap_threads = 0
-        if (self.device.type == "cpu" and run.async_rollout
+        if (self.device.type == "cpu" and (run.async_rollout or run.rollout_mode != "sync")
                 and run.executor == "local"):
             self._overlap_threads = int(config.rollout.async_threads or 0)
             # a thread takes torch's process-wide count when it first asks for it; asking

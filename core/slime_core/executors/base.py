@@ -15,6 +15,8 @@ builds the components and hands the driver objects with the local components' me
   transport, returning ``{"bytes", "seconds", ...}``;
 * ``submit_rollout(rollout_id)``: start a rollout and return a future (``result()``,
   ``done()``), for one-step-off asynchronous training;
+* ``streaming()``: the fully-async generator (:class:`slime_core.rollout.streaming.StreamingRollout`
+  or a handle with its methods) where the rollout manager lives;
 * ``shutdown()``: release everything the executor started.
 """
 
@@ -44,6 +46,8 @@ class Executor(Protocol):
     def send_weights(self, version: int) -> dict[str, float]: ...
 
     def submit_rollout(self, rollout_id: int) -> RolloutFuture: ...
+
+    def streaming(self) -> Any: ...
 
     def shutdown(self) -> None: ...
 

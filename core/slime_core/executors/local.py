@@ -79,6 +79,13 @@ class LocalExecutor:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-rollout")
         return self._pool.submit(self.rollouts.rollout, rollout_id)
 
+    def streaming(self) -> Any:
+        """The fully-async generator (``run.rollout_mode = "fully_async"``), beside the rollout
+        manager in this process."""
+        from slime_core.rollout.streaming import StreamingRollout
+
+        return StreamingRollout(self.rollouts)
+
     def shutdown(self) -> None:
         if hasattr(self.trainer, "shutdown"):
             self.trainer.shutdown()

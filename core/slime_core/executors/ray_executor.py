@@ -113,6 +113,39 @@ class RayRollouts:
         return ray.get(self.actor.rollout.remote(rollout_id, evaluation))
 
 
+class RayStream:
+    """The driver's handle on the fully-async generator inside the rollout manager actor:
+    the methods of :class:`~slime_core.rollout.streaming.StreamingRollout`, each a blocking
+    actor call."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return ray.get(self.actor.stream.remote(method, *args))
+
+    def resume(self, version: int) -> None:
+        self._call("resume", version)
+
+    def pause(self) -> None:
+        self._call("pause")
+
+    def take(self, n: int, version: int, step: int) -> tuple[RolloutResult, float]:
+        return self._call("take", n, version, step)  # type: ignore[no-any-return]
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._call("snapshot")  # type: ignore[no-any-return]
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._call("restore", state)
+
+    def stop(self) -> None:
+        self._call("stop")
+
+    def state(self) -> dict[str, int]:
+        return self._call("state")  # type: ignore[no-any-return]
+
+
 class RayTrainerGroup(TrainerGroup):
     """The :class:`~slime_hookspecs.Trainer` protocol over the trainer rank actors
     (sharding by data-parallel index: :class:`~slime_core.executors.trainer_group.TrainerGroup`)."""
@@ -290,6 +323,9 @@ class RayExecutor:
 
     def submit_rollout(self, rollout_id: int) -> RayFuture:
         return RayFuture(self.manager_actor.rollout.remote(rollout_id, False))
+
+    def streaming(self) -> RayStream:
+        return RayStream(self.manager_actor)
 
     def shutdown(self) -> None:
         actors = ([self.manager_actor] if self.manager_actor is not None else [])

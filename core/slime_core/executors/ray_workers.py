@@ -386,6 +386,15 @@ class RolloutManagerWorker:
             result.metrics["rollout/engine_restarts"] = float(self.supervisor.restarts - before)
         return result
 
+    def stream(self, method: str, *args: Any) -> Any:
+        """A call on this actor's fully-async generator (built on first use; the driver's
+        ``RayStream`` handle sends its calls here, one at a time)."""
+        if getattr(self, "_stream", None) is None:
+            from slime_core.rollout.streaming import StreamingRollout
+
+            self._stream = StreamingRollout(self.rollouts)
+        return getattr(self._stream, method)(*args)
+
     def source_state(self, split: str) -> dict[str, Any]:
         return self.sources[split].state_dict()
 
@@ -403,6 +412,8 @@ class RolloutManagerWorker:
         return self.supervisor.restarts if self.supervisor else 0
 
     def shutdown(self) -> None:
+        if getattr(self, "_stream", None) is not None:
+            self._stream.stop()
         if self.supervisor is not None:
             self.supervisor.stop()
 

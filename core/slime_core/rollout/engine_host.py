@@ -34,6 +34,9 @@ class CallerThreadHost:
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # the thread of the event loop it serves: only that loop's coroutines may queue calls
+        # (a fully-async generator's loop runs beside an evaluation's and must not)
+        self.loop_thread: threading.Thread | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Queue ``fn(*args)`` for the thread inside :meth:`run` and wait for its result."""
@@ -57,6 +60,7 @@ class CallerThreadHost:
         # daemon: if the caller is interrupted (Ctrl-C) while serving, the loop it abandons
         # must not keep the process alive
         thread = threading.Thread(target=loop_thread, name="slime-rollout-loop", daemon=True)
+        self.loop_thread = thread
         thread.start()
         while (item := self._calls.get()) is not None:
             fn, args, fut, loop = item

@@ -197,9 +197,10 @@ class RolloutManager:
         """``fn(*args)`` on the thread that drives the rollout when it serves engine calls
         (built-in rewards: math-verify's signal-based timeouts work on the main thread only),
         else right here on the event loop."""
-        if self._host is None:
+        host = self._host
+        if host is None or threading.current_thread() is not host.loop_thread:
             return fn(*args)
-        return await self._host.call(fn, *args)
+        return await host.call(fn, *args)
 
     async def _rollout(self, rollout_id: int, source: DataSource, evaluation: bool) -> RolloutResult:
         cfg = self.config

@@ -6,7 +6,9 @@ the checkpoint: see ``docs/run_directory.md`` for what a crash at any instant le
 ``slime_on_error`` and ``slime_run_end(status="failed")`` fire before an error propagates,
 and checkpoints already written are never touched by a failing step. With
 ``run.async_rollout`` the rollout of step k+1 is generated while step k trains
-(:mod:`slime_core.runner.pipeline`); ``run.max_staleness`` bounds how old a trained-on sample
+(:mod:`slime_core.runner.pipeline`); with ``run.rollout_mode = "fully_async"`` the engines
+generate continuously into a bounded buffer the steps take from
+(:mod:`slime_core.runner.fully_async`); ``run.max_staleness`` bounds how old a trained-on sample
 may be (:mod:`slime_core.runner.staleness`).
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 
 from slime_core.config import Config
 from slime_core.config.names import check_record_names
+from slime_core.config.sections import rollout_mode
 from slime_core.context import set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
@@ -32,6 +35,8 @@ from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import fast_defaults, staleness, startup
 from slime_core.runner.convert import samples_to_batch
+from slime_core.runner.fully_async import STATE_FILE as FULLY_ASYNC_FILE
+from slime_core.runner.fully_async import FullyAsync
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
 from slime_core.runtime import process_settings
@@ -102,6 +107,7 @@ class Driver:
             self._heap_frozen = False  # see _freeze_heap
             self.version = 0  # trainer weight version: optimizer rollouts applied so far
             self.synced_version = -1  # version the engines hold
+            mode = rollout_mode(config.run)
             self._async = OneStepOff(
                 submit=ex.submit_rollout, prepare=self._prepare_rollout,
                 source_state=self.train_source.state_dict,
@@ -109,7 +115,13 @@ class Driver:
                 after=lambda step, result: self.pm.slime_after_rollout(
                     config=config, rollout_id=step, result=result),
                 num_rollouts=config.run.num_rollouts,
-            ) if config.run.async_rollout else None
+            ) if mode == "one_step_off" else None
+            self._stream = FullyAsync(
+                ex.streaming(), batch_size=config.rollout.batch_size,
+                before=lambda step: self.pm.slime_before_rollout(config=config, rollout_id=step),
+                after=lambda step, result: self.pm.slime_after_rollout(
+                    config=config, rollout_id=step, result=result),
+            ) if mode == "fully_async" else None
             if resume_dir:
                 self._resume()
         except BaseException:
@@ -156,8 +168,14 @@ class Driver:
             except Exception as exc:  # noqa: BLE001 - name the file, whatever broke
                 raise ckpt.CheckpointError(f"{where}: unreadable ({type(exc).__name__}: "
                                            f"{exc})") from exc
+        stream_state = None
+        if self._stream is not None and (last / FULLY_ASYNC_FILE).is_file():
+            stream_state = ckpt.read_json(last / FULLY_ASYNC_FILE)
         self.trainer.load(str(last / "trainer"))
         self.train_source.load_state_dict(source)
+        if stream_state is not None:
+            assert self._stream is not None
+            self._stream.restore(stream_state)
         random.setstate(_tuple_state(state["python_rng"]))
         self.step, self.version = state["step"], state["version"]
         if result is not None:
@@ -173,9 +191,16 @@ class Driver:
         if self._async is not None:  # keep the in-flight rollout (see runner/pipeline.py)
             self._async.drain()
             inflight = self._async.finished()
+        stream_state = None
+        if self._stream is not None:
+            # paused: the buffer, the groups in generation and the data source are one instant
+            self._stream.pause()
+            stream_state = self._stream.snapshot()
 
         def write(tmp: Path) -> None:
             self.trainer.save(str(tmp / "trainer"))
+            if stream_state is not None:
+                (tmp / FULLY_ASYNC_FILE).write_text(json.dumps(stream_state))
             if inflight is not None:
                 from slime_core.observe.dumps import write_dump
 
@@ -192,12 +217,16 @@ class Driver:
         # engines get re-synced from the trainer at resume, so synced_version is not saved
         final = ckpt.save_checkpoint(self.run_dir, self.step, write, state,
                                      self.config.run.keep_checkpoints)
+        if self._stream is not None and self.step < self.config.run.num_rollouts:
+            self._stream.resume(self.synced_version)
         self.pm.slime_after_save(config=self.config, rollout_id=self.step, path=str(final))
 
     # -- phases ----------------------------------------------------------------------------
     def sync_weights(self) -> dict[str, float]:
         if self._async is not None:
             self._async.drain()  # never change weights in the middle of a generation
+        if self._stream is not None:
+            self._stream.pause()  # aborts the calls in flight; their partials go on after it
         self.pm.slime_before_weight_sync(config=self.config, version=self.version)
         stats = self.executor.send_weights(self.version)
         self.synced_version = self.version
@@ -208,6 +237,8 @@ class Driver:
                     f"version {self.version}"
                 )
         self.pm.slime_after_weight_sync(config=self.config, version=self.version, stats=stats)
+        if self._stream is not None and self.step < self.config.run.num_rollouts:
+            self._stream.resume(self.version)
         return {f"perf/weight_sync_{k}": float(v) for k, v in stats.items()}
 
     def check_versions(self) -> None:
@@ -234,7 +265,8 @@ class Driver:
         if self._async is not None:
             self._async.drain()  # the engines serve one rollout at a time
         self.eval_source.load_state_dict(self.eval_start)
-        self._reseed(-1 - self.step)
+        if self._stream is None:  # fully async: the generator draws from the engines meanwhile
+            self._reseed(-1 - self.step)
         t0 = time.perf_counter()
         result = self.rollouts.rollout(self.step, evaluation=True)
         samples = list(result.samples())
@@ -249,6 +281,8 @@ class Driver:
         timings: dict[str, float] = {}
         if self._async is not None:  # submitted during the previous step
             result, timings["perf/rollout_wait_time"] = self._async.take(step)
+        elif self._stream is not None:  # generated meanwhile, into the buffer
+            result, timings["perf/rollout_wait_time"] = self._stream.take(step, self.version)
         else:
             self._prepare_rollout(step)
             t = time.perf_counter()
@@ -263,7 +297,9 @@ class Driver:
         stale = staleness.drop_stale(samples, self.version, cfg.run.max_staleness)
         metrics = {**result.metrics, **rollout_metrics(cfg, samples, "rollout", self.version)}
         if cfg.run.max_staleness >= 0:
-            metrics["rollout/stale_dropped"] = float(stale)
+            # fully async: the generator discarded the stale groups already (counted there)
+            metrics["rollout/stale_dropped"] = float(stale) + result.metrics.get(
+                "rollout/stale_dropped", 0.0)
         gen_tokens = sum(s.response_length for s in samples)
         rollout_time = timings.get("perf/rollout_time", result.metrics.get("perf/rollout_time", 0.0))
         metrics["perf/rollout_tokens_per_s"] = gen_tokens / max(rollout_time, 1e-9)
@@ -366,6 +402,8 @@ class Driver:
             raise
         finally:
             self.pm.slime_run_end(config=cfg, run_dir=str(self.run_dir), status=status)
+            if self._stream is not None:
+                self._stream.stop()  # before the engines go
             for lg in self.loggers:
                 lg.close()
             for e in self.engines:

@@ -1,0 +1,405 @@
+"""Fully-asynchronous rollout (``run.rollout_mode = "fully_async"``): the engines generate
+continuously into a bounded buffer of completed groups while the trainer consumes it.
+
+Lives in the rollout manager's process (the ``core run`` process with the local executor, the
+rollout manager actor with the ray executor), beside the :class:`RolloutManager` whose
+generate, reward and filter paths it uses, on its own thread and event loop.
+
+* **Bound**: at most ``run.async_buffer_groups`` groups are held at once, completed ones in
+  the buffer plus those in generation; a new prompt is taken from the data source only when a
+  group leaves (the trainer took it, or a filter dropped it).
+* **Chunks**: with ``run.async_chunk_tokens = C`` each engine call generates at most C new
+  tokens of a sample; a sample cut by the chunk (not by ``rollout.max_new_tokens``) goes on in
+  the next call, where finished groups have left and new ones joined. Without a continuously
+  batching engine this is what keeps a few long samples from holding a whole batched call.
+* **Weight updates**: :meth:`StreamingRollout.pause` aborts the calls in flight and waits until
+  none runs; the aborted samples keep their tokens (status back to PENDING: the partial-rollout
+  path of ``default_generate``, which asks only for the remaining budget) and continue after
+  :meth:`StreamingRollout.resume` with the new weights. Each token records the version that
+  generated it (``Sample.weight_versions``). ``rollout.mask_offpolicy_in_partial_rollout``
+  masks the tokens generated before an update, as for partial rollouts.
+* **Staleness** (``run.max_staleness = N``; staleness = trainer version when trained minus
+  ``weight_versions[0]``): a pending partial sample that is already more than N versions old
+  is restarted from its prompt before its next call (``rollout/stale_restarted``); a buffered
+  group holding a sample staler than N when the trainer takes it is discarded, its prompt goes
+  back to the data source to be generated again (``rollout/stale_dropped`` counts its
+  samples).
+* **Records**: every group taken from the data source is, at any pause, in exactly one place:
+  trained, in the buffer, in generation (with its partial responses), or back in the data
+  source. :meth:`snapshot` (paused) writes the buffer and the groups in generation; a resumed
+  run :meth:`restore` s them with the data source's state of the same instant, so no group is
+  trained twice or lost (not the same samples as an uninterrupted run: timing decides what
+  completes when).
+
+Thread safety: the data source, the buffer and the in-generation table are touched only with
+``self._cond`` held; engine calls run on worker threads (``asyncio.to_thread``), an
+evaluation's engine calls may run beside them (the engines serialise calls; the generator has
+its own :class:`EngineClient` objects, so no batching state is shared with an evaluation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter, deque
+from typing import Any
+
+from slime_hookspecs import RolloutResult, Sample, SamplingParams, Status
+
+from slime_core.config.sections import async_buffer_groups
+from slime_core.rollout.engine_client import EngineClient
+from slime_core.rollout.manager import RolloutManager, sampling_params
+
+SNAPSHOT_FORMAT = "slime.fully_async/1"
+
+
+class StreamingRollout:
+    """The continuous generator of one run (see the module docstring). Driver-side calls:
+    :meth:`resume` (starts it), :meth:`take`, :meth:`pause`, :meth:`snapshot`,
+    :meth:`restore` (before the first resume), :meth:`stop`."""
+
+    def __init__(self, manager: RolloutManager) -> None:
+        config = manager.config
+        source = manager.train_source
+        if getattr(source, "delivers_finished_samples", False):
+            raise ValueError(
+                f"run.rollout_mode = \"fully_async\": the data source "
+                f"{getattr(source, 'kind', type(source).__name__)!r} (data.source) delivers "
+                "groups generated elsewhere (agent workers), which this mode does not drive yet; "
+                "use run.rollout_mode = \"one_step_off\"")
+        if manager._teacher is not None:
+            raise ValueError(
+                "run.rollout_mode = \"fully_async\" with [opd] mode = \"engine\" (a teacher "
+                "engine scoring each rollout) is not supported yet; use \"one_step_off\"")
+        self.m, self.config, self.source = manager, config, source
+        self.capacity = async_buffer_groups(config)
+        self.chunk = int(config.run.async_chunk_tokens)
+        self.max_staleness = int(config.run.max_staleness)
+        self.params: SamplingParams = sampling_params(config, False)
+        # own clients: an evaluation on the driver's thread uses the manager's at the same time
+        self.clients = [EngineClient(c.engine, config.rollout.generate_batch_size, c.index)
+                        for c in manager.clients]
+        self._cond = threading.Condition()
+        self.buffer: deque[list[Sample]] = deque()
+        self.inflight: dict[int, list[Sample]] = {}
+        self._next_key = 0
+        self._to_launch: list[int] = []  # restored groups, launched when the loop starts
+        self._paused = True
+        self._stopping = False
+        self._started = False
+        self._calls = 0  # generate rounds in flight
+        self._version = 0  # the engines' weight version (what a resumed round generates with)
+        self._step = 0  # the step the trainer is on (slime_after_generate's rollout_id)
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._running: asyncio.Event | None = None
+        self._stats: Counter[str] = Counter()  # since the last take
+        self._filtered: list[list[Sample]] = []  # dropped by dynamic sampling since the last take
+        self._last_take = time.perf_counter()
+        self.max_held = 0  # most groups held at once (buffer + in generation): tests check it
+
+    # -- driver side -------------------------------------------------------------------------
+    def resume(self, version: int) -> None:
+        """Generate with weight version ``version`` (the engines hold it now); starts the
+        generator on its first call."""
+        with self._cond:
+            self._version = int(version)
+            self._paused = False
+            start = not self._started
+            self._started = True
+        if start:
+            for c in self.clients:  # a new run draws its own samples, not a copy of step 0's
+                if hasattr(c.engine, "reseed"):
+                    c.engine.reseed(self.config.run.seed * 1_000_003 + 7919 + c.index)
+            self._thread = threading.Thread(target=self._thread_main, name="slime-fully-async",
+                                            daemon=True)
+            self._thread.start()
+        else:
+            self._poke(running=True)
+
+    def pause(self) -> None:
+        """Stop generating: abort the engine calls in flight and return once none runs (their
+        samples keep their partial responses and continue at :meth:`resume`)."""
+        with self._cond:
+            if self._paused:
+                return
+            self._paused = True
+        while True:
+            # again every 50 ms: a call that reached its engine after an abort is not ended
+            # by it (aborts end the calls that have started)
+            for c in self.clients:
+                c.abort()
+            with self._cond:
+                if self._calls == 0 or self._error is not None or self._thread is None \
+                        or not self._thread.is_alive():
+                    return
+                self._cond.wait(0.05)
+
+    def take(self, n: int, version: int, step: int) -> tuple[RolloutResult, float]:
+        """``n`` completed groups, oldest first, for the trainer at weight version ``version``
+        training step ``step``, and the seconds waited for them. A buffered group staler than
+        ``run.max_staleness`` is discarded and its prompt generated again."""
+        t0 = time.perf_counter()
+        out: list[list[Sample]] = []
+        stale = 0
+        with self._cond:
+            self._step = step
+            while len(out) < n:
+                if self._error is not None:
+                    raise RuntimeError(
+                        f"fully-async generation failed: {type(self._error).__name__}: "
+                        f"{self._error}") from self._error
+                while self.buffer and len(out) < n:
+                    group = self.buffer.popleft()
+                    if self._too_stale(group, version):
+                        stale += len(group)
+                        self.source.add_samples([[self.m._reset_for_buffer(s, fresh=True)
+                                                  for s in group]])
+                        continue
+                    out.append(group)
+                self._poke()  # room for new prompts
+                if len(out) < n:
+                    if self._paused or not self._started:
+                        raise RuntimeError(
+                            f"fully-async: step {step} waits for {n - len(out)} more groups, "
+                            "but generation is paused")
+                    self._cond.wait(0.5)
+            waited = time.perf_counter() - t0
+            for g in out:
+                for s in g:
+                    s.rollout_id = step
+            window = time.perf_counter() - self._last_take
+            self._last_take = time.perf_counter()
+            stats, self._stats = self._stats, Counter()
+            filtered, self._filtered = self._filtered, []
+            metrics: dict[str, float] = {
+                "rollout/stale_dropped": float(stale),
+                "rollout/stale_restarted": float(stats["stale_restarted"]),
+                "rollout/partial_resumed": float(stats["partial_resumed"]),
+                "rollout/groups_generated": float(stats["completed"]),
+                "rollout/buffer_groups": float(len(self.buffer)),
+                "rollout/inflight_groups": float(len(self.inflight)),
+                "rollout/held_groups_max": float(self.max_held),
+                "perf/rollout_time": window,  # the generation window this batch came from
+                "perf/rollout_wait_time": waited,
+            }
+            for key, value in stats.items():
+                if key.startswith("dropped/"):
+                    metrics[f"rollout/{key}"] = float(value)
+            if self.m._sample_filter is not None:
+                self.m._sample_filter(out)
+            hook = self.m.manager.hook
+            hook.slime_rollout_sample_filter(config=self.config, groups=out)
+            # under the lock: a plugin that edits the data source here races no generator
+            hook.slime_rollout_all_samples(config=self.config, groups=out + filtered,
+                                           data_source=self.source)
+        return RolloutResult(groups=out, metrics=metrics), waited
+
+    def snapshot(self) -> dict[str, Any]:
+        """The buffer and the groups in generation, JSON-ready; only while paused (the data
+        source's state of the same instant belongs with it)."""
+        with self._cond:
+            if not self._paused or self._calls:
+                raise RuntimeError("fully-async: snapshot() while generating; pause() first")
+            return {"format": SNAPSHOT_FORMAT,
+                    "buffer": [[s.to_dict() for s in g] for g in self.buffer],
+                    "inflight": [[s.to_dict() for s in g] for g in self.inflight.values()]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back a :meth:`snapshot` (before the first :meth:`resume`)."""
+        if state.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"fully-async state: format {state.get('format')!r}, expected "
+                             f"{SNAPSHOT_FORMAT!r}")
+        with self._cond:
+            if self._started:
+                raise RuntimeError("fully-async: restore() after the generator started")
+            self.buffer = deque([Sample.from_dict(d) for d in g] for g in state["buffer"])
+            self.inflight, self._to_launch = {}, []
+            for g in state["inflight"]:
+                key = self._register([Sample.from_dict(d) for d in g])
+                self._to_launch.append(key)
+
+    def stop(self) -> None:
+        """End the generator (aborting what runs); the buffer's content stays readable."""
+        with self._cond:
+            self._stopping = True
+            self._paused = True
+        for c in self.clients:
+            c.abort()
+        self._poke(running=True)
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+
+    def state(self) -> dict[str, int]:
+        """Sizes, for tests and logs: buffer, in generation, most held at once, capacity."""
+        with self._cond:
+            return {"buffer": len(self.buffer), "inflight": len(self.inflight),
+                    "max_held": self.max_held, "capacity": self.capacity}
+
+    # -- generator side ----------------------------------------------------------------------
+    def _poke(self, running: bool = False) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            if running and self._running is not None:
+                loop.call_soon_threadsafe(self._running.set)
+            if self._wake is not None:
+                loop.call_soon_threadsafe(self._wake.set)
+        except RuntimeError:  # the loop closed meanwhile (stop)
+            pass
+
+    def _register(self, group: list[Sample]) -> int:
+        key = self._next_key
+        self._next_key += 1
+        self.inflight[key] = group
+        self.max_held = max(self.max_held, len(self.buffer) + len(self.inflight))
+        return key
+
+    def _too_stale(self, group: list[Sample], version: int) -> bool:
+        return any(s.weight_versions and version - s.weight_versions[0] > self.max_staleness
+                   for s in group)
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 - surfaces at the next take()
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    async def _main(self) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+
+        def launch(key: int) -> None:
+            task = asyncio.ensure_future(self._group(key))
+            tasks.add(task)
+            task.add_done_callback(done)
+
+        def done(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                with self._cond:
+                    if self._error is None:
+                        self._error = task.exception()
+                    self._cond.notify_all()
+                assert self._wake is not None
+                self._wake.set()
+
+        with self._cond:
+            self._loop = asyncio.get_running_loop()
+            self._wake, self._running = asyncio.Event(), asyncio.Event()
+            restored, self._to_launch = self._to_launch, []
+        for key in restored:
+            launch(key)
+        while True:
+            with self._cond:
+                if self._stopping or self._error is not None:
+                    break
+                new: list[int] = []
+                if not self._paused:
+                    room = self.capacity - len(self.buffer) - len(self.inflight)
+                    if room > 0:
+                        new = [self._register(g) for g in self.source.get_samples(room) if g]
+            for key in new:
+                launch(key)
+            await self._wake.wait()
+            self._wake.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _enter(self) -> None:
+        """Wait until generating is allowed, then count one round in flight."""
+        assert self._running is not None
+        while True:
+            with self._cond:
+                if self._stopping:
+                    raise asyncio.CancelledError
+                if not self._paused:
+                    self._calls += 1
+                    return
+            # cleared here, on the loop's thread, before yielding: resume()'s set() runs after
+            self._running.clear()
+            await self._running.wait()
+
+    async def _group(self, key: int) -> None:
+        with self._cond:
+            group = self.inflight[key]
+        client = self.clients[group[0].group_index % len(self.clients)]
+        while any(s.status == Status.PENDING for s in group):
+            await self._enter()
+            try:
+                self._restart_stale(group)
+                todo = [i for i, s in enumerate(group) if s.status == Status.PENDING]
+                before = {i: group[i].response_length for i in todo}
+                outs = await asyncio.gather(*(self.m._generate(group[i], self._params(group[i]),
+                                                               client) for i in todo))
+                group = self._merge(group, before, outs)
+                with self._cond:
+                    self.inflight[key] = group
+            finally:
+                with self._cond:  # settled before pause() can see no round in flight
+                    self._calls -= 1
+                    self._cond.notify_all()
+        await self.m._reward(group, False)
+        self.m._after_generate(group, self._step, False)
+        dropped: dict[str, int] = {}
+        keep = self.m._sort(group, dropped)
+        with self._cond:
+            del self.inflight[key]
+            if keep:
+                self.buffer.append(group)
+                self._stats["completed"] += 1
+            else:
+                self._filtered.append(group)
+                for reason, count in dropped.items():
+                    self._stats[f"dropped/{reason}"] += count
+            self._cond.notify_all()
+        assert self._wake is not None
+        self._wake.set()
+
+    def _params(self, s: Sample) -> SamplingParams:
+        # default_generate asks for max_new_tokens - response_length: the chunk's end
+        if not self.chunk:
+            return self.params
+        return self.params.replace(
+            max_new_tokens=min(self.params.max_new_tokens, s.response_length + self.chunk))
+
+    def _restart_stale(self, group: list[Sample]) -> None:
+        """A pending sample already staler than the bound would be dropped when trained on:
+        start it again from its prompt with the current weights."""
+        for i, s in enumerate(group):
+            if (s.status == Status.PENDING and s.weight_versions
+                    and self._version - s.weight_versions[0] > self.max_staleness):
+                group[i] = self.m._reset_for_buffer(s, fresh=True)
+                self._stats["stale_restarted"] += 1
+
+    def _merge(self, group: list[Sample], before: dict[int, int],
+               outs: list[Sample | list[Sample]]) -> list[Sample]:
+        """The group after a round: each generated sample settled (aborted: continues after
+        the update; cut by a chunk: continues in the next call); a ``slime_generate`` that
+        returned several samples contributes them all."""
+        results = dict(zip(before, outs, strict=True))
+        merged: list[Sample] = []
+        for i, s in enumerate(group):
+            got = results.get(i, s)
+            for out in got if isinstance(got, list) else [got]:
+                merged.append(self._settle(out, before[i]) if i in results else out)
+        return merged
+
+    def _settle(self, s: Sample, length_before: int) -> Sample:
+        if s.status == Status.ABORTED:
+            s.status = Status.PENDING
+            self._stats["partial_resumed"] += 1
+            if self.config.rollout.mask_offpolicy_in_partial_rollout:
+                s.loss_mask = [0] * s.response_length
+        elif (s.status == Status.TRUNCATED and self.chunk
+              and length_before < s.response_length < self.params.max_new_tokens):
+            # cut by the chunk, not by the budget (a call that added nothing, e.g. at the
+            # context limit, ends the sample instead of asking again forever)
+            s.status = Status.PENDING
+        return s
