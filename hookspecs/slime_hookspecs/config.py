@@ -38,7 +38,10 @@ class RunConfig(Protocol):
     compile_cache_dir: str
     cudnn_attention: bool
     async_rollout: bool
+    rollout_mode: str
     max_staleness: int
+    async_buffer_groups: int
+    async_chunk_tokens: int
     fault_tolerance: bool
 
 

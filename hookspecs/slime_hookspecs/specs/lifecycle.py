@@ -52,6 +52,11 @@ def slime_run_end(config: Config, run_dir: str, status: str) -> None:
 def slime_before_rollout(config: Config, rollout_id: int) -> None:
     """Before the rollout of step ``rollout_id``. **Process**: the driver.
 
+    With ``run.async_rollout`` (one-step-off) it fires when that rollout is submitted, before
+    ``slime_before_train`` of the step before. With ``run.rollout_mode = "fully_async"`` the
+    engines generate continuously, so no generation starts here: it fires when step
+    ``rollout_id`` starts taking its groups from the buffer.
+
     .. versionadded:: 0.1
     """
 
@@ -59,6 +64,11 @@ def slime_before_rollout(config: Config, rollout_id: int) -> None:
 @hookspec
 def slime_after_rollout(config: Config, rollout_id: int, result: RolloutResult) -> None:
     """After the rollout of step ``rollout_id``; ``result`` holds the kept groups.
+
+    With ``run.rollout_mode = "fully_async"``: once step ``rollout_id`` has taken its
+    ``rollout.batch_size`` groups from the buffer; they may come from several generation
+    windows and weight versions (``Sample.weight_versions``), and ``result.metrics`` adds the
+    buffer's counts (``rollout/stale_dropped``, ``rollout/partial_resumed``, ...).
 
     **Process**: the driver. **Returns**: nothing.
 

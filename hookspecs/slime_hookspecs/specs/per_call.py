@@ -37,6 +37,11 @@ def slime_rollout(
     and rewarded, or ``None`` to defer. firstresult: stops at the first non-``None`` result; the
     built-in rollout (generate, reward, dynamic sampling, filters) is ``trylast``.
 
+    With ``run.rollout_mode = "fully_async"`` training groups do not come from this hook: the
+    rollout manager's continuous generator runs the per-sample and per-group hooks
+    (``slime_generate``, rewards, ``slime_after_generate``, filters) itself and fills a buffer
+    the steps take from; only evaluations (``evaluation=True``) call it.
+
     .. versionadded:: 0.1
     """
 
@@ -65,6 +70,9 @@ def slime_after_generate(config: Config, sample: Sample, rollout_id: int, evalua
     """Observe or edit a sample right after it is generated and rewarded.
 
     **When**: once per finished sample, after its reward is set, before group filters.
+    With ``run.rollout_mode = "fully_async"``, when its group completes in the continuous
+    generator; ``rollout_id`` is then the step the trainer is on at that moment (the sample
+    is trained in that step or a later one; ``sample.rollout_id`` is set when it is taken).
     **Process**: the rollout manager.
     **Args**: ``sample`` -- may be modified in place (metadata, reward, ``remove_sample``).
     **Returns**: nothing.
@@ -134,7 +142,8 @@ def slime_buffer_filter(
 def slime_rollout_sample_filter(config: Config, groups: list[list[Sample]]) -> None:
     """Mark samples to leave out of the loss (``--rollout-sample-filter-path``).
 
-    **When**: after a rollout step's groups are complete, before conversion to train data.
+    **When**: after a rollout step's groups are complete, before conversion to train data
+    (fully-async mode: on the groups a step takes from the buffer).
     **Process**: the rollout manager.
     **Args**: ``groups`` -- set ``sample.remove_sample = True`` to zero its loss mask; the sample
     still counts in reward normalisation of its group.
@@ -150,7 +159,9 @@ def slime_rollout_all_samples(
 ) -> None:
     """See every sample of a rollout step, kept or dropped (``--rollout-all-samples-process-path``).
 
-    **When**: at the end of each training rollout step.
+    **When**: at the end of each training rollout step (fully-async mode: when a step takes
+    its groups from the buffer; ``groups`` are those and the ones dynamic sampling dropped
+    since the previous step; the generator does not touch the data source meanwhile).
     **Process**: the rollout manager.
     **Args**: ``groups`` -- all groups generated this step, including dropped ones (their
     samples carry ``metadata["dropped_reason"]``).
