@@ -84,7 +84,6 @@ class StreamingRollout:
         self.buffer: deque[list[Sample]] = deque()
         self.inflight: dict[int, list[Sample]] = {}
         self._next_key = 0
-        self._to_launch: list[int] = []  # restored groups, launched when the loop starts
         self._paused = True
         self._stopping = False
         self._started = False
@@ -95,7 +94,6 @@ class StreamingRollout:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._running: asyncio.Event | None = None
         self._stats: Counter[str] = Counter()  # since the last take
         self._filtered: list[list[Sample]] = []  # dropped by dynamic sampling since the last take
         self._last_take = time.perf_counter()
@@ -118,7 +116,7 @@ class StreamingRollout:
                                             daemon=True)
             self._thread.start()
         else:
-            self._poke(running=True)
+            self._poke()
 
     def pause(self) -> None:
         """Stop generating: abort the engine calls in flight and return once none runs (their
@@ -217,10 +215,9 @@ class StreamingRollout:
             if self._started:
                 raise RuntimeError("fully-async: restore() after the generator started")
             self.buffer = deque([Sample.from_dict(d) for d in g] for g in state["buffer"])
-            self.inflight, self._to_launch = {}, []
+            self.inflight = {}
             for g in state["inflight"]:
-                key = self._register([Sample.from_dict(d) for d in g])
-                self._to_launch.append(key)
+                self._register([Sample.from_dict(d) for d in g])
 
     def stop(self) -> None:
         """End the generator (aborting what runs); the buffer's content stays readable."""
@@ -229,7 +226,7 @@ class StreamingRollout:
             self._paused = True
         for c in self.clients:
             c.abort()
-        self._poke(running=True)
+        self._poke()
         if self._thread is not None:
             self._thread.join(timeout=120)
 
@@ -240,13 +237,11 @@ class StreamingRollout:
                     "max_held": self.max_held, "capacity": self.capacity}
 
     # -- generator side ----------------------------------------------------------------------
-    def _poke(self, running: bool = False) -> None:
+    def _poke(self) -> None:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         try:
-            if running and self._running is not None:
-                loop.call_soon_threadsafe(self._running.set)
             if self._wake is not None:
                 loop.call_soon_threadsafe(self._wake.set)
         except RuntimeError:  # the loop closed meanwhile (stop)
@@ -272,79 +267,82 @@ class StreamingRollout:
                 self._cond.notify_all()
 
     async def _main(self) -> None:
-        tasks: set[asyncio.Task[None]] = set()
+        with self._cond:
+            self._loop = asyncio.get_running_loop()
+            self._wake = asyncio.Event()
+        rewarding: dict[int, asyncio.Task[None]] = {}
 
-        def launch(key: int) -> None:
-            task = asyncio.ensure_future(self._group(key))
-            tasks.add(task)
-            task.add_done_callback(done)
-
-        def done(task: asyncio.Task[None]) -> None:
-            tasks.discard(task)
+        def rewarded(key: int, task: asyncio.Task[None]) -> None:
+            rewarding.pop(key, None)
             if not task.cancelled() and task.exception() is not None:
                 with self._cond:
                     if self._error is None:
                         self._error = task.exception()
                     self._cond.notify_all()
-                assert self._wake is not None
-                self._wake.set()
+            assert self._wake is not None
+            self._wake.set()
 
-        with self._cond:
-            self._loop = asyncio.get_running_loop()
-            self._wake, self._running = asyncio.Event(), asyncio.Event()
-            restored, self._to_launch = self._to_launch, []
-        for key in restored:
-            launch(key)
         while True:
             with self._cond:
                 if self._stopping or self._error is not None:
                     break
-                new: list[int] = []
                 if not self._paused:
                     room = self.capacity - len(self.buffer) - len(self.inflight)
                     if room > 0:
-                        new = [self._register(g) for g in self.source.get_samples(room) if g]
-            for key in new:
-                launch(key)
-            await self._wake.wait()
-            self._wake.clear()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _enter(self) -> None:
-        """Wait until generating is allowed, then count one round in flight."""
-        assert self._running is not None
-        while True:
-            with self._cond:
-                if self._stopping:
-                    raise asyncio.CancelledError
-                if not self._paused:
+                        for g in self.source.get_samples(room):
+                            if g:
+                                self._register(g)
+                # complete groups (also restored ones) are scored beside the next round
+                for key, group in self.inflight.items():
+                    if key not in rewarding and not any(x.status == Status.PENDING for x in group):
+                        task = asyncio.ensure_future(self._finish(key))
+                        rewarding[key] = task
+                        task.add_done_callback(lambda t, k=key: rewarded(k, t))
+                todo = [] if self._paused else [
+                    (key, i) for key, group in self.inflight.items() if key not in rewarding
+                    for i, x in enumerate(group) if x.status == Status.PENDING]
+                if todo:
                     self._calls += 1
-                    return
-            # cleared here, on the loop's thread, before yielding: resume()'s set() runs after
-            self._running.clear()
-            await self._running.wait()
-
-    async def _group(self, key: int) -> None:
-        with self._cond:
-            group = self.inflight[key]
-        client = self.clients[group[0].group_index % len(self.clients)]
-        while any(s.status == Status.PENDING for s in group):
-            await self._enter()
+            if not todo:
+                await self._wake.wait()
+                self._wake.clear()
+                continue
             try:
-                self._restart_stale(group)
-                todo = [i for i, s in enumerate(group) if s.status == Status.PENDING]
-                before = {i: group[i].response_length for i in todo}
-                outs = await asyncio.gather(*(self.m._generate(group[i], self._params(group[i]),
-                                                               client) for i in todo))
-                group = self._merge(group, before, outs)
-                with self._cond:
-                    self.inflight[key] = group
+                await self._round(todo)
             finally:
                 with self._cond:  # settled before pause() can see no round in flight
                     self._calls -= 1
                     self._cond.notify_all()
+        for t in list(rewarding.values()):
+            t.cancel()
+        await asyncio.gather(*rewarding.values(), return_exceptions=True)
+
+    async def _round(self, todo: list[tuple[int, int]]) -> None:
+        """One engine call's worth for every pending sample of every group in generation: all
+        requests are submitted in one turn of the loop, so each engine gets them as one batch
+        (per-group loops drifted into cohorts that took turns at the engine)."""
+        with self._cond:
+            groups = {key: self.inflight[key] for key, _ in todo}
+        for group in groups.values():
+            self._restart_stale(group)
+        before = {(key, i): groups[key][i].response_length for key, i in todo}
+        outs = await asyncio.gather(*(
+            self.m._generate(groups[key][i], self._params(groups[key][i]),
+                             self.clients[groups[key][0].group_index % len(self.clients)])
+            for key, i in todo))
+        results: dict[int, dict[int, Sample | list[Sample]]] = {}
+        for (key, i), out in zip(todo, outs, strict=True):
+            results.setdefault(key, {})[i] = out
+        with self._cond:
+            for key, done in results.items():
+                self.inflight[key] = self._merge(groups[key], done,
+                                                 {i: before[(key, i)] for i in done})
+
+    async def _finish(self, key: int) -> None:
+        """Reward a complete group, run the per-sample hook and the dynamic-sampling filters,
+        then move it to the buffer (or count it dropped)."""
+        with self._cond:
+            group = self.inflight[key]
         await self.m._reward(group, False)
         self.m._after_generate(group, self._step, False)
         dropped: dict[str, int] = {}
@@ -359,8 +357,6 @@ class StreamingRollout:
                 for reason, count in dropped.items():
                     self._stats[f"dropped/{reason}"] += count
             self._cond.notify_all()
-        assert self._wake is not None
-        self._wake.set()
 
     def _params(self, s: Sample) -> SamplingParams:
         # default_generate asks for max_new_tokens - response_length: the chunk's end
@@ -378,12 +374,11 @@ class StreamingRollout:
                 group[i] = self.m._reset_for_buffer(s, fresh=True)
                 self._stats["stale_restarted"] += 1
 
-    def _merge(self, group: list[Sample], before: dict[int, int],
-               outs: list[Sample | list[Sample]]) -> list[Sample]:
+    def _merge(self, group: list[Sample], results: dict[int, Sample | list[Sample]],
+               before: dict[int, int]) -> list[Sample]:
         """The group after a round: each generated sample settled (aborted: continues after
         the update; cut by a chunk: continues in the next call); a ``slime_generate`` that
         returned several samples contributes them all."""
-        results = dict(zip(before, outs, strict=True))
         merged: list[Sample] = []
         for i, s in enumerate(group):
             got = results.get(i, s)
