@@ -177,3 +177,19 @@ def test_async_one_step_off_records_staleness(ray_session, base_config) -> None:
     assert obs.versions == {0: [0] * 8, 1: [0] * 8, 2: [1] * 8}
     assert [x["rollout/staleness_max"] for x in m] == [0.0, 1.0, 1.0]
     assert all(x["rollout/stale_dropped"] == 0.0 and "perf/rollout_wait_time" in x for x in m)
+
+
+def test_fully_async_generates_in_the_rollout_manager_actor(ray_session, base_config) -> None:  # noqa: F811
+    cfg = ray_config(base_config, run={"num_rollouts": 3, "rollout_mode": "fully_async",
+                                       "max_staleness": 2, "save_interval": 2},
+                     rollout={"reward": "digit_fraction"}, weights={"transport": "ray"},
+                     algorithm={"is_correction": "tis"})
+    obs = Observer()
+    run_dir = run(cfg, [obs])
+    m = read_metrics(run_dir)
+    assert [x["step"] for x in m] == [1, 2, 3]
+    for step, versions in obs.versions.items():  # recorded by the engines, never ahead
+        assert versions and all(0 <= v <= step for v in versions)
+    assert all(x["rollout/held_groups_max"] <= 4 and x["rollout/staleness_max"] <= 2 for x in m)
+    # the checkpoint holds the generator's buffer and partials, read from the actor
+    assert (run_dir / "checkpoints" / "step_000002" / "fully_async.json").is_file()
