@@ -1,25 +1,28 @@
 """Samples per second and step time on a long-tail workload: synchronous, one-step-off and
 fully-asynchronous rollouts side by side, in one process (CPU).
 
-    python bench/fully_async_longtail.py                      # 6 timed steps per mode
-    python bench/fully_async_longtail.py --steps 8 --modes sync,fully_async --out r.json
+    python bench/fully_async_longtail.py                      # the tail dominates a step
+    python bench/fully_async_longtail.py --prompts 4 --short 32 --long 320 --buffer 16
+                                                              # training dominates a step
+    python bench/fully_async_longtail.py --modes sync,fully_async --steps 8 --out r.json
 
 Workload (the same in every mode): the random ~1M-parameter Qwen2 of ``grpo_vs_trl.py``
-(float32), 4 prompts x 8 samples per step, GRPO with TIS, lr 1e-6. Completion lengths are
-forced (``SamplingParams.ignore_eos`` and a per-sample budget): one sample in 16 (two a step)
-gets ``--long`` tokens, every other one ``--short`` (default 16 and 160: ten times the
-median), so a rollout that waits for all its samples waits for the two longest.
+(float32), ``--prompts`` prompts x 8 samples per step, GRPO (TIS in the asynchronous modes),
+lr 1e-6. Completion lengths are forced (``SamplingParams.ignore_eos`` and a per-sample
+budget): one sample in 16 (sample index % 16 == 0) gets ``--long`` tokens, every other one
+``--short`` (default 40 and 400: ten times the median), so a rollout that waits for all its
+samples waits for its longest.
 
 Modes:
 
 * ``sync``: each step generates its rollout, then trains on it;
 * ``one_step_off`` (``run.async_rollout``): step k+1's rollout is generated while step k
   trains; it still waits for its own longest sample, and weights never change mid-generation;
-* ``fully_async`` (``run.rollout_mode = "fully_async"``, ``run.max_staleness = 2``, buffer
-  of 2 batches, ``run.async_chunk_tokens = --chunk``): the engine generates continuously;
-  each step takes the first 4 groups completed; a long sample goes on in chunks across steps
-  (aborted at each weight update, continued with the new weights), so it holds back only its
-  own group.
+* ``fully_async`` (``run.rollout_mode = "fully_async"``, ``run.max_staleness = --staleness``,
+  ``run.async_buffer_groups = --buffer``, ``run.async_chunk_tokens = --chunk``): the engine
+  generates continuously; each step takes the first groups completed; a long sample goes on
+  across steps (aborted at each weight update, continued with the new weights), so it holds
+  back only its own group.
 
 A step's wall time is the time between consecutive weight-sync ends (``bench_plugin``); the
 first ``--warmup`` steps are discarded. samples/s = samples trained in the timed steps / their
@@ -130,14 +133,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--prompts", type=int, default=4, help="prompts (groups of 8) per step")
+    ap.add_argument("--prompts", type=int, default=1, help="prompts (groups of 8) per step")
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--short", type=int, default=16)
-    ap.add_argument("--long", type=int, default=160)
+    ap.add_argument("--short", type=int, default=40)
+    ap.add_argument("--long", type=int, default=400)
     ap.add_argument("--chunk", type=int, default=0,
                     help="fully_async: run.async_chunk_tokens (0: whole budget per call)")
-    ap.add_argument("--staleness", type=int, default=2, help="fully_async: run.max_staleness")
-    ap.add_argument("--buffer", type=int, default=0,
+    ap.add_argument("--staleness", type=int, default=4, help="fully_async: run.max_staleness")
+    ap.add_argument("--buffer", type=int, default=4,
                     help="fully_async: run.async_buffer_groups (0: two batches)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "slime-bench"))
@@ -154,11 +157,14 @@ def main() -> None:
     print(f"\nlong-tail workload: {args.prompts} x 8 samples a step, 1 in 16 forced to {args.long} tokens, "
           f"the rest {args.short}; {args.steps} timed steps; {args.threads} threads",
           file=sys.stderr)
-    print(f"{'mode':<14}{'samples/s':>10}{'step s (median)':>17}{'wait s (mean)':>15}"
+    # not training: what a step spends outside train_step (waiting for samples, also inside a
+    # one-step-off weight sync, which first waits for the rollout in flight)
+    print(f"{'mode':<14}{'samples/s':>10}{'step s (median)':>17}{'not training s':>16}"
           f"{'staleness max':>15}{'partials':>10}", file=sys.stderr)
     for r in results:
         print(f"{r['mode']:<14}{r['samples_per_s']:>10.2f}{r['median_step_s']:>17.3f}"
-              f"{statistics.mean(r['rollout_wait_s']):>15.3f}{max(r['staleness_max']):>15.0f}"
+              f"{statistics.mean(w - t for w, t in zip(r['step_wall_s'], r['train_s'])):>16.3f}"
+              f"{max(r['staleness_max']):>15.0f}"
               f"{sum(r['partial_resumed']):>10.0f}", file=sys.stderr)
     if args.out:
         payload = {"args": vars(args), "results": results}
