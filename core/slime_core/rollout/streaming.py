@@ -125,6 +125,9 @@ class StreamingRollout:
             if self._paused:
                 return
             self._paused = True
+        self._drain()
+
+    def _drain(self) -> None:
         while True:
             # again every 50 ms: a call that reached its engine after an abort is not ended
             # by it (aborts end the calls that have started)
@@ -224,8 +227,7 @@ class StreamingRollout:
         with self._cond:
             self._stopping = True
             self._paused = True
-        for c in self.clients:
-            c.abort()
+        self._drain()
         self._poke()
         if self._thread is not None:
             self._thread.join(timeout=120)
