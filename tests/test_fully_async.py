@@ -116,6 +116,19 @@ def test_partial_responses_continue_across_a_weight_update(base_config, run_slim
         assert s["log_probs"] == s["mask"] == s["length"]
 
 
+def test_chunked_calls_continue_samples_to_their_length(base_config, run_slime) -> None:
+    # 2 new tokens a call: a 7-token sample takes 4 calls, each continuing the last
+    cfg = fully_async(base_config, num_rollouts=2, async_chunk_tokens=2)
+    cfg["rollout"].update(max_new_tokens=7)
+    cfg["data"]["eval_path"] = ""
+    rec = Recorder()
+    read_metrics(run_slime(cfg, [rec, LongTail(short=3, long=7)]))
+    lengths = sorted({s["length"] for samples in rec.steps.values() for s in samples})
+    assert lengths == [3, 7]  # not cut at the chunk, not run on past the sample's own budget
+    for samples in rec.steps.values():
+        assert all(s["log_probs"] == s["mask"] == s["length"] for s in samples)
+
+
 def test_stale_groups_are_dropped_counted_and_generated_again(base_config, run_slime) -> None:
     # a buffer of 4 batches ahead of a bound of 1: what waits two updates is too old
     cfg = fully_async(base_config, num_rollouts=5, async_buffer_groups=8, max_staleness=1)

@@ -8,16 +8,21 @@ generate, reward and filter paths it uses, on its own thread and event loop.
 * **Bound**: at most ``run.async_buffer_groups`` groups are held at once, completed ones in
   the buffer plus those in generation; a new prompt is taken from the data source only when a
   group leaves (the trainer took it, or a filter dropped it).
-* **Chunks**: with ``run.async_chunk_tokens = C`` each engine call generates at most C new
-  tokens of a sample; a sample cut by the chunk (not by ``rollout.max_new_tokens``) goes on in
-  the next call, where finished groups have left and new ones joined. Without a continuously
-  batching engine this is what keeps a few long samples from holding a whole batched call.
+* **Rounds**: every pending sample of every group in generation is sent in one round, so
+  each engine gets them as one batched call; a group taken from the data source meanwhile
+  joins the next round, a complete one is rewarded and filtered beside it.
 * **Weight updates**: :meth:`StreamingRollout.pause` aborts the calls in flight and waits until
   none runs; the aborted samples keep their tokens (status back to PENDING: the partial-rollout
   path of ``default_generate``, which asks only for the remaining budget) and continue after
-  :meth:`StreamingRollout.resume` with the new weights. Each token records the version that
-  generated it (``Sample.weight_versions``). ``rollout.mask_offpolicy_in_partial_rollout``
-  masks the tokens generated before an update, as for partial rollouts.
+  :meth:`StreamingRollout.resume` with the new weights; the samples that finished in the
+  aborted call leave for the buffer, so a few long samples do not hold back the rest.
+  ``Sample.weight_versions`` lists the versions that generated the response, in order.
+  ``rollout.mask_offpolicy_in_partial_rollout`` masks the tokens generated before an update,
+  as for partial rollouts.
+* **Chunks**: with ``run.async_chunk_tokens = C`` each engine call generates at most C new
+  tokens of a sample; a sample cut by the chunk (not by ``rollout.max_new_tokens``) goes on in
+  the next round. For runs whose weight updates are rare (``weights.update_interval > 1``):
+  without an update no abort ends a long call.
 * **Staleness** (``run.max_staleness = N``; staleness = trainer version when trained minus
   ``weight_versions[0]``): a pending partial sample that is already more than N versions old
   is restarted from its prompt before its next call (``rollout/stale_restarted``); a buffered
