@@ -22,7 +22,6 @@ class ConfigSchema:
     def __init__(self) -> None:
         self._sections: dict[str, ConfigSection] = {}
         self._extensions: dict[str, list[ConfigSection]] = {}
-        self._merged: dict[str, ConfigSection] = {}
 
     def add(self, section: ConfigSection) -> None:
         if not dataclasses.is_dataclass(section.schema):
@@ -30,7 +29,6 @@ class ConfigSchema:
                 f"config section {section.name!r} of plugin {section.owner!r}: schema must be a "
                 f"dataclass type, got {section.schema!r}"
             )
-        self._merged.pop(section.name, None)
         if section.extends:
             self._extensions.setdefault(section.name, []).append(section)
             return
@@ -54,10 +52,7 @@ class ConfigSchema:
         """Section ``name`` with the keys of every extension merged in."""
         if name not in self._sections:
             raise ConfigError(_unknown("section", name, list(self._sections)))
-        if name not in self._merged:
-            self._merged[name] = merge_section(self._sections[name],
-                                               self._extensions.get(name, []))
-        return self._merged[name]
+        return merge_section(self._sections[name], self._extensions.get(name, []))
 
     def check_extensions(self) -> None:
         """Every extension extends a section some loaded plugin contributes."""
@@ -197,7 +192,8 @@ def merge_section(base: ConfigSection, parts: list[ConfigSection]) -> ConfigSect
         cls, keys = _MERGED[cache_key]
         return dataclasses.replace(base, schema=cls, record_keys=keys)
     hints = typing.get_type_hints(base.schema)
-    owner: dict[str, str | None] = {f.name: base.owner for f in dataclasses.fields(base.schema)}
+    base_keys = {f.name for f in dataclasses.fields(base.schema)}
+    owner: dict[str, str | None] = dict.fromkeys(base_keys, base.owner)
     defaults: dict[str, tuple[Any, str | None]] = {}
     specs: list[tuple[str, Any, Any]] = []
     checks = [base.schema] + [p.schema for p in parts]
@@ -213,7 +209,7 @@ def merge_section(base: ConfigSection, parts: list[ConfigSection]) -> ConfigSect
             owner[f.name] = part.owner
             hints[f.name] = part_hints[f.name]
         for key, value in part.defaults.items():
-            if key not in {f.name for f in dataclasses.fields(base.schema)}:
+            if key not in base_keys:
                 raise ConfigError(
                     f"plugin {part.owner!r} gives a default to {base.name}.{key}, which is not "
                     f"a key of [{base.name}] as plugin {base.owner!r} contributes it")

@@ -50,11 +50,13 @@ def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
     Keys the user set are left alone and not reported."""
     choices: list[Choice] = []
 
-    def choose(section: Any, name: str, value: Any, reason: str) -> Any:
+    def choose(key: str, value: Any, reason: str) -> Any:
+        section_name, name = key.split(".")
+        section = getattr(config, section_name)
         if getattr(section, name) != AUTO:
             return getattr(section, name)
         setattr(section, name, value)
-        choices.append(Choice(f"{_section_name(config, section)}.{name}", value, reason))
+        choices.append(Choice(key, value, reason))
         return value
 
     run, rollout, train = config.run, config.rollout, config.train
@@ -65,26 +67,26 @@ def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
 
     if not local:
         why = f"rollout.engine is {rollout.engine!r}; the key is the local engine's"
-        graphs = choose(rollout, "cuda_graphs", False, why)
+        graphs = choose("rollout.cuda_graphs", False, why)
     elif capture:
-        graphs = choose(rollout, "cuda_graphs", True,
+        graphs = choose("rollout.cuda_graphs", True,
                         f"{accelerator.name} captures graphs: static KV cache, each decode step "
                         "replays a captured graph")
     else:
-        graphs = choose(rollout, "cuda_graphs", False,
+        graphs = choose("rollout.cuda_graphs", False,
                         f"{accelerator.name} does not capture graphs")
 
     decode_tokens = run.num_rollouts * rollout.max_new_tokens
     if not graphs:
-        choose(rollout, "compile_decode", False, "needs the captured decode graphs")
+        choose("rollout.compile_decode", False, "needs the captured decode graphs")
     elif rollout.compile_autotune:
-        choose(rollout, "compile_decode", True, "rollout.compile_autotune is an option of it")
+        choose("rollout.compile_decode", True, "rollout.compile_autotune is an option of it")
     elif decode_tokens >= COMPILE_DECODE_MIN_TOKENS:
-        choose(rollout, "compile_decode", True,
+        choose("rollout.compile_decode", True,
                f"{decode_tokens} decode steps (num_rollouts x max_new_tokens) >= "
                f"{COMPILE_DECODE_MIN_TOKENS}: the compile warm-up pays for itself")
     else:
-        choose(rollout, "compile_decode", False,
+        choose("rollout.compile_decode", False,
                f"{decode_tokens} decode steps (num_rollouts x max_new_tokens) < "
                f"{COMPILE_DECODE_MIN_TOKENS}: too short to repay the compile warm-up; "
                "set it true to compile anyway")
@@ -92,30 +94,23 @@ def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
     kernel_why = (f"triton runs on {device_type}" if triton else
                   f"the Triton kernels do not run on {device_type}")
     if local:
-        choose(rollout, "decode_attention", "triton" if triton else "sdpa", kernel_why)
-        choose(rollout, "sample_kernel", "triton" if triton else "torch", kernel_why)
-    choose(train, "head_kernel", "triton" if triton else "torch", kernel_why)
+        choose("rollout.decode_attention", "triton" if triton else "sdpa", kernel_why)
+        choose("rollout.sample_kernel", "triton" if triton else "torch", kernel_why)
+    choose("train.head_kernel", "triton" if triton else "torch", kernel_why)
 
     steps = run.num_rollouts * train.num_steps_per_rollout
     if not capture:
-        choose(train, "compile", False,
+        choose("train.compile", False,
                f"not compiled on {accelerator.name} (compiling pays only with graph capture)")
     elif steps >= TRAIN_COMPILE_MIN_STEPS:
-        choose(train, "compile", True,
+        choose("train.compile", True,
                f"{steps} optimizer steps >= {TRAIN_COMPILE_MIN_STEPS}: the compile warm-up pays "
                "for itself")
     else:
-        choose(train, "compile", False,
+        choose("train.compile", False,
                f"{steps} optimizer steps < {TRAIN_COMPILE_MIN_STEPS}: too short to repay the "
                "compile warm-up (minutes); set it true to compile anyway")
     return choices
-
-
-def _section_name(config: Any, section: Any) -> str:
-    for name in ("rollout", "train"):
-        if getattr(config, name) is section:
-            return name
-    raise ValueError(f"not a section of the config: {section!r}")
 
 
 def _triton_runs(device_type: str) -> bool:

@@ -227,19 +227,12 @@ class TorchTrainer:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def save(self, path: str) -> None:
-        from safetensors.torch import save_file
-
-        from slime_core.weights.tensors import untie
-
         os.makedirs(path, exist_ok=True)
         if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
-            state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-            save_file(untie(state), os.path.join(path, "model.safetensors"))
+            _save_weights(self.model, os.path.join(path, "model.safetensors"))
             if self.config.train.ref_update_interval and self.ref_model is not None:
                 # a moved reference is no longer what a resumed run would rebuild
-                ref = {k: v.detach().contiguous().cpu()
-                       for k, v in self.ref_model.state_dict().items()}
-                save_file(untie(ref), os.path.join(path, REF_FILE))
+                _save_weights(self.ref_model, os.path.join(path, REF_FILE))
             torch.save({
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -299,3 +292,13 @@ def _to_device(batch: TrainBatch, device: torch.device) -> None:
             continue
         packed = torch.cat(tensors).to(device)
         setattr(batch, key, list(packed.split([t.numel() for t in tensors])))
+
+
+def _save_weights(model: torch.nn.Module, file: str) -> None:
+    """``model``'s state as one safetensors file (tied tensors given their own copies)."""
+    from safetensors.torch import save_file
+
+    from slime_core.weights.tensors import untie
+
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(untie(state), file)
