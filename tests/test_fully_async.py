@@ -154,3 +154,19 @@ def test_bad_fully_async_configs_are_refused(base_config, run_slime, run, messag
     cfg["run"].update(run)
     with pytest.raises(ValueError, match=message):
         run_slime(cfg)
+
+
+class EvalOnlyRollout:
+    """A plugin's ``slime_rollout`` (answers nothing here): fully-async mode does not ask it for
+    training rollouts, and says so at start-up naming the plugin."""
+
+    @hookimpl
+    def slime_rollout(self, config, rollout_id, data_source, evaluation):
+        return None
+
+
+def test_a_plugin_slime_rollout_is_named_in_a_warning(base_config, run_slime) -> None:
+    cfg = fully_async(base_config, num_rollouts=1)
+    cfg["data"]["eval_path"] = ""
+    with pytest.warns(UserWarning, match=r"plugin\(s\) test_plugin_0 implement slime_rollout"):
+        run_slime(cfg, [EvalOnlyRollout()])

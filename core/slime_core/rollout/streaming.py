@@ -45,8 +45,10 @@ its own :class:`EngineClient` objects, so no batching state is shared with an ev
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
+import warnings
 from collections import Counter, deque
 from typing import Any
 
@@ -57,6 +59,29 @@ from slime_core.rollout.engine_client import EngineClient
 from slime_core.rollout.manager import RolloutManager, sampling_params
 
 SNAPSHOT_FORMAT = "slime.fully_async/1"
+
+
+def _warn_bypassed_rollouts(pluggy_manager: Any) -> None:
+    """A plugin's ``slime_rollout`` is not asked for training rollouts in this mode (the
+    generator takes groups one by one; evaluations still go through the hook). Whether an
+    implementation answers training calls cannot be known without calling it, so this warns,
+    naming each plugin; a plugin that knows it does refuses the mode itself."""
+    names = []
+    for impl in pluggy_manager.hook.slime_rollout.get_hookimpls():
+        if impl.wrapper or impl.hookwrapper:
+            continue
+        plugin = impl.plugin
+        module = getattr(plugin, "__name__", None) if inspect.ismodule(plugin) \
+            else type(plugin).__module__
+        if not str(module).startswith("slime_core."):
+            names.append(impl.plugin_name)
+    if names:
+        warnings.warn(
+            f"run.rollout_mode = \"fully_async\": plugin(s) {', '.join(sorted(names))} implement "
+            "slime_rollout, which this mode does not call for training rollouts (the generator "
+            "builds each group through slime_generate, the rewards and the filters; evaluations "
+            "still go through slime_rollout); if a plugin replaces the training rollout, use "
+            "run.rollout_mode = \"one_step_off\"", stacklevel=3)
 
 
 class StreamingRollout:
@@ -77,6 +102,7 @@ class StreamingRollout:
             raise ValueError(
                 "run.rollout_mode = \"fully_async\" with [opd] mode = \"engine\" (a teacher "
                 "engine scoring each rollout) is not supported yet; use \"one_step_off\"")
+        _warn_bypassed_rollouts(manager.manager.pluggy)
         self.m, self.config, self.source = manager, config, source
         self.capacity = async_buffer_groups(config)
         self.chunk = int(config.run.async_chunk_tokens)

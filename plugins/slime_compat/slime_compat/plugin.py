@@ -40,6 +40,14 @@ def slime_configure(config: Config) -> None:
         print(f"slime_compat: THUDM/slime is installed ({shim.real_location()}); its modules "
               "are used for slime's import names", file=sys.stderr)
         shim.adopt_real_status()
+    if sec.rollout_function_path and config.run.rollout_mode == "fully_async":
+        # the generator builds groups one by one through slime_generate; slime's rollout
+        # function returns whole batches and would be skipped without a word
+        raise ValueError(
+            f"[slime].rollout_function_path ({sec.rollout_function_path}) replaces the whole "
+            "training rollout, which run.rollout_mode = \"fully_async\" does not call; use "
+            "run.rollout_mode = \"one_step_off\" (slime's --async), or move the per-sample "
+            "part into [slime].custom_generate_function_path")
     if sec.custom_model_provider_path:
         raise ValueError("[slime].custom_model_provider_path: no trainer backend of this project "
                          "builds Megatron GPTModels through a provider (slime_make_model returns "

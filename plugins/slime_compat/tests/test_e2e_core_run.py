@@ -1,5 +1,8 @@
 """slime-style modules (tests/slime_user) run unmodified through a real ``core run``."""
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -48,3 +51,22 @@ custom_convert_samples_to_train_data_path = "slime_user.arith_train.convert"
     rows = metrics(run_dir)
     assert [r["rollout/custom_calls"] for r in rows] == [1.0, 2.0]  # RolloutFnTrainOutput.metrics
     assert all(r["rollout/samples"] == 16 for r in rows if "rollout/samples" in r)
+
+
+def test_a_rollout_function_is_refused_in_fully_async_mode(tmp_path: Path) -> None:
+    # the fully-async generator never calls a whole-batch rollout function: refused, not skipped
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(base_config(tmp_path / "run") + """
+[slime]
+rollout_function_path = "slime_user.arith_rollout.generate_rollout"
+""")
+    proc = subprocess.run(
+        [sys.executable, "-m", "slime_core", "run", "--plugins", "slime_grpo,slime_compat",
+         "--config", str(cfg), "-o", "run.rollout_mode=fully_async", "-o", "run.max_staleness=2"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                                          os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode != 0
+    assert "[slime].rollout_function_path (slime_user.arith_rollout.generate_rollout) " \
+           "replaces the whole training rollout" in proc.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
