@@ -81,6 +81,9 @@ def test_generation_of_next_step_overlaps_training(base_config, run_slime) -> No
                         2: "versions:" + ",".join(["1"] * 8)}
     assert [x["rollout/staleness_max"] for x in m] == [0.0, 1.0, 1.0]
     assert [x["rollout/stale_dropped"] for x in m] == [0.0, 0.0, 0.0]
+    # the wait for the next step's generation before a sync is the rollout's, apart from the sync
+    for x in m:
+        assert x["perf/rollout_drain_time"] >= 0.0 and x["perf/weight_sync_time"] >= 0.0
 
 
 def test_a_staleness_bound_the_schedule_cannot_meet_fails_at_start(base_config, run_slime) -> None:

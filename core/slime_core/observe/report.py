@@ -55,7 +55,7 @@ PANELS = (
           lines=["perf/rollout_tokens_per_s", "perf/train_tokens_per_s"]),
     Panel("phase_time", "Time per phase", "seconds",
           stacked=["perf/rollout_time", "perf/train_time", "perf/weight_sync_time",
-                   "perf/save_time", "perf/eval_time"]),
+                   "perf/rollout_drain_time", "perf/save_time", "perf/eval_time"]),
 )
 
 

@@ -223,10 +223,15 @@ class Driver:
 
     # -- phases ----------------------------------------------------------------------------
     def sync_weights(self) -> dict[str, float]:
+        """Send the trainer's weights to the engines; ``perf/rollout_drain_time`` is the part
+        spent waiting for (one-step-off) or aborting (fully-async) the generation in flight,
+        which a step's ``perf/weight_sync_time`` leaves out."""
+        t = time.perf_counter()
         if self._async is not None:
             self._async.drain()  # never change weights in the middle of a generation
         if self._stream is not None:
             self._stream.pause()  # aborts the calls in flight; their partials go on after it
+        drained = time.perf_counter() - t
         self.pm.slime_before_weight_sync(config=self.config, version=self.version)
         stats = self.executor.send_weights(self.version)
         self.synced_version = self.version
@@ -239,7 +244,10 @@ class Driver:
         self.pm.slime_after_weight_sync(config=self.config, version=self.version, stats=stats)
         if self._stream is not None and self.step < self.config.run.num_rollouts:
             self._stream.resume(self.version)
-        return {f"perf/weight_sync_{k}": float(v) for k, v in stats.items()}
+        out = {f"perf/weight_sync_{k}": float(v) for k, v in stats.items()}
+        if self._async is not None or self._stream is not None:
+            out["perf/rollout_drain_time"] = drained
+        return out
 
     def check_versions(self) -> None:
         for c in self.rollouts.clients:
@@ -320,8 +328,12 @@ class Driver:
         self.step += 1
         if self.step % cfg.weights.update_interval == 0 or self.step == cfg.run.num_rollouts:
             t = time.perf_counter()
-            metrics.update(self.sync_weights())
-            timings["perf/weight_sync_time"] = time.perf_counter() - t
+            synced = self.sync_weights()
+            metrics.update(synced)
+            # the wait for the generation in flight is the rollout's, not the transport's
+            drained = synced.get("perf/rollout_drain_time", 0.0)
+            timings["perf/weight_sync_time"] = time.perf_counter() - t - drained
+            timings["perf/rollout_drain_time"] = drained
         metrics.update(timings)
         metrics["perf/step_time"] = sum(timings.values())
         return metrics
