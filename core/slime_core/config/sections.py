@@ -158,6 +158,7 @@ class RolloutSection:
     top_p: float = 1.0  # nucleus sampling (1: off); log-probs stay those of the full distribution
     top_k: int = -1  # top-k sampling (-1: off)
     max_new_tokens: int = 64  # per sample (whole episode if multi-turn)
+    max_context_len: int = 0  # prompt + response at most this many tokens: each engine call of the built-in generate asks for no more than what is left (a prompt that fills it fails the sample, named in the log); training and evaluation; 0: no limit; slime's --rollout-max-context-len
     stop: list[str] = field(default_factory=list)  # stop strings
     stop_token_ids: list[int] = field(default_factory=list)  # stop token ids (besides eos)
     reward: str = "exact"  # reward function record
@@ -199,6 +200,7 @@ class RolloutSection:
               "needs rollout.compile_decode = true (it is an option of that compilation)")
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        _need(self.max_context_len >= 0, "rollout.max_context_len", "must be >= 0 (0: no limit)")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
         _need(self.decode_attention_splits >= 0, "rollout.decode_attention_splits",
               "must be >= 0 (0: the kernel's heuristic)")

@@ -70,10 +70,24 @@ def sampling_params(config: Any, evaluation: bool) -> SamplingParams:
 async def default_generate(
     config: Any, sample: Sample, sampling_params: SamplingParams, engine: EngineClient
 ) -> Sample:
-    """Single turn: the prompt ids in, response ids and log-probs appended; never re-tokenized."""
+    """Single turn: the prompt ids in, response ids and log-probs appended; never re-tokenized.
+    With ``rollout.max_context_len`` the call asks for no more than the context has left; a
+    prompt that fills it fails the sample (nothing to generate, nothing to train on)."""
     params = sampling_params
     if sample.response_length:  # resumed partial rollout: only the remaining budget
         params = params.replace(max_new_tokens=max(1, params.max_new_tokens - sample.response_length))
+    limit = config.rollout.max_context_len
+    if limit:
+        room = limit - len(sample.tokens)
+        if room <= 0:
+            if sample.response_length:  # a continued sample that reached the limit: done
+                sample.status = Status.TRUNCATED
+            else:
+                sample.status, sample.error = Status.FAILED, (
+                    f"generate: the prompt has {len(sample.tokens)} tokens, "
+                    f"rollout.max_context_len = {limit} leaves no room for a response")
+            return sample
+        params = params.replace(max_new_tokens=min(params.max_new_tokens, room))
     out = await engine.generate(sample.tokens, params)
     sample.append_response_tokens(
         out.token_ids, out.log_probs, text=out.text, weight_version=out.weight_version

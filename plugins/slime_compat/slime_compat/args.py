@@ -96,6 +96,7 @@ def build_args(config: Any, router: tuple[str, int] | None = None) -> argparse.N
     # slime: a JSON dict (default {}) and a token count (default None: no filter)
     ns.apply_chat_template_kwargs = dict(config.data.chat_template_kwargs)
     ns.rollout_max_prompt_len = config.data.max_prompt_len or None
+    ns.rollout_max_context_len = config.rollout.max_context_len or None
     alg = config.algorithm
     # slime code compares with slime's names ("ppo"), not the record's ("gae")
     ns.advantage_estimator = SLIME_ESTIMATORS.get(alg.advantage_estimator, alg.advantage_estimator)

@@ -220,6 +220,7 @@ RULES: dict[str, Apply] = {
     "rollout-batch-size": _set("rollout.batch_size", _int),
     "n-samples-per-prompt": _set("rollout.n_samples_per_prompt", _int),
     "rollout-max-response-len": _set("rollout.max_new_tokens", _int),
+    "rollout-max-context-len": _set("rollout.max_context_len", _int),
     "rollout-temperature": _set("rollout.temperature", _float),
     "rollout-top-p": _set("rollout.top_p", _float),
     "rollout-top-k": _set("rollout.top_k", _int),
