@@ -91,6 +91,7 @@ class RolloutConfig(Protocol):
     top_p: float
     top_k: int
     max_new_tokens: int
+    max_context_len: int
     stop: list[str]
     stop_token_ids: list[int]
     reward: str
