@@ -125,6 +125,7 @@ class EvalConfig(Protocol):
     temperature: float
     top_p: float
     max_new_tokens: int
+    max_prompt_len: int
     reward: str
     max_prompts: int
     top_k: int

@@ -213,6 +213,7 @@ class EvalSection:
     temperature: float = 0.0  # greedy by default
     top_p: float = 1.0  # nucleus sampling of evaluations (1: off)
     max_new_tokens: int = 0  # 0: rollout.max_new_tokens
+    max_prompt_len: int = 0  # eval split: drop prompts longer than this many tokens after templating when the data is loaded (the count is logged; 0: keep all); slime's --eval-max-prompt-len
     reward: str = ""  # empty: rollout.reward
     max_prompts: int = 0  # 0: all
     top_k: int = -1  # top-k sampling of evaluations (-1: off)
@@ -223,6 +224,7 @@ class EvalSection:
         from slime_core.config.eval_datasets import parse_datasets
 
         _need(self.top_k == -1 or self.top_k >= 1, "eval.top_k", "must be -1 (off) or >= 1")
+        _need(self.max_prompt_len >= 0, "eval.max_prompt_len", "must be >= 0 (0: no limit)")
         _need(all(k >= 1 for k in self.pass_at), "eval.pass_at", "every k must be >= 1")
         parse_datasets(self.datasets)
 

@@ -100,21 +100,23 @@ class PromptDataSource:
 
     # -- prompt length filter (data.max_prompt_len) ----------------------------------------
     def apply_max_prompt_len(self) -> None:
-        """Drop the train split's prompts longer than ``data.max_prompt_len`` tokens after
-        templating (once; see :mod:`slime_core.data.length_filter`). The built-in sources
+        """Drop the prompts longer than ``data.max_prompt_len`` (train split) or
+        ``eval.max_prompt_len`` (eval split) tokens after templating (once; see :mod:`slime_core.data.length_filter`). The built-in sources
         call it at the end of their constructor so a filter that drops everything fails at
         start-up; a subclass that does not is filtered on first use."""
         if self._length_checked:
             return
         self._length_checked = True
-        max_len = int(getattr(self.config.data, "max_prompt_len", 0) or 0)
-        if self.split != "train" or max_len <= 0:
+        key, max_len = (("data.max_prompt_len", self.config.data.max_prompt_len)
+                        if self.split == "train"
+                        else ("eval.max_prompt_len", self.config.eval.max_prompt_len))
+        if max_len <= 0:
             return
         from slime_core.data.length_filter import describe, rows_within
 
         n = self._num_rows()
         kept = rows_within(n, lambda i: self._encode_row(self._row(i))[1], max_len,
-                           describe(self))
+                           describe(self), key)
         self.dropped_long_prompts = n - len(kept)
         self._kept = kept if self.dropped_long_prompts else None
 

@@ -3,9 +3,10 @@
 slime's ``--rollout-max-prompt-len`` semantics: a prompt is measured in tokens *after*
 templating (``prompt_template``, system prompt, chat template with its tools and
 ``chat_template_kwargs``), exactly the ids a sample would start with, and a prompt of more
-than ``max_prompt_len`` tokens is dropped (one of exactly ``max_prompt_len`` is kept). Only the
-train split is filtered: the eval split keeps every prompt, so evaluation numbers stay
-comparable between runs (slime has a separate eval flag for that).
+than ``max_prompt_len`` tokens is dropped (one of exactly ``max_prompt_len`` is kept).
+``data.max_prompt_len`` filters the train split only; the eval split has its own key,
+``eval.max_prompt_len`` (slime's ``--eval-max-prompt-len``), so evaluation numbers stay
+comparable between runs that filter training data differently.
 
 The rows that remain are the source's prompts from then on (``len(source)``, epochs, the
 stored position); the number dropped is printed to stderr, and a filter that drops every
@@ -20,10 +21,11 @@ from typing import Any
 
 
 def rows_within(num_rows: int, row_ids: Callable[[int], Sequence[int]], max_len: int,
-                what: str) -> list[int]:
+                what: str, key: str = "data.max_prompt_len") -> list[int]:
     """Indices ``i`` in ``range(num_rows)`` whose ``row_ids(i)`` has at most ``max_len`` ids.
 
-    ``what`` names the data in the messages (``"data.path file 'x.jsonl'"``).
+    ``what`` names the data in the messages (``"data.path file 'x.jsonl'"``), ``key`` the
+    setting.
     """
     kept: list[int] = []
     shortest: int | None = None
@@ -38,12 +40,12 @@ def rows_within(num_rows: int, row_ids: Callable[[int], Sequence[int]], max_len:
     dropped = num_rows - len(kept)
     if num_rows and not kept:
         raise ValueError(
-            f"data.max_prompt_len = {max_len} drops all {num_rows} prompts of {what}: the "
-            f"shortest is {shortest} tokens after templating; raise data.max_prompt_len "
+            f"{key} = {max_len} drops all {num_rows} prompts of {what}: the "
+            f"shortest is {shortest} tokens after templating; raise {key} "
             "(0: no limit)"
         )
     if dropped:
-        print(f"note: data.max_prompt_len = {max_len}: dropped {dropped} of {num_rows} prompts "
+        print(f"note: {key} = {max_len}: dropped {dropped} of {num_rows} prompts "
               f"of {what} longer than {max_len} tokens after templating (longest "
               f"{longest_dropped}); {len(kept)} remain", file=sys.stderr, flush=True)
     return kept

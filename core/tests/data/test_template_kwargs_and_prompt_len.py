@@ -125,8 +125,17 @@ def test_long_prompts_are_dropped_at_load_and_counted(make_config, tiny_tokenize
                                           data={"path": str(path), "max_prompt_len": 9}), "train")
     with pytest.raises(ValueError, match="data.max_prompt_len"):
         wider.load_state_dict(state)
-    # the eval split keeps every prompt
+    # the eval split keeps every prompt: it has its own limit, eval.max_prompt_len
     assert len(make_jsonl_source(config, "eval")) == 6
+    capsys.readouterr()
+    evals = make_jsonl_source(make_config(model={"path": str(tiny_tokenizer_dir)},
+                                          data={"path": str(path), "eval_path": str(path)},
+                                          eval={"max_prompt_len": 6}), "eval")
+    assert len(evals) == 4 and "eval.max_prompt_len = 6: dropped 2 of 6 prompts" in \
+        capsys.readouterr().err
+    assert len(make_jsonl_source(make_config(model={"path": str(tiny_tokenizer_dir)},
+                                             data={"path": str(path)},
+                                             eval={"max_prompt_len": 6}), "train")) == 6
 
 
 def test_the_limit_counts_tokens_after_templating(make_config, tiny_tokenizer_dir, tmp_path):
@@ -159,3 +168,5 @@ def test_reasoning_gym_source_is_filtered_too(make_config, tiny_tokenizer_dir):
 def test_negative_limit_is_refused(make_config):
     with pytest.raises((ConfigError, ValueError), match="data.max_prompt_len"):
         make_config(data={"max_prompt_len": -1})
+    with pytest.raises((ConfigError, ValueError), match="eval.max_prompt_len"):
+        make_config(eval={"max_prompt_len": -1})

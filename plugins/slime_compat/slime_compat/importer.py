@@ -91,8 +91,8 @@ def _chat_template_kwargs(cfg: dict[str, dict[str, Any]], v: Value) -> None:
 
 def _max_prompt_len(v: Value) -> int:
     n = _int(v)
-    if n < 1:  # slime would drop every prompt; 0 means "no limit" in data.max_prompt_len
-        raise ValueError(f"{n} would drop every prompt (data.max_prompt_len must be >= 1 here)")
+    if n < 1:  # slime would drop every prompt; 0 means "no limit" here
+        raise ValueError(f"{n} would drop every prompt (the limit must be >= 1 here)")
     return n
 
 
@@ -233,6 +233,7 @@ RULES: dict[str, Apply] = {
     "eval-prompt-data": _eval_data,
     "n-samples-per-eval-prompt": _set("eval.n_samples_per_prompt", _int),
     "eval-max-response-len": _set("eval.max_new_tokens", _int),
+    "eval-max-prompt-len": _set("eval.max_prompt_len", _max_prompt_len),
     "eval-top-p": _set("eval.top_p", _float),
     "eval-temperature": _set("eval.temperature", _float),
     "max-tokens-per-gpu": _set("train.micro_batch_tokens", _int),

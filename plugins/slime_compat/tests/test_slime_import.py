@@ -36,6 +36,7 @@ ROLLOUT_ARGS=(
    --apply-chat-template-kwargs '{"enable_thinking": false}'
    --rollout-max-prompt-len 2048
    --rollout-max-context-len 10240
+   --eval-max-prompt-len 1024
    --rollout-shuffle
    --rm-type deepscaler
    --num-rollout ${NUM_ROLLOUT}
@@ -118,7 +119,7 @@ def test_translation_table(tmp_path: Path) -> None:
     # Qwen3's thinking switch (a quoted JSON value in the array) and the prompt length filter
     assert c["data"]["chat_template_kwargs"] == {"enable_thinking": False}
     assert c["data"]["max_prompt_len"] == 2048
-    assert c["rollout"]["max_context_len"] == 10240
+    assert c["rollout"]["max_context_len"] == 10240 and c["eval"]["max_prompt_len"] == 1024
     dropped = {f: reason for f, _, reason in tr.dropped}
     assert set(dropped) == {"ref-load", "balance-data", "optimizer", "actor-num-gpus-per-node",
                             "tensor-model-parallel-size", "num-rollout", "swiglu", "num-layers",
