@@ -388,12 +388,23 @@ class RolloutManagerWorker:
 
     def stream(self, method: str, *args: Any) -> Any:
         """A call on this actor's fully-async generator (built on first use; the driver's
-        ``RayStream`` handle sends its calls here, one at a time)."""
+        ``RayStream`` handle sends its calls here, one at a time). The generator calls the
+        engines through this actor's :class:`RemoteEngine` objects, so the supervisor's
+        restarts and re-sends serve it as they serve :meth:`rollout`; each ``take`` reports
+        ``rollout/engine_restarts``."""
         if getattr(self, "_stream", None) is None:
             from slime_core.rollout.streaming import StreamingRollout
 
             self._stream = StreamingRollout(self.rollouts)
-        return getattr(self._stream, method)(*args)
+            self._restarts_taken = 0
+        out = getattr(self._stream, method)(*args)
+        if method == "take" and self.supervisor is not None:
+            # engines restart whenever they die, not per rollout: a step reports the
+            # restarts since the previous step took its groups
+            restarts = self.supervisor.restarts
+            out[0].metrics["rollout/engine_restarts"] = float(restarts - self._restarts_taken)
+            self._restarts_taken = restarts
+        return out
 
     def source_state(self, split: str) -> dict[str, Any]:
         return self.sources[split].state_dict()

@@ -29,6 +29,14 @@ generate, reward and filter paths it uses, on its own thread and event loop.
   group holding a sample staler than N when the trainer takes it is discarded, its prompt goes
   back to the data source to be generated again (``rollout/stale_dropped`` counts its
   samples).
+* **Engine failures**: the generator's clients wrap the manager's engine objects, so an engine
+  that its executor restarts is the one the next call reaches (under ``ray`` the actor handle
+  survives the restart and :class:`~slime_core.executors.ray_workers.RemoteEngine` re-sends a
+  call whose engine died, once the supervisor has restarted and re-synced it, or answers it
+  as aborted when a pause came meanwhile). An error that still leaves a round (a lost engine
+  without ``run.fault_tolerance``: ``EngineLostError``, naming it) stops the generator, and
+  the next :meth:`StreamingRollout.pause` or :meth:`StreamingRollout.take` raises it, so the
+  run ends on that cause rather than on the weight sync that would reach the dead engine.
 * **Records**: every group taken from the data source is, at any pause, in exactly one place:
   trained, in the buffer, in generation (with its partial responses), or back in the data
   source. :meth:`snapshot` (paused) writes the buffer and the groups in generation; a resumed
@@ -108,7 +116,8 @@ class StreamingRollout:
         self.chunk = int(config.run.async_chunk_tokens)
         self.max_staleness = int(config.run.max_staleness)
         self.params: SamplingParams = sampling_params(config, False)
-        # own clients: an evaluation on the driver's thread uses the manager's at the same time
+        # own clients: an evaluation on the driver's thread uses the manager's at the same time;
+        # the engine objects are the manager's, which stay valid across an engine's restart
         self.clients = [EngineClient(c.engine, config.rollout.generate_batch_size, c.index)
                         for c in manager.clients]
         self._cond = threading.Condition()
@@ -151,12 +160,23 @@ class StreamingRollout:
 
     def pause(self) -> None:
         """Stop generating: abort the engine calls in flight and return once none runs (their
-        samples keep their partial responses and continue at :meth:`resume`)."""
+        samples keep their partial responses and continue at :meth:`resume`). Raises the
+        generator's error if it stopped on one."""
         with self._cond:
             if self._paused:
                 return
             self._paused = True
         self._drain()
+        with self._cond:
+            # a weight sync or a save follows: with a lost engine it would fail on that engine
+            # with a message about the trainer ranks or the transport; name the cause instead
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(
+                f"fully-async generation failed: {type(self._error).__name__}: "
+                f"{self._error}") from self._error
 
     def _drain(self) -> None:
         while True:
@@ -180,10 +200,7 @@ class StreamingRollout:
         with self._cond:
             self._step = step
             while len(out) < n:
-                if self._error is not None:
-                    raise RuntimeError(
-                        f"fully-async generation failed: {type(self._error).__name__}: "
-                        f"{self._error}") from self._error
+                self._raise_if_failed()
                 while self.buffer and len(out) < n:
                     group = self.buffer.popleft()
                     if self._too_stale(group, version):
@@ -342,6 +359,11 @@ class StreamingRollout:
                 continue
             try:
                 await self._round(todo)
+            except BaseException as exc:
+                with self._cond:  # recorded before the round counts as ended: see pause()
+                    if self._error is None:
+                        self._error = exc
+                raise
             finally:
                 with self._cond:  # settled before pause() can see no round in flight
                     self._calls -= 1
