@@ -4,6 +4,8 @@
 * ``data.source = "rollout_buffer"``: agent worker threads pull jobs from the in-process
   rollout-buffer service, run their episodes through the agent API on the run's engine, and
   write the trajectories back; the trainer trains on them;
+* the same in fully-async mode (``run.rollout_mode = "fully_async"``): the generator polls
+  the finished groups into its bounded buffer and holds the agent API around weight updates;
 * the buffer as its own process (``core rollout-buffer``) feeding the data source.
 """
 
@@ -11,16 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-
+import pytest
 from slime_hookspecs import hookimpl
+from tests.agent_support import free_port, start_workers
+from tests.cli_support import core, write_toml
 from tests.conftest import read_metrics
 
 
@@ -41,28 +46,6 @@ def test_core_run_with_tools(base_config, run_slime):
     for r in steps:  # the multi-turn generator ran every sample
         assert r["rollout/turns_mean"] >= 1.0 and "rollout/tool_calls" in r
     assert len(rec.batches) == 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_workers(url: str, token: str, n: int) -> tuple[list[Any], list[threading.Thread],
-                                                           threading.Event]:
-    from slime_agent.tools import CALCULATOR_SCHEMA, calculator
-    from slime_agent.worker import BufferWorker, tool_agent_episode
-
-    schema = {"type": "function", "function": {"name": "calculator",
-                                               "parameters": CALCULATOR_SCHEMA}}
-    stop = threading.Event()
-    workers = [BufferWorker(url, token, tool_agent_episode({"calculator": (schema, calculator)}),
-                            poll_s=0.5) for _ in range(n)]
-    threads = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in workers]
-    for t in threads:
-        t.start()
-    return workers, threads, stop
 
 
 def test_core_run_fed_by_rollout_buffer_workers(base_config, run_slime):
@@ -98,6 +81,213 @@ def test_core_run_fed_by_rollout_buffer_workers(base_config, run_slime):
     info = json.loads(services.read_text())
     assert info["rollout_buffer"] == {"url": f"http://127.0.0.1:{port}", "token": "buffer-token"}
     assert info["agent_api"]["url"].startswith("http://127.0.0.1:") and info["agent_api"]["token"]
+
+
+class TrainedSamples:
+    """Every trained sample of every step: its group, provenance and weight versions."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, list[Any]] = {}
+
+    @hookimpl
+    def slime_log_rollout(self, config, rollout_id, samples, metrics):
+        self.steps[rollout_id] = list(samples)
+
+
+def test_fully_async_run_fed_by_rollout_buffer_workers(base_config, run_slime):
+    port = free_port()
+    cfg = dict(base_config)
+    cfg["run"] = {**cfg["run"], "num_rollouts": 4, "rollout_mode": "fully_async",
+                  "max_staleness": 2, "async_buffer_groups": 3}
+    cfg["algorithm"] = {"is_correction": "tis"}
+    cfg["data"] = {**cfg["data"], "source": "rollout_buffer", "eval_path": ""}
+    cfg["tools"] = {"enabled": ["calculator"]}
+    cfg["rollout_buffer"] = {"port": port, "token": "buffer-token", "timeout_s": 120}
+    workers, threads, stop = start_workers(f"http://127.0.0.1:{port}", "buffer-token", 2)
+    rec = TrainedSamples()
+    try:
+        run_dir = run_slime(cfg, plugins=[rec], select=("slime_grpo", "core_tools"))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=15)
+    assert not any(t.is_alive() for t in threads)
+    rows = [r for r in read_metrics(run_dir) if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:  # the bound counts the groups open with the workers as in generation
+        assert r["rollout/held_groups_max"] <= 3
+        assert r["rollout/buffer_groups"] + r["rollout/inflight_groups"] <= 3
+        assert r["rollout/staleness_max"] <= 2 and "rollout/stale_dropped" in r
+        assert r["rollout_buffer/open_groups"] <= 3 and r["rollout_buffer/invalid_writes"] == 0
+        assert "rollout_buffer/continued_calls" in r and "perf/rollout_wait_time" in r
+    trained = [s for step in sorted(rec.steps) for s in rec.steps[step]]
+    assert len(trained) == 4 * 2 * 4
+    groups = [s.group_index for s in trained]
+    assert len(set(groups)) == len(groups) // 4  # no group trained twice
+    for step, samples in rec.steps.items():
+        for s in samples:
+            # written by a worker, generated through a session of the run's agent API
+            assert s.metadata["instance_id"] == f"g{s.group_index}" and s.session_id
+            assert s.weight_versions == sorted(set(s.weight_versions))
+            assert s.weight_versions and step - s.weight_versions[0] <= 2
+            assert s.weight_versions[-1] <= step
+            assert len(s.rollout_log_probs) == len(s.loss_mask) == s.response_length > 0
+    # every trained sample was a job done; an episode cut by the run's end fails at most once
+    # per worker (the agent API is gone)
+    assert sum(w.done for w in workers) >= len(trained)
+    assert all(w.failed <= 1 for w in workers), [w.errors for w in workers]
+
+
+class SlowTrain:
+    @hookimpl
+    def slime_before_train_step(self, config, rollout_id, step_id, model, optimizer, scheduler):
+        time.sleep(0.4)
+
+
+def test_fully_async_stale_worker_groups_are_dropped_and_queued_again(base_config, run_slime):
+    # a bound of 4 batches against a staleness of 1: groups waiting two updates are too old
+    port = free_port()
+    cfg = dict(base_config)
+    cfg["run"] = {**cfg["run"], "num_rollouts": 5, "rollout_mode": "fully_async",
+                  "max_staleness": 1, "async_buffer_groups": 8}
+    cfg["algorithm"] = {"is_correction": "tis"}
+    cfg["data"] = {**cfg["data"], "source": "rollout_buffer", "eval_path": ""}
+    cfg["rollout_buffer"] = {"port": port, "token": "buffer-token", "timeout_s": 120}
+    workers, threads, stop = start_workers(f"http://127.0.0.1:{port}", "buffer-token", 2)
+    rec = TrainedSamples()
+    try:
+        run_dir = run_slime(cfg, plugins=[rec, SlowTrain()], select=("slime_grpo", "core_tools"))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=15)
+    rows = [r for r in read_metrics(run_dir) if "train/loss" in r]
+    assert sum(r["rollout/stale_dropped"] for r in rows) > 0
+    for step, samples in rec.steps.items():
+        assert all(step - s.weight_versions[0] <= 1 for s in samples)  # none trained stale
+    groups = [s.group_index for step in sorted(rec.steps) for s in rec.steps[step]]
+    assert len(groups) == 5 * 2 * 4
+    assert len(set(groups)) == len(groups) // 4  # a group queued again is trained once
+
+
+def test_fully_async_kill_and_resume_keep_every_worker_group_in_one_place(base_config,
+                                                                         tmp_path):
+    """SIGKILLed mid-step while workers have groups open in the in-process service, then
+    resumed: the groups open at the checkpoint are queued again, none is trained twice or lost.
+    The workers run in this process and outlive both runs (the same port each time)."""
+    port = free_port()
+    run_dir = tmp_path / "run"
+    cfg = dict(base_config)
+    cfg["run"] = {**cfg["run"], "num_rollouts": 5, "save_interval": 2, "num_threads": 1,
+                  "plugin_modules": ["tests.crash_plugin", "tests.fully_async_record"],
+                  "rollout_mode": "fully_async", "max_staleness": 2}
+    cfg["algorithm"] = {"is_correction": "tis"}
+    cfg["data"] = {**cfg["data"], "source": "rollout_buffer", "eval_path": ""}
+    cfg["rollout_buffer"] = {"port": port, "token": "buffer-token", "timeout_s": 120}
+    args = ["run", "--plugins", "slime_grpo,core_tools",
+            "--config", str(write_toml(tmp_path / "run.toml", cfg))]
+    workers, threads, stop = start_workers(f"http://127.0.0.1:{port}", "buffer-token", 2)
+    try:
+        res = core(*args, env={"SLIME_TEST_CRASH_AT": "slime_before_train:3"})
+        assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+        res = core("run", "--resume", str(run_dir))
+        assert res.returncode == 0, res.stderr[-3000:]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=15)
+    assert "at step 2 from step_000002" in res.stderr
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3, 4, 5]
+    trained: dict[int, list[int]] = {}  # the resumed run's line of a step counts
+    for line in (run_dir / "trained_groups.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        trained[row["step"]] = row["groups"]
+    everything = [g for groups in trained.values() for g in groups]
+    assert sorted(trained) == [0, 1, 2, 3, 4]
+    assert len(everything) == len(set(everything)) == 5 * 2  # no group trained twice
+    # none lost: at the final checkpoint every group the prompts handed out is trained, in
+    # the generator's buffer, open in the service, or back in the prompts, in one of them
+    final = run_dir / "checkpoints" / "step_000005"
+    source = json.loads((final / "data_source.json").read_text())
+    held = json.loads((final / "fully_async.json").read_text())
+    kept = [g[0]["group_index"] for part in ("buffer", "inflight") for g in held[part]]
+    open_ = [g[0]["group_index"] for g in source["queued"]]
+    returned = [g[0]["group_index"] for g in source["prompts"]["buffer"]]
+    assert sorted(everything + kept + open_ + returned) == list(
+        range(source["prompts"]["next_group_index"]))
+    assert sum(w.done for w in workers) >= len(everything) * 4
+
+
+def test_polling_source_bounds_open_groups_and_times_out_without_workers(base_config):
+    """The fully-async side of the source alone (no workers): ``max_open`` caps what it
+    queues, and open groups that never come back fail after ``rollout_buffer.timeout_s`` of
+    generation, naming the key; a pause for a weight update does not count."""
+    from slime_core.context import set_manager
+    from slime_core.pluginmgr import PluginSelection
+    from slime_core.rollout.components import make_data_source
+    from slime_core.session import resolve
+
+    cfg = dict(base_config)
+    cfg["data"] = {**cfg["data"], "source": "rollout_buffer"}
+    cfg["rollout_buffer"] = {"timeout_s": 0.5, "serve_engine_api": False}
+    manager, config = resolve(PluginSelection(plugins=["core_tools"]), None, (), cfg)
+    set_manager(manager)
+    source = make_data_source(manager, config, "train")
+    try:
+        assert source.poll_finished(3) == [] and source.open_groups() == 3
+        assert source.poll_finished(1) == [] and source.open_groups() == 3  # none taken back
+        assert source.client.status()["report"]["queued_tasks"] == 3 * 4
+        time.sleep(0.3)
+        source.pause_generation()
+        time.sleep(0.4)  # paused: the workers could not have progressed
+        source.resume_generation()
+        assert source.poll_finished(3) == []
+        time.sleep(0.6)
+        with pytest.raises(TimeoutError, match=r"3 open groups, and none came back complete "
+                                               r"in rollout_buffer.timeout_s=0.5 s"):
+            source.poll_finished(3)
+        state = source.state_dict()  # the open groups are the source's to keep
+        assert [g[0]["group_index"] for g in state["queued"]] == [0, 1, 2]
+    finally:
+        source.close()
+
+
+class HalfFinishedSource:
+    """Says its groups come back finished but has only the synchronous methods."""
+
+    delivers_finished_samples = True
+    kind = "half_finished"
+
+    @hookimpl
+    def slime_make_data_source(self, config, split):
+        return self if split == "train" else None
+
+    def get_samples(self, num_groups):
+        return []
+
+    def add_samples(self, groups):
+        pass
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+    def __len__(self):
+        return 1
+
+
+def test_fully_async_refuses_a_finished_source_without_the_polling_methods(base_config,
+                                                                           run_slime):
+    cfg = dict(base_config)
+    cfg["run"] = {**cfg["run"], "rollout_mode": "fully_async", "max_staleness": 2}
+    cfg["algorithm"] = {"is_correction": "tis"}
+    cfg["data"] = {**cfg["data"], "eval_path": ""}
+    with pytest.raises(ValueError, match=r"'half_finished' \(data.source\) delivers finished "
+                                         r"groups but has no poll_finished, open_groups, "
+                                         r"pause_generation, resume_generation"):
+        run_slime(cfg, plugins=[HalfFinishedSource()])
 
 
 def test_rollout_buffer_as_its_own_process(base_config, tmp_path):

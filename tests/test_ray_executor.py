@@ -193,3 +193,31 @@ def test_fully_async_generates_in_the_rollout_manager_actor(ray_session, base_co
     assert all(x["rollout/held_groups_max"] <= 4 and x["rollout/staleness_max"] <= 2 for x in m)
     # the checkpoint holds the generator's buffer and partials, read from the actor
     assert (run_dir / "checkpoints" / "step_000002" / "fully_async.json").is_file()
+
+
+def test_fully_async_rollout_buffer_in_the_rollout_manager_actor(ray_session,  # noqa: F811
+                                                                 base_config) -> None:
+    """The buffer service and the agent API live in the rollout manager's actor, where the
+    generator polls and pauses them; the workers (threads here) reach them by address."""
+    from tests.agent_support import free_port, start_workers
+
+    port = free_port()
+    cfg = ray_config(base_config, run={"num_rollouts": 3, "rollout_mode": "fully_async",
+                                       "max_staleness": 2},
+                     algorithm={"is_correction": "tis"},
+                     data={"source": "rollout_buffer", "eval_path": ""},
+                     rollout_buffer={"port": port, "token": "buffer-token", "timeout_s": 60})
+    workers, threads, stop = start_workers(f"http://127.0.0.1:{port}", "buffer-token", 2)
+    try:
+        run_dir = run(cfg, selected=("slime_grpo", "core_tools"))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=15)
+    m = [x for x in read_metrics(run_dir) if "train/loss" in x]
+    assert [x["step"] for x in m] == [1, 2, 3]
+    for x in m:
+        assert x["rollout/samples"] == 8 and x["rollout/staleness_max"] <= 2
+        assert x["rollout/buffer_groups"] + x["rollout/inflight_groups"] <= 4
+        assert "rollout_buffer/open_groups" in x
+    assert sum(w.done for w in workers) >= 3 * 2 * 4

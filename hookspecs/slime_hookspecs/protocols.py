@@ -241,6 +241,44 @@ class DataSource(Protocol):
 
 
 @runtime_checkable
+class FinishedGroupSource(DataSource, Protocol):
+    """A data source whose groups are generated elsewhere (agent workers) and come back
+    finished: ``delivers_finished_samples = True``. The rollout manager rewards the samples
+    that have no reward yet instead of generating them.
+
+    The synchronous modes call :meth:`get_samples` (it blocks until the groups asked for
+    are complete). ``run.rollout_mode = "fully_async"`` calls the methods below instead:
+    :meth:`poll_finished` and :meth:`open_groups` from its generator thread, the pause pair
+    around every weight update and checkpoint; never two of them (nor ``add_samples`` or
+    ``state_dict``) at once.
+    """
+
+    delivers_finished_samples: bool
+
+    def poll_finished(self, max_open: int) -> list[list[Sample]]:
+        """Without waiting: keep at most ``max_open`` groups open elsewhere (handed to the
+        workers and not yet returned here, complete ones included; fewer when more are open
+        already), then return the complete groups ready now. Raises ``TimeoutError`` naming
+        the source's setting when open groups make no progress for too long."""
+        ...
+
+    def open_groups(self) -> int:
+        """Groups handed out to the workers and not yet returned by :meth:`poll_finished`
+        (part of what ``run.async_buffer_groups`` bounds)."""
+        ...
+
+    def pause_generation(self) -> None:
+        """A weight update follows: stop the workers' generation on the run's engines and
+        return once none of their engine calls runs (what happens to those calls is the
+        source's to document)."""
+        ...
+
+    def resume_generation(self) -> None:
+        """The engines hold the new weights: the workers' generation may go on."""
+        ...
+
+
+@runtime_checkable
 class Logger(Protocol):
     """A metrics sink (JSONL, TensorBoard, W&B ...)."""
 

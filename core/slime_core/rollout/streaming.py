@@ -37,15 +37,28 @@ generate, reward and filter paths it uses, on its own thread and event loop.
   without ``run.fault_tolerance``: ``EngineLostError``, naming it) stops the generator, and
   the next :meth:`StreamingRollout.pause` or :meth:`StreamingRollout.take` raises it, so the
   run ends on that cause rather than on the weight sync that would reach the dead engine.
+* **Groups generated elsewhere** (a data source that ``delivers_finished_samples``, e.g. the
+  agentic rollout buffer: :class:`slime_hookspecs.FinishedGroupSource`): the generator
+  generates nothing; it polls the source without waiting (every ``POLL_S`` while groups are
+  out), which keeps at most what the bound leaves open with the workers (the source's
+  ``open_groups`` count as in generation), and rewards the unscored samples of each group
+  that comes back, then ``slime_after_generate`` and the filters, as for its own groups.
+  :meth:`StreamingRollout.pause` calls the source's ``pause_generation`` instead of
+  aborting engine calls (the source holds its workers' calls and says what becomes of
+  them), :meth:`StreamingRollout.resume` its ``resume_generation``. Staleness is judged
+  from the ``weight_versions`` the workers' samples carry; a group still with the workers
+  cannot be restarted from here, so only the drop at a take applies.
 * **Records**: every group taken from the data source is, at any pause, in exactly one place:
-  trained, in the buffer, in generation (with its partial responses), or back in the data
-  source. :meth:`snapshot` (paused) writes the buffer and the groups in generation; a resumed
-  run :meth:`restore` s them with the data source's state of the same instant, so no group is
-  trained twice or lost (not the same samples as an uninterrupted run: timing decides what
-  completes when).
+  trained, in the buffer, in generation (with its partial responses; for a source of
+  finished groups: open with the workers, which the source's own state holds), or back in
+  the data source. :meth:`snapshot` (paused) writes the buffer and the groups in
+  generation; a resumed run :meth:`restore` s them with the data source's state of the same
+  instant, so no group is trained twice or lost (not the same samples as an uninterrupted
+  run: timing decides what completes when).
 
 Thread safety: the data source, the buffer and the in-generation table are touched only with
-``self._cond`` held; engine calls run on worker threads (``asyncio.to_thread``), an
+``self._cond`` held (but a finished-groups source's pause pair, called while paused, when no
+poll can run: it may wait for the workers' engine calls); engine calls run on worker threads (``asyncio.to_thread``), an
 evaluation's engine calls may run beside them (the engines serialise calls; the generator has
 its own :class:`EngineClient` objects, so no batching state is shared with an evaluation).
 """
@@ -67,6 +80,9 @@ from slime_core.rollout.engine_client import EngineClient
 from slime_core.rollout.manager import RolloutManager, sampling_params
 
 SNAPSHOT_FORMAT = "slime.fully_async/1"
+POLL_S = 0.1  # between polls of a source of finished groups while nothing came back
+FINISHED_SOURCE_METHODS = ("poll_finished", "open_groups", "pause_generation",
+                           "resume_generation")
 
 
 def _warn_bypassed_rollouts(pluggy_manager: Any) -> None:
@@ -100,11 +116,16 @@ class StreamingRollout:
     def __init__(self, manager: RolloutManager) -> None:
         config = manager.config
         source = manager.train_source
-        if getattr(source, "delivers_finished_samples", False):
+        # groups generated elsewhere (agent workers): polled, rewarded and filtered here
+        self.finished = bool(getattr(source, "delivers_finished_samples", False))
+        missing = [m for m in FINISHED_SOURCE_METHODS
+                   if self.finished and not callable(getattr(source, m, None))]
+        if missing:
             raise ValueError(
                 f"run.rollout_mode = \"fully_async\": the data source "
                 f"{getattr(source, 'kind', type(source).__name__)!r} (data.source) delivers "
-                "groups generated elsewhere (agent workers), which this mode does not drive yet; "
+                f"finished groups but has no {', '.join(missing)} (slime_hookspecs."
+                "FinishedGroupSource), which this mode calls; implement them in the source or "
                 "use run.rollout_mode = \"one_step_off\"")
         if manager._teacher is not None:
             raise ValueError(
@@ -143,6 +164,8 @@ class StreamingRollout:
     def resume(self, version: int) -> None:
         """Generate with weight version ``version`` (the engines hold it now); starts the
         generator on its first call."""
+        if self.finished:  # still paused here: no poll runs beside it
+            self.source.resume_generation()
         with self._cond:
             self._version = int(version)
             self._paused = False
@@ -166,7 +189,10 @@ class StreamingRollout:
             if self._paused:
                 return
             self._paused = True
-        self._drain()
+        if self.finished:  # no engine call of its own; the workers' are the source's
+            self.source.pause_generation()
+        else:
+            self._drain()
         with self._cond:
             # a weight sync or a save follows: with a lost engine it would fail on that engine
             # with a message about the trainer ranks or the transport; name the cause instead
@@ -230,7 +256,7 @@ class StreamingRollout:
                 "rollout/partial_resumed": float(stats["partial_resumed"]),
                 "rollout/groups_generated": float(stats["completed"]),
                 "rollout/buffer_groups": float(len(self.buffer)),
-                "rollout/inflight_groups": float(len(self.inflight)),
+                "rollout/inflight_groups": float(self._in_generation()),
                 "rollout/held_groups_max": float(self.max_held),
                 "perf/rollout_time": window,  # the generation window this batch came from
                 "perf/rollout_wait_time": waited,
@@ -238,6 +264,9 @@ class StreamingRollout:
             for key, value in stats.items():
                 if key.startswith("dropped/"):
                     metrics[f"rollout/{key}"] = float(value)
+            source_metrics = getattr(self.source, "metrics", None)
+            if self.finished and source_metrics is not None:
+                metrics.update(source_metrics())  # e.g. rollout_buffer/*, as in the sync modes
             if self.m._sample_filter is not None:
                 self.m._sample_filter(out)
             hook = self.m.manager.hook
@@ -275,7 +304,8 @@ class StreamingRollout:
         with self._cond:
             self._stopping = True
             self._paused = True
-        self._drain()
+        if not self.finished:  # the workers' calls end with the source (slime_run_end)
+            self._drain()
         self._poke()
         if self._thread is not None:
             self._thread.join(timeout=120)
@@ -283,7 +313,7 @@ class StreamingRollout:
     def state(self) -> dict[str, int]:
         """Sizes, for tests and logs: buffer, in generation, most held at once, capacity."""
         with self._cond:
-            return {"buffer": len(self.buffer), "inflight": len(self.inflight),
+            return {"buffer": len(self.buffer), "inflight": self._in_generation(),
                     "max_held": self.max_held, "capacity": self.capacity}
 
     # -- generator side ----------------------------------------------------------------------
@@ -297,11 +327,16 @@ class StreamingRollout:
         except RuntimeError:  # the loop closed meanwhile (stop)
             pass
 
+    def _in_generation(self) -> int:
+        """Groups in generation: in the table, and open with the workers of a source of
+        finished groups (``self._cond`` held)."""
+        return len(self.inflight) + (self.source.open_groups() if self.finished else 0)
+
     def _register(self, group: list[Sample]) -> int:
         key = self._next_key
         self._next_key += 1
         self.inflight[key] = group
-        self.max_held = max(self.max_held, len(self.buffer) + len(self.inflight))
+        self.max_held = max(self.max_held, len(self.buffer) + self._in_generation())
         return key
 
     def _too_stale(self, group: list[Sample], version: int) -> bool:
@@ -333,12 +368,23 @@ class StreamingRollout:
             self._wake.set()
 
         while True:
+            polled = False
             with self._cond:
                 if self._stopping or self._error is not None:
                     break
                 if not self._paused:
                     room = self.capacity - len(self.buffer) - len(self.inflight)
-                    if room > 0:
+                    if self.finished:
+                        # the source keeps at most `room` open with its workers
+                        for g in self.source.poll_finished(max(room, 0)):
+                            if g:
+                                for x in g:
+                                    x.rollout_id = self._step
+                                self._register(g)
+                        self.max_held = max(self.max_held,
+                                            len(self.buffer) + self._in_generation())
+                        polled = self.source.open_groups() > 0
+                    elif room > 0:
                         for g in self.source.get_samples(room):
                             if g:
                                 self._register(g)
@@ -354,7 +400,13 @@ class StreamingRollout:
                 if todo:
                     self._calls += 1
             if not todo:
-                await self._wake.wait()
+                if polled:  # groups are with the workers: look again soon
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), POLL_S)
+                    except asyncio.TimeoutError:
+                        pass
+                else:
+                    await self._wake.wait()
                 self._wake.clear()
                 continue
             try:
@@ -398,7 +450,9 @@ class StreamingRollout:
         then move it to the buffer (or count it dropped)."""
         with self._cond:
             group = self.inflight[key]
-        await self.m._reward(group, False)
+        # a worker may have scored its samples already (the agent's own reward)
+        await self.m._reward([s for s in group if s.reward is None] if self.finished else group,
+                             False)
         self.m._after_generate(group, self._step, False)
         dropped: dict[str, int] = {}
         keep = self.m._sort(group, dropped)

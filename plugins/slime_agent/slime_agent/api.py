@@ -29,16 +29,25 @@ bad field is a 400 naming it in ``param``, a prompt plus ``max_tokens`` beyond t
 context a 400 ``context_length_exceeded``. The server runs on its own thread and event loop
 with its own :class:`EngineClient` per engine (requests of concurrent sessions are batched
 into one engine call), so it can sit beside a training loop.
+
+Weight updates (:meth:`AgentApiServer.pause` / :meth:`~AgentApiServer.resume`, used by the
+rollout buffer in fully-async mode): while paused no engine call starts (requests wait), and
+the calls in flight are aborted; each continues after the update from where it stopped, with
+the rest of its budget and the new weights, so the client gets one answer, only later. Its
+ids record both versions (``weight_versions``); a stop string that straddles the two parts
+ends the answer where it completes, as within one call. A request with a ``seed`` draws the
+continued part from a new stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hookspecs import SamplingParams
+from slime_hookspecs import GenerateOutput, SamplingParams
 
 from slime_agent import schemas
 from slime_agent.http import ServerThread, bearer_auth, errors_middleware, new_token
@@ -90,6 +99,9 @@ class AgentApiServer:
         engine's ``context_length`` if it has one, else no limit but the 1 MiB body.
     :param chat_template_kwargs: extra keyword arguments of every chat-template call
         (``from_config``: ``data.chat_template_kwargs``, e.g. ``enable_thinking``).
+    :param mask_offpolicy: an answer continued across a weight update masks what its
+        session's segment generated before it (``from_config``:
+        ``rollout.mask_offpolicy_in_partial_rollout``).
     """
 
     def __init__(self, engines: list[Any], tokenizer: Any, *, host: str = "127.0.0.1",
@@ -97,7 +109,8 @@ class AgentApiServer:
                  model_name: str = "slime", tool_parser: Any = None, max_tokens: int = 1024,
                  max_sessions: int = 4096, session_ttl_s: float = 3600.0,
                  context_length: int | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None,
+                 mask_offpolicy: bool = False) -> None:
         if not engines:
             raise ValueError("AgentApiServer needs at least one rollout engine")
         check_bind(host, allow_remote, "agent_api")
@@ -115,6 +128,15 @@ class AgentApiServer:
         self._clients: list[Any] = []
         self._server = ServerThread(self._app, host, port, "slime-agent-api")
         self.requests = 0
+        self.mask_offpolicy = bool(mask_offpolicy)
+        self.continued = 0  # engine calls aborted by a pause and continued after it
+        # pause state, touched on the server's loop only once it runs (pause() and resume()
+        # go through it)
+        self._running = asyncio.Event()  # set while not paused: engine calls may start
+        self._running.set()
+        self._pauses = 0  # pause() count: an aborted call continues if one came meanwhile
+        self._closing = False
+        self._engine_calls = 0
 
     @classmethod
     def from_config(cls, config: Any, engines: list[Any], tokenizer: Any = None) -> AgentApiServer:
@@ -137,7 +159,8 @@ class AgentApiServer:
                    max_tokens=api.max_tokens or config.rollout.max_new_tokens,
                    max_sessions=api.max_sessions, session_ttl_s=api.session_ttl_s,
                    context_length=api.max_context_tokens or None,
-                   chat_template_kwargs=config.data.chat_template_kwargs)
+                   chat_template_kwargs=config.data.chat_template_kwargs,
+                   mask_offpolicy=config.rollout.mask_offpolicy_in_partial_rollout)
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> AgentApiServer:
@@ -145,7 +168,43 @@ class AgentApiServer:
         return self
 
     def stop(self) -> None:
+        if self._server.running:
+            # requests held by a pause end now (503) instead of waiting for a resume that
+            # will not come (the server's shutdown would wait for them)
+            self._server.call(self._close())
         self._server.stop()
+
+    def pause(self) -> None:
+        """Hold every engine call for a weight update: none starts until :meth:`resume`,
+        those in flight are aborted (repeatedly: an abort ends only the calls that have
+        reached the engine) and continue after it. Returns once none runs. Before
+        :meth:`start` it only marks the server paused."""
+        if not self._server.running:
+            self._running.clear()
+            return
+        self._server.call(self._hold())
+
+    def resume(self) -> None:
+        """End a :meth:`pause`: the held calls go on with the engines' weights now."""
+        if not self._server.running:
+            self._running.set()
+            return
+        self._server.call(self._release())
+
+    async def _hold(self) -> None:
+        self._running.clear()
+        self._pauses += 1
+        while self._engine_calls:
+            for c in self._clients:
+                c.abort()
+            await asyncio.sleep(0.05)
+
+    async def _release(self) -> None:
+        self._running.set()
+
+    async def _close(self) -> None:
+        self._closing = True
+        self._running.set()
 
     @property
     def url(self) -> str:
@@ -218,12 +277,14 @@ class AgentApiServer:
         async with session.lock:
             plan = self.store.plan(session, req.messages, req.tools)
             params = self._fit_context(len(plan.prompt_ids), req)
-            out = await self._clients[session.engine_index].generate(plan.prompt_ids, params)
+            out, versions, before = await self._generate(session.engine_index,
+                                                         plan.prompt_ids, params)
             self.requests += 1
             text = out.text or self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             message, finish = self._reply(text, out, req.tools, len(session.segments))
             if session.id:
-                self.store.commit(session, plan, out, text, message)
+                self.store.commit(session, plan, out, text, message, versions,
+                                  before if self.mask_offpolicy else 0)
         logprobs = (token_logprobs(self.tokenizer, out.token_ids, out.log_probs)
                     if req.logprobs else None)
         answer = Answer(self.model_name, message, finish, len(plan.prompt_ids),
@@ -241,6 +302,71 @@ class AgentApiServer:
         await resp.write(sse("[DONE]"))
         await resp.write_eof()
         return resp
+
+    async def _generate(self, engine: int, prompt_ids: list[int],
+                        params: SamplingParams) -> tuple[GenerateOutput, list[int], int]:
+        """One answer: the output, the weight versions that generated its ids (in order), and
+        how many of its ids came before the last weight update it was continued across."""
+        client = self._clients[engine]
+        ids: list[int] = []
+        log_probs: list[float] = []
+        parts: list[tuple[int, int]] = []  # (first id, weight version) of each part
+        joints: list[int] = []  # where a continuation after a pause took over
+        while True:
+            # no await between the check and the count: pause() sees every call that starts
+            await self._running.wait()
+            if self._closing:
+                raise SessionError("the agent API is shutting down (the run ended)", 503,
+                                   None, "service_unavailable")
+            pauses = self._pauses
+            self._engine_calls += 1
+            try:
+                out = await client.generate(prompt_ids + ids, params.replace(
+                    max_new_tokens=params.max_new_tokens - len(ids)))
+            finally:
+                self._engine_calls -= 1
+            if out.token_ids:
+                parts.append((len(ids), int(out.weight_version)))
+            ids += out.token_ids
+            log_probs += out.log_probs
+            if out.finish_reason != "abort" or pauses == self._pauses:
+                break  # done, or aborted by something else than a pause: the client sees it
+            if len(ids) >= params.max_new_tokens:
+                out = GenerateOutput(out.token_ids, out.log_probs, "length", out.weight_version)
+                break
+            self.continued += 1
+            if ids and (not joints or joints[-1] != len(ids)):
+                joints.append(len(ids))
+        if joints:
+            out = GenerateOutput(ids, log_probs, out.finish_reason, out.weight_version)
+            for joint in joints:
+                cut = self._stop_across(out, joint, params.stop)
+                if cut is not None:
+                    out = cut
+                    break
+        n = len(out.token_ids)
+        versions: list[int] = []
+        for first, version in parts:
+            if first < n and (not versions or versions[-1] != version):
+                versions.append(version)
+        return out, versions, max((j for j in joints if j < n), default=0)
+
+    def _stop_across(self, out: GenerateOutput, joint: int,
+                     stops: list[str]) -> GenerateOutput | None:
+        """``out`` cut where a stop string that straddles ``joint`` completes, if one does (the
+        engine saw each part's text alone; a string within one part ended that part)."""
+        stops = [s for s in stops if s]
+        if not stops:
+            return None
+        # the engine's window (slime_core.engine.stopping): enough ids for the longest string
+        window = 2 * max(len(s) for s in stops) + 8
+        for end in range(joint + 1, min(len(out.token_ids), joint + window) + 1):
+            text = self.tokenizer.decode(out.token_ids[max(0, end - window):end],
+                                         skip_special_tokens=True)
+            if any(s in text for s in stops):
+                return GenerateOutput(out.token_ids[:end], out.log_probs[:end], "stop",
+                                      out.weight_version)
+        return None
 
     def _fit_context(self, prompt_tokens: int, req: ChatRequest) -> SamplingParams:
         """The request's sampling parameters, or a 400 if prompt + completion do not fit."""

@@ -143,6 +143,11 @@ class ServerThread:
         await site.start()
         self.port = int(site._server.sockets[0].getsockname()[1])  # the bound port (port 0)
 
+    @property
+    def running(self) -> bool:
+        """Started and not stopped: :meth:`call` can reach the loop."""
+        return self._loop is not None
+
     def call(self, coro: Awaitable[Any], timeout: float | None = None) -> Any:
         """Run ``coro`` on the server's loop and wait for its result."""
         if self._loop is None:

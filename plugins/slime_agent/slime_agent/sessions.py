@@ -213,8 +213,16 @@ class SessionStore:
         return True
 
     def commit(self, session: Session, plan: Plan, out: GenerateOutput, text: str,
-               assistant: dict[str, Any]) -> Segment:
-        """Record a finished generation of ``plan`` (``assistant`` is the reply message)."""
+               assistant: dict[str, Any], versions: list[int] | None = None,
+               masked: int = 0) -> Segment:
+        """Record a finished generation of ``plan`` (``assistant`` is the reply message).
+
+        ``versions``: the weight versions that generated ``out``'s ids, in order (default
+        ``out.weight_version``; several when the call was continued across a weight update).
+        ``masked``: how many of its first ids came before such an update and are masked
+        (``rollout.mask_offpolicy_in_partial_rollout``), with every earlier id of the segment,
+        as the fully-async generator masks a continued sample's response.
+        """
         seg = plan.segment
         if seg is None:
             seg = Segment(prompt_messages=copy.deepcopy(plan.messages), tools=plan.tools,
@@ -229,10 +237,14 @@ class SessionStore:
         if len(out.log_probs) != n:
             raise SessionError(f"engine returned {n} tokens but {len(out.log_probs)} log-probs", 500)
         seg.tokens.extend(int(t) for t in out.token_ids)
-        seg.loss_mask.extend([1] * n)
+        if masked:
+            seg.loss_mask = [0] * len(seg.loss_mask)
+        masked = min(masked, n)
+        seg.loss_mask.extend([0] * masked + [1] * (n - masked))
         seg.log_probs.extend(float(x) for x in out.log_probs)
-        if n and (not seg.weight_versions or seg.weight_versions[-1] != out.weight_version):
-            seg.weight_versions.append(int(out.weight_version))
+        for v in (versions if versions is not None else [out.weight_version] if n else []):
+            if not seg.weight_versions or seg.weight_versions[-1] != v:
+                seg.weight_versions.append(int(v))
         seg.text.append(text)
         seg.finish_reason = out.finish_reason
         seg.completions += 1

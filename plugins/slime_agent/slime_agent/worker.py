@@ -108,6 +108,7 @@ class BufferWorker:
         self.poll_s = poll_s
         self.done = 0
         self.failed = 0
+        self.unwritten = 0  # results the service did not take (refused, or it was gone)
         self.errors: list[str] = []
 
     def run(self, stop: threading.Event | None = None, max_jobs: int | None = None) -> int:
@@ -142,5 +143,15 @@ class BufferWorker:
             samples = [failed.to_dict()]
             self.failed += 1
             self.errors.append(failed.error)
-        self.client.write(job["instance_id"], job["slot"], samples)
+        try:
+            self.client.write(job["instance_id"], job["slot"], samples)
+        except OSError:
+            # the service is gone (the trainer's run ended mid-episode) or unreachable: the
+            # result is lost, the job's lease brings it back to another worker if it is not
+            self.unwritten += 1
+            return
+        except HttpError as exc:  # refused (a restarted task forgot the job, a bad sample)
+            self.unwritten += 1
+            self.errors.append(f"write of {job['instance_id']} slot {job['slot']}: {exc}")
+            return
         self.done += 1

@@ -10,12 +10,19 @@
    (:mod:`slime_core.rollout.manager`).
 3. ``<run_dir>/agent_services.json`` tells workers the URLs and tokens; everything stops at
    ``slime_run_end`` (:func:`shutdown_services`).
+4. Around a weight update in fully-async mode the source holds the agent API
+   (:func:`pause_agent_api` / :func:`resume_agent_api`): requests wait, calls in flight are
+   aborted and continued with the new weights (:meth:`~slime_agent.api.AgentApiServer.pause`).
+
+The fully-async generator starts the task from its own thread while ``slime_run_start`` may
+do it from the driver's: starting is done once, under a lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
@@ -24,6 +31,7 @@ from slime_agent.sections import section
 
 _API: dict[str, Any] = {}
 _SOURCES: weakref.WeakSet[Any] = weakref.WeakSet()  # the live rollout-buffer sources
+_LOCK = threading.RLock()  # starting the API and a task; pausing the API
 
 
 def track_source(source: Any) -> None:
@@ -49,17 +57,47 @@ def run_agent_api(config: Any) -> Any:
     the server's) returns the session as samples. Raises ``RuntimeError`` where this process
     has no rollout engines (no rollout manager).
     """
-    api = _API.get("server")
-    if api is None:
-        from slime_agent.api import AgentApiServer
+    with _LOCK:
+        api = _API.get("server")
+        if api is None:
+            from slime_agent.api import AgentApiServer
 
-        clients = _API.get("clients") or []
-        if not clients:
-            raise RuntimeError("the agent API serves the rollout engines of this process, and "
-                               "it has none (no rollout manager here)")
-        api = AgentApiServer.from_config(config, [c.engine for c in clients]).start()
-        _API["server"] = api
-    return api
+            clients = _API.get("clients") or []
+            if not clients:
+                raise RuntimeError("the agent API serves the rollout engines of this process, "
+                                   "and it has none (no rollout manager here)")
+            api = AgentApiServer.from_config(config, [c.engine for c in clients])
+            if _API.get("paused"):  # started while a weight update is under way
+                api.pause()
+            _API["server"] = api.start()
+        return api
+
+
+def pause_agent_api() -> None:
+    """Hold this process's agent API for a weight update (see
+    :meth:`~slime_agent.api.AgentApiServer.pause`); returns once none of its engine calls
+    runs. A no-op without one."""
+    with _LOCK:
+        _API["paused"] = True
+        api = _API.get("server")
+    if api is not None:
+        api.pause()
+
+
+def resume_agent_api() -> None:
+    """Let the agent API's held requests go on (with the weights the engines hold now)."""
+    with _LOCK:
+        _API["paused"] = False
+        api = _API.get("server")
+    if api is not None:
+        api.resume()
+
+
+def agent_api_counters() -> dict[str, int]:
+    """``continued_calls`` of this process's agent API (calls aborted by a weight update
+    and continued after it); empty without one."""
+    api = _API.get("server")
+    return {"continued_calls": api.continued} if api is not None else {}
 
 
 def use_engine_clients(clients: list[Any]) -> None:
@@ -69,14 +107,18 @@ def use_engine_clients(clients: list[Any]) -> None:
 
 
 def start_task(config: Any, source: Any) -> None:
-    """Start the agent API (if configured) and the source's task with its address."""
-    engine = None
-    if section(config, "rollout_buffer").serve_engine_api:
-        api = run_agent_api(config)
-        engine = {"base_url": api.url, "token": api.token, "model": api.model_name}
-        if api.vocab_size:  # the buffer then refuses writes with larger token ids
-            engine["vocab_size"] = api.vocab_size
-    source.start(engine)
+    """Start the agent API (if configured) and the source's task with its address, unless
+    another thread did already."""
+    with _LOCK:
+        if source.started:
+            return
+        engine = None
+        if section(config, "rollout_buffer").serve_engine_api:
+            api = run_agent_api(config)
+            engine = {"base_url": api.url, "token": api.token, "model": api.model_name}
+            if api.vocab_size:  # the buffer then refuses writes with larger token ids
+                engine["vocab_size"] = api.vocab_size
+        source.start(engine)
 
 
 def prepare_services(config: Any, run_dir: str) -> Path | None:
@@ -109,6 +151,7 @@ def shutdown_services() -> None:
     for src in live_sources():
         src.close()
     _API.pop("clients", None)
+    _API.pop("paused", None)
     api = _API.pop("server", None)
     if api is not None:
         api.stop()

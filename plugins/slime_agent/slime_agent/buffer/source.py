@@ -19,7 +19,27 @@ For every fetch the source keeps enough prompts queued (the groups asked for plu
 for complete groups and fails naming the partial groups and the counters if they do not come.
 Invalid groups (every sample failed) are reported by the service, counted, and their prompts
 replaced by fresh ones. ``state_dict`` holds the prompt source's state and the groups still in
-the service, which a resumed run queues again.
+the service, which a resumed run queues again at its first fetch (after the engines hold the
+trainer's weights).
+
+In fully-async mode (``run.rollout_mode = "fully_async"``) the generator calls the methods of
+:class:`slime_hookspecs.FinishedGroupSource` instead of :meth:`~RolloutBufferSource.get_samples`:
+
+* :meth:`~RolloutBufferSource.poll_finished` never waits: it keeps the groups open in the
+  service (queued, with the workers, or complete and not yet fetched) at what the generator's
+  bound leaves (``run.async_buffer_groups`` minus the groups it holds;
+  ``rollout_buffer.prefetch_groups`` does not apply) and fetches the complete ones. It fails
+  when no group comes back complete for ``rollout_buffer.timeout_s`` of generation (pauses
+  for weight updates and checkpoints do not count).
+* :meth:`~RolloutBufferSource.pause_generation` / ``resume_generation`` bracket every weight
+  update: the agent API this process serves to the workers holds their requests, and the
+  engine calls in flight are aborted and continued with the new weights, so no episode is
+  lost or restarted (:meth:`slime_agent.api.AgentApiServer.pause`). Workers that generate
+  elsewhere (``serve_engine_api = false``) are not paused.
+* Staleness: the agent API records the engines' weight version on every token it serves
+  (``Sample.weight_versions``); a group whose first token is staler than ``run.max_staleness``
+  when a step takes it is dropped and its prompt queued again. A sample written without
+  versions (not generated through the agent API) cannot be judged and is trained.
 """
 
 from __future__ import annotations
@@ -33,7 +53,14 @@ from typing import Any
 from slime_hookspecs import Sample, Status
 
 from slime_agent.buffer.client import RolloutBufferClient
-from slime_agent.buffer.services import forget_source, start_task, track_source
+from slime_agent.buffer.services import (
+    agent_api_counters,
+    forget_source,
+    pause_agent_api,
+    resume_agent_api,
+    start_task,
+    track_source,
+)
 from slime_agent.http import HttpError
 from slime_agent.sections import section
 
@@ -97,6 +124,8 @@ class RolloutBufferSource:
         self._to_queue: list[list[Sample]] = []  # groups to queue before fresh ones
         self.last_report: dict[str, Any] = {}
         self.counters = {"invalid_groups": 0, "replaced_groups": 0, "wait_time": 0.0}
+        self.polling = False  # fully-async: poll_finished, not get_samples, fetches
+        self._stalled_since: float | None = None  # poll_finished: since no group came back
         track_source(self)
 
     # -- task ----------------------------------------------------------------------------------
@@ -116,8 +145,10 @@ class RolloutBufferSource:
             task["vocab_size"] = int(engine["vocab_size"])
         self.client.start(task)
         self.engine, self.started = engine, True
-        pending = list(self.queued.values()) + self._to_queue
-        self.queued, self._to_queue = {}, []
+        # groups restored from a checkpoint (_to_queue) wait for the first fetch: queued here
+        # at run start, workers would generate them before the first weight sync
+        pending = list(self.queued.values())
+        self.queued = {}
         self._queue(pending)
 
     def _queue(self, groups: list[list[Sample]]) -> None:
@@ -153,30 +184,86 @@ class RolloutBufferSource:
             if left <= 0:
                 raise TimeoutError(self._shortfall(len(got), num_groups))
             resp = self.client.get_rollout_data(num_groups - len(got), min(cfg.poll_s, left))
-            self.last_report = resp["report"]
-            for g in resp["groups"]:
-                self.queued.pop(g["instance_id"], None)
-                got.append([Sample.from_dict(d) for d in g["samples"]])
-            invalid = resp["report"].get("invalid_groups", [])
+            groups, invalid = self._receive(resp)
+            got += groups
             if invalid:
-                self.counters["invalid_groups"] += len(invalid)
-                for item in invalid:
-                    self.queued.pop(item["instance_id"], None)
-                print(f"rollout buffer: {len(invalid)} invalid group(s) replaced by fresh "
-                      f"prompts: {invalid}", file=sys.stderr)
-                self._queue(self.prompts.get_samples(len(invalid)))
-                self.counters["replaced_groups"] += len(invalid)
+                self._queue(self.prompts.get_samples(invalid))
         self.counters["wait_time"] = time.monotonic() - t0
         return got
 
+    def _receive(self, resp: dict[str, Any]) -> tuple[list[list[Sample]], int]:
+        """The complete groups of a fetch (no longer queued) and how many were invalid (their
+        prompts are for the caller to replace)."""
+        self.last_report = resp["report"]
+        got = []
+        for g in resp["groups"]:
+            self.queued.pop(g["instance_id"], None)
+            got.append([Sample.from_dict(d) for d in g["samples"]])
+        invalid = resp["report"].get("invalid_groups", [])
+        if invalid:
+            self.counters["invalid_groups"] += len(invalid)
+            for item in invalid:
+                self.queued.pop(item["instance_id"], None)
+            print(f"rollout buffer: {len(invalid)} invalid group(s) replaced by fresh "
+                  f"prompts: {invalid}", file=sys.stderr)
+            self.counters["replaced_groups"] += len(invalid)
+        return got, len(invalid)
+
+    # -- fully-async mode (slime_hookspecs.FinishedGroupSource) ---------------------------------
+    def poll_finished(self, max_open: int) -> list[list[Sample]]:
+        """Top the groups open in the service up to ``max_open`` (restored and returned
+        prompts first), then the complete groups ready now, without waiting (see the module
+        docstring)."""
+        self.polling = True
+        if not self.started:
+            start_task(self.config, self)
+        want = max_open - len(self.queued)
+        if want > 0:
+            fresh, self._to_queue = self._to_queue[:want], self._to_queue[want:]
+            if want > len(fresh):
+                fresh += self.prompts.get_samples(want - len(fresh))
+            self._queue(fresh)
+        if not self.queued:
+            self._stalled_since = None
+            return []
+        got, _ = self._receive(self.client.get_rollout_data(len(self.queued), 0.0))
+        now = time.monotonic()
+        # as a synchronous fetch fails when its batch is not complete in timeout_s: here when
+        # no group completes in timeout_s of generation (invalid groups do not count)
+        if got or self._stalled_since is None:
+            self._stalled_since = now
+        elif now - self._stalled_since > self.settings.timeout_s:
+            raise TimeoutError(
+                f"rollout buffer {self.url}: {len(self.queued)} open groups, and none came back "
+                f"complete in rollout_buffer.timeout_s={self.settings.timeout_s:g} s of "
+                "generation (raise it for longer episodes); invalid groups so far: "
+                f"{self.counters['invalid_groups']}; " + self._situation())
+        return got
+
+    def open_groups(self) -> int:
+        """Groups queued in the service and not yet fetched."""
+        return len(self.queued)
+
+    def pause_generation(self) -> None:
+        """Hold the agent API for a weight update (its calls in flight continue after it)."""
+        pause_agent_api()
+        self._stalled_since = None  # the workers cannot progress while paused
+
+    def resume_generation(self) -> None:
+        resume_agent_api()
+        self._stalled_since = None
+
     def _shortfall(self, got: int, want: int) -> str:
+        return (f"rollout buffer {self.url}: {got} of {want} complete groups after "
+                f"rollout_buffer.timeout_s={self.settings.timeout_s:g} s; " + self._situation())
+
+    def _situation(self) -> str:
         rep = self.last_report
         return (
-            f"rollout buffer {self.url}: {got} of {want} complete groups after "
-            f"rollout_buffer.timeout_s={self.settings.timeout_s:g} s; partial groups: "
-            f"{rep.get('partial_groups', [])}; queued jobs {rep.get('queued_tasks')}, leased "
-            f"{rep.get('leased_tasks')}; counters {rep.get('stats')}; recent errors "
-            f"{rep.get('recent_errors')}. Are agent workers pulling GET {self.url}/task?"
+            f"partial groups: {rep.get('partial_groups', [])}; queued jobs "
+            f"{rep.get('queued_tasks')}, leased {rep.get('leased_tasks')}; counters "
+            f"{rep.get('stats')}; recent errors {rep.get('recent_errors')}. Are agent workers "
+            f"pulling GET {self.url}/task?"
         )
 
     def add_samples(self, groups: list[list[Sample]]) -> None:
@@ -185,16 +272,23 @@ class RolloutBufferSource:
             self._to_queue.append([_fresh(s) for s in g])
 
     def metrics(self) -> dict[str, float]:
-        """``rollout_buffer/*`` numbers of the last fetch."""
+        """``rollout_buffer/*`` numbers of the last fetch (fully-async: no ``wait_time``,
+        since nothing waits here, but ``open_groups`` and the agent API's
+        ``continued_calls``)."""
         rep = self.last_report
         stats = rep.get("stats", {})
         m = {
-            "rollout_buffer/wait_time": float(self.counters["wait_time"]),
             "rollout_buffer/partial_groups": float(len(rep.get("partial_groups", []))),
             "rollout_buffer/invalid_groups": float(self.counters["invalid_groups"]),
             "rollout_buffer/queued_tasks": float(rep.get("queued_tasks", 0)),
             "rollout_buffer/leased_tasks": float(rep.get("leased_tasks", 0)),
         }
+        if self.polling:
+            m["rollout_buffer/open_groups"] = float(len(self.queued))
+            for key, value in agent_api_counters().items():
+                m[f"rollout_buffer/{key}"] = float(value)
+        else:
+            m["rollout_buffer/wait_time"] = float(self.counters["wait_time"])
         for key in ("invalid_writes", "requeued_tasks", "aborted_writes"):
             m[f"rollout_buffer/{key}"] = float(stats.get(key, 0))
         return m
