@@ -4,7 +4,8 @@
 * reward ``digit_fraction``: the fraction of response characters that are digits, so the
   tiny untrained model gets rewards that differ within a group (non-zero GRPO advantages);
 * engine ``slow_local``: the local engine, but each ``generate`` first writes a marker file
-  ``gen-v<weight version>-<pid>-<n>`` into ``[ray_test] marker_dir`` and waits ``delay_s``,
+  ``gen-v<weight version>-<pid>-<n>`` into ``[ray_test] marker_dir`` (each ``reseed``
+  ``seed-<pid>-<seed>``) and waits ``delay_s``,
   so a test can kill the engine's process while a request is in flight;
 * ``slime_before_train_step``: with ``[ray_test] crash_rollout = k``, trainer rank 1 exits
   its process at the training of rollout k, once (``crash_marker`` remembers it);
@@ -73,6 +74,11 @@ def _slow_engine(config: Any, engine_index: int = 0, accelerator: Any = None) ->
                 Path(cfg.marker_dir, name).touch()
             time.sleep(cfg.delay_s)
             return super().generate(prompts, params)
+
+        def reseed(self, seed: int) -> None:
+            if self.config.ray_test.marker_dir:
+                Path(self.config.ray_test.marker_dir, f"seed-{os.getpid()}-{seed}").touch()
+            super().reseed(seed)
 
     _announce(config, "engine")
     return SlowLocalEngine(config, engine_index, accelerator)

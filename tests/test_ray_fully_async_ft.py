@@ -100,7 +100,13 @@ def test_engine_killed_mid_round_is_restarted_and_no_group_is_lost_or_trained_tw
     assert all(x["rollout/failed"] == 0.0 and x["rollout/samples"] == 8.0 for x in m)
     pids = {int(p.name.split("-")[2]) for p in markers.glob("gen-*")}
     assert killed[0] in pids and len(pids) == 2  # a new engine process took over
+    # ... with a seed of its own, not a replay of the first process's draws
+    (new,) = pids - {killed[0]}
+    seeds = {pid: {int(p.name.split("-")[2]) for p in markers.glob(f"seed-{pid}-*")}
+             for pid in (killed[0], new)}
+    assert seeds[new] and not seeds[new] & seeds[killed[0]]
     _check_record(run_dir, 3)
+
 
 def test_without_fault_tolerance_an_engine_killed_mid_round_ends_the_run_naming_it(
         ray_session, base_config, tmp_path: Path) -> None:  # noqa: F811

@@ -245,6 +245,13 @@ class RemoteEngine:
             pass
 
 
+def restart_seed(run_seed: int, index: int, generation: int) -> int:
+    """The seed of engine ``index`` after its ``generation``-th restart, a seed of its own (the
+    driver reseeds every engine at each rollout of a sync or one-step-off run; a fully-async
+    generator only once, at its start)."""
+    return run_seed * 1_000_003 + 500_009 * generation + 31 * index + 17
+
+
 class EngineSupervisor:
     """Fault tolerance of the engines (in the rollout manager's process).
 
@@ -320,6 +327,10 @@ class EngineSupervisor:
                 raise RuntimeError(f"restarted engine {index} reports version {got}, "
                                    f"expected {self.version}")
             self.generation[index] += 1
+            # a new process starts from the seed of the first one: without this it would draw
+            # the samples it drew at start-up again (fully-async runs reseed only once)
+            ray.get(handle.reseed.remote(restart_seed(self.config.run.seed, index,
+                                                      self.generation[index])))
             print(f"slime: rollout engine {index} restarted after {type(cause).__name__}; "
                   f"re-synced to weight version {self.version}", file=sys.stderr)
 
