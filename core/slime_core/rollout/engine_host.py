@@ -1,12 +1,17 @@
 """Run a rollout's event loop on a helper thread and its engine calls on the calling thread.
 
 Why: the rollout is asynchronous (episodes, tools, aborts interleave on one event loop) and
-its engine calls block, so they cannot run on the loop's own thread. Handing them to a worker
-thread (``asyncio.to_thread``) costs a CPU engine most of its intra-op parallelism: the same
-``generate`` of a small model took 0.49-0.68 s on the main thread and 0.72-0.97 s on a worker
-thread with 2 torch threads (about the one-thread time). So when the rollout is driven from
-the main thread, the loop moves to a helper thread instead and the main thread executes the
-engine calls it queues, one at a time, in submission order.
+its engine calls block, so they cannot run on the loop's own thread. When the rollout is
+driven from the main thread, the loop moves to a helper thread and the main thread executes
+the engine calls it queues, one at a time, in submission order; the built-in rewards run there
+too (math-verify's signal-based timeouts work on the main thread only).
+
+The first reason given for it, that a worker thread costs a CPU engine its intra-op
+parallelism (0.49-0.68 s against 0.72-0.97 s for one ``generate``), did not hold when measured
+again (``bench/engine_thread.py``, 2026-12-04, 2 cores): main thread, a kept worker thread
+and ``asyncio.to_thread`` within 5% of each other on the tiny model and SmolLM2-135M; only a
+new thread per call was slower (0.143 s against 0.096 s median, tiny model), which no path
+here does. The reward timeouts are what still ties this to the main thread.
 """
 
 from __future__ import annotations
