@@ -260,8 +260,10 @@ class EngineSupervisor:
     weights into it from the object store (``set_source``: the refs rank 0 put at the last
     sync) and only then lets requests through again. A health thread probes every engine
     each ``ray.health_check_interval_s``: a dead one is recovered at once, one that does not
-    answer within ``ray.health_check_timeout_s`` is killed (and so restarted). More than
-    ``ray.max_engine_restarts`` restarts of one engine stop the run.
+    answer within ``ray.health_check_timeout_s`` is killed (and so restarted). Past
+    ``ray.max_engine_restarts`` restarts of one engine, each ``generate`` sent to it raises
+    (naming the engine and the last cause): its samples fail (``rollout/failed/generate``)
+    while the other engines carry on, and the run stops when every sample of a step failed.
     """
 
     def __init__(self, config: Any, handles: list[Any]) -> None:
