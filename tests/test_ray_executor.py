@@ -221,3 +221,36 @@ def test_fully_async_rollout_buffer_in_the_rollout_manager_actor(ray_session,  #
         assert x["rollout/buffer_groups"] + x["rollout/inflight_groups"] <= 4
         assert "rollout_buffer/open_groups" in x
     assert sum(w.done for w in workers) >= 3 * 2 * 4
+
+
+def test_fully_async_agent_episodes_are_held_in_the_rollout_manager_actor(  # noqa: F811
+        ray_session, base_config) -> None:
+    """``agent.entrypoint`` episodes run in the rollout manager actor, where the agent API
+    lives: the generator's pause fires ``slime_hold_rollouts`` there, so a weight update
+    suspends the episodes it catches and they go on with the new weights (two versions in a
+    sample; unheld, the pause would wait for them: this engine sleeps before it generates,
+    so the aborts miss its calls and each sample has one version), none restarts.
+    Episodes (three calls of at least 0.25 s) outlast a step (0.3 s of training)."""
+    cfg = ray_config(base_config, run={"num_rollouts": 3, "rollout_mode": "fully_async",
+                                       "max_staleness": 3, "async_buffer_groups": 2,
+                                       "save_interval": 2},
+                     rollout={"engine": "slow_local", "batch_size": 1,
+                              "n_samples_per_prompt": 2},
+                     ray_test={"delay_s": 0.25, "train_delay_s": 0.3},
+                     data={"eval_path": ""}, algorithm={"is_correction": "tis"},
+                     agent={"entrypoint": "tests.held_agent:rollout", "timeout_s": 120})
+    trained: list[Any] = []
+
+    class Trained:
+        @hookimpl
+        def slime_log_rollout(self, config, rollout_id, samples, metrics):
+            trained.extend(samples)
+
+    run_dir = run(cfg, [Trained()], selected=("slime_grpo", "slime_agent"))
+    samples = trained
+    assert [x["step"] for x in read_metrics(run_dir)] == [1, 2, 3]
+    assert len(samples) == 3 * 2 and len({s.group_index for s in samples}) == 3
+    for s in samples:  # each episode ran once, to its end, no answer aborted
+        assert s.metadata["attempts"] == 1 and s.metadata["aborted_answers"] == 0, s.metadata
+        assert len(s.metadata["finish_reasons"]) == 3
+    assert any(len(s.weight_versions) > 1 for s in samples), [s.weight_versions for s in samples]

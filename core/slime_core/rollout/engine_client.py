@@ -19,9 +19,14 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 class EngineClient:
     """``await client.generate(prompt_ids, params)`` -> :class:`GenerateOutput`."""
 
-    def __init__(self, engine: Any, max_batch: int = 0, index: int = 0) -> None:
+    def __init__(self, engine: Any, max_batch: int = 0, index: int = 0,
+                 holdable: bool = False) -> None:
         self.engine = engine
         self.index = index
+        # set on the fully-async generator's clients: a plugin whose slime_generate gets
+        # this client may hold the rollout's engine calls across a weight update
+        # (slime_hold_rollouts); an evaluation's clients are not, so it is never held
+        self.holdable = holdable
         self.max_batch = max_batch
         self._pending: list[tuple[list[int], SamplingParams, asyncio.Future[GenerateOutput]]] = []
         self._flusher: asyncio.Task[None] | None = None

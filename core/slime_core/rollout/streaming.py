@@ -19,6 +19,19 @@ generate, reward and filter paths it uses, on its own thread and event loop.
   ``Sample.weight_versions`` lists the versions that generated the response, in order.
   ``rollout.mask_offpolicy_in_partial_rollout`` masks the tokens generated before an update,
   as for partial rollouts.
+* **Held rollouts** (a plugin whose ``slime_generate`` runs a whole agent episode, e.g.
+  ``agent.entrypoint``): aborting would restart the episode from its prompt at every update,
+  so an episode longer than the interval between updates would never finish. The pause
+  first fires ``slime_hold_rollouts``; a plugin that answers ``True`` holds the engine calls
+  of the rollouts it serves (suspended, continued after the update) and promises that they
+  reach the engines only through it, so the pause returns without waiting for those rounds:
+  they stay in flight, and :meth:`resume` fires ``slime_release_rollouts``. A hook, not a
+  count of engine calls in flight: an episode between two calls runs no engine call yet may
+  start one during the update, and only the plugin that serves its calls can stop that. The
+  generator's clients are ``holdable`` (an evaluation's are not), so the plugin holds the
+  generator's rollouts only. :meth:`snapshot` releases held rounds and waits for them to
+  end (a running episode cannot be written down); :meth:`stop` ends them
+  (``slime_release_rollouts(end=True)``).
 * **Chunks**: with ``run.async_chunk_tokens = C`` each engine call generates at most C new
   tokens of a sample; a sample cut by the chunk (not by ``rollout.max_new_tokens``) goes on in
   the next round. For runs whose weight updates are rare (``weights.update_interval > 1``):
@@ -139,8 +152,8 @@ class StreamingRollout:
         self.params: SamplingParams = sampling_params(config, False)
         # own clients: an evaluation on the driver's thread uses the manager's at the same time;
         # the engine objects are the manager's, which stay valid across an engine's restart
-        self.clients = [EngineClient(c.engine, config.rollout.generate_batch_size, c.index)
-                        for c in manager.clients]
+        self.clients = [EngineClient(c.engine, config.rollout.generate_batch_size, c.index,
+                                     holdable=True) for c in manager.clients]
         self._cond = threading.Condition()
         self.buffer: deque[list[Sample]] = deque()
         self.inflight: dict[int, list[Sample]] = {}
@@ -149,6 +162,8 @@ class StreamingRollout:
         self._stopping = False
         self._started = False
         self._calls = 0  # generate rounds in flight
+        # a plugin holds the engine calls of the rounds in flight (slime_hold_rollouts)
+        self._held = False
         self._version = 0  # the engines' weight version (what a resumed round generates with)
         self._step = 0  # the step the trainer is on (slime_after_generate's rollout_id)
         self._error: BaseException | None = None
@@ -166,6 +181,8 @@ class StreamingRollout:
         generator on its first call."""
         if self.finished:  # still paused here: no poll runs beside it
             self.source.resume_generation()
+        elif self._held:  # the held calls go on with the weights the engines hold now
+            self._release(end=False)
         with self._cond:
             self._version = int(version)
             self._paused = False
@@ -183,8 +200,10 @@ class StreamingRollout:
 
     def pause(self) -> None:
         """Stop generating: abort the engine calls in flight and return once none runs (their
-        samples keep their partial responses and continue at :meth:`resume`). Raises the
-        generator's error if it stopped on one."""
+        samples keep their partial responses and continue at :meth:`resume`), or, where a
+        plugin holds the rounds' engine calls (``slime_hold_rollouts``), once it says none
+        of them runs (the rounds stay in flight, suspended, and go on at :meth:`resume`).
+        Raises the generator's error if it stopped on one."""
         with self._cond:
             if self._paused:
                 return
@@ -192,7 +211,11 @@ class StreamingRollout:
         if self.finished:  # no engine call of its own; the workers' are the source's
             self.source.pause_generation()
         else:
-            self._drain()
+            # asked first: aborting the engines before the plugin holds would end its calls
+            # as aborted answers instead of held ones
+            self._held = bool(self.m.manager.hook.slime_hold_rollouts(config=self.config))
+            if not self._held:
+                self._drain()
         with self._cond:
             # a weight sync or a save follows: with a lost engine it would fail on that engine
             # with a message about the trainer ranks or the transport; name the cause instead
@@ -278,7 +301,25 @@ class StreamingRollout:
 
     def snapshot(self) -> dict[str, Any]:
         """The buffer and the groups in generation, JSON-ready; only while paused (the data
-        source's state of the same instant belongs with it)."""
+        source's state of the same instant belongs with it).
+
+        Rounds held by a plugin (``slime_hold_rollouts``) cannot be written down (an agent
+        episode is a running program): they are released and waited for. Still paused, no
+        new round starts, and the weights do not change before the :meth:`resume` that
+        follows a save, so they finish as they would have; the save takes as long as the
+        longest of them (bounded by the plugin's own timeout, e.g. ``agent.timeout_s``).
+        Ending them instead would restart every episode in flight at each save, which
+        for episodes longer than ``run.save_interval`` steps is the livelock the hold
+        exists to avoid."""
+        with self._cond:
+            held = self._paused and self._held and self._calls > 0
+        if held:
+            self._release(end=False)
+            with self._cond:
+                while self._calls and self._error is None and self._thread is not None \
+                        and self._thread.is_alive():
+                    self._cond.wait(0.5)
+                self._raise_if_failed()
         with self._cond:
             if not self._paused or self._calls:
                 raise RuntimeError("fully-async: snapshot() while generating; pause() first")
@@ -305,10 +346,16 @@ class StreamingRollout:
             self._stopping = True
             self._paused = True
         if not self.finished:  # the workers' calls end with the source (slime_run_end)
+            # held rollouts would wait for a resume that will not come
+            self._release(end=True)
             self._drain()
         self._poke()
         if self._thread is not None:
             self._thread.join(timeout=120)
+
+    def _release(self, end: bool) -> None:
+        self._held = False
+        self.m.manager.hook.slime_release_rollouts(config=self.config, end=end)
 
     def state(self) -> dict[str, int]:
         """Sizes, for tests and logs: buffer, in generation, most held at once, capacity."""

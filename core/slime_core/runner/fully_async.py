@@ -7,7 +7,9 @@ manager runs and fills a bounded buffer of completed groups; the driver:
   (``slime_before_rollout(k)`` fires when step k starts taking, ``slime_after_rollout(k)``
   once it has them: a "rollout" is the batch taken from the buffer, not a generation);
 * pauses it around every weight sync (the calls in flight are aborted and their partial
-  responses continue with the new weights) and around a checkpoint; a pause or a take raises
+  responses continue with the new weights, or a plugin holds them: ``slime_hold_rollouts``,
+  e.g. agent episodes suspended across the update) and around a checkpoint (held rollouts
+  are released and waited for: the snapshot needs no round in flight); a pause or a take raises
   the error that stopped the generator (e.g. a lost engine without ``run.fault_tolerance``),
   so the run ends naming it (engines restarted under fault tolerance do not stop it);
 * evaluates without pausing it: an evaluation's engine calls interleave with the generator's

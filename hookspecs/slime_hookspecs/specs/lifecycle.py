@@ -134,6 +134,58 @@ def slime_after_weight_sync(config: Config, version: int, stats: dict[str, float
     """
 
 
+@hookspec(firstresult=True)
+def slime_hold_rollouts(config: Config) -> bool | None:
+    """Fully-async mode (``run.rollout_mode = "fully_async"``): the generator pauses for a
+    weight update or a checkpoint; hold the engine calls that this plugin makes for the
+    generator's rollouts, i.e. the ``slime_generate`` calls whose ``engine`` has
+    ``engine.holdable`` set (an evaluation's are not held).
+
+    Holding means: no such engine call starts until :func:`slime_release_rollouts`; those in
+    flight are aborted and, after the release, continued from where they stopped with the
+    weights the engines hold then, so the rollout sees one answer, later, and the sample's
+    ``weight_versions`` lists both versions. The rollouts stay in flight, suspended: an
+    agent episode longer than the interval between weight updates survives them instead of
+    being aborted and restarted from its prompt at every update.
+
+    Return ``True`` once none of the held calls runs on an engine. That is a promise that
+    every rollout of the generator in flight reaches the engines only through what this
+    plugin holds: the generator then returns from its pause without waiting for those
+    rollouts to end (it cannot see inside them; a rollout that made engine calls elsewhere
+    could overlap the weight update). ``None``: nothing held here (stops at the first
+    non-``None`` result); the generator aborts the engine calls in flight and waits until
+    its rounds end, the aborted samples continuing through the partial-rollout path.
+
+    Paired with :func:`slime_release_rollouts`: at the resume after a weight update, at a
+    checkpoint (held rollouts cannot be serialised: they are released and waited for, the
+    weights do not change before the resume that follows a save), and at the generator's
+    stop (``end=True``).
+
+    **Process**: the rollout manager's (the driver under the local executor, the rollout
+    manager actor under ray), on the thread that pauses the generator. **Returns**: ``True``
+    when held, else ``None``.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def slime_release_rollouts(config: Config, end: bool) -> None:
+    """End a :func:`slime_hold_rollouts`: the held engine calls go on (``end=False``), with
+    the weights the engines hold now; or (``end=True``, the generator stops with the run) the
+    generator's rollouts end: their held and later engine calls are refused, so each ends
+    soon, as a failed sample that nothing trains on.
+
+    ``end=False`` fires only after a hold that some plugin answered ``True``; ``end=True``
+    fires at every stop of a fully-async generator that generates its own groups (an
+    implementation with nothing held just returns).
+
+    **Process**: the rollout manager's, as :func:`slime_hold_rollouts`. **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
 @hookspec
 def slime_on_error(config: Config, phase: str, error: BaseException) -> None:
     """An exception escaped ``phase`` (``rollout``, ``train``, ``save``, ``weight_sync``, ``eval``).

@@ -37,6 +37,14 @@ the rest of its budget and the new weights, so the client gets one answer, only 
 ids record both versions (``weight_versions``); a stop string that straddles the two parts
 ends the answer where it completes, as within one call. A request with a ``seed`` draws the
 continued part from a new stream.
+
+The same hold for the episodes of ``agent.entrypoint`` in fully-async mode
+(:meth:`AgentApiServer.hold_rollouts` / :meth:`~AgentApiServer.release_rollouts`, through
+the hooks ``slime_hold_rollouts`` / ``slime_release_rollouts``) applies only to the
+sessions of the generator's episodes (:meth:`~AgentApiServer.track`): an evaluation's
+episodes, and the rollout buffer's workers, go on. With ``mask_offpolicy`` an answer whose
+first id came from newer weights than the session's earlier ids masks those earlier ids (an
+episode held between two of its calls), as a continued call masks its own first part.
 """
 
 from __future__ import annotations
@@ -137,6 +145,14 @@ class AgentApiServer:
         self._pauses = 0  # pause() count: an aborted call continues if one came meanwhile
         self._closing = False
         self._engine_calls = 0
+        # the generator's episodes (fully-async agent.entrypoint): sessions held by
+        # hold_rollouts, on the server's loop like the pause state above
+        self._tracked: set[str] = set()
+        self._rollouts_running = asyncio.Event()  # set while their calls may start
+        self._rollouts_running.set()
+        self._rollout_holds = 0
+        self._rollouts_ended = False  # release_rollouts(end=True): their calls are refused
+        self._rollout_calls = 0
 
     @classmethod
     def from_config(cls, config: Any, engines: list[Any], tokenizer: Any = None) -> AgentApiServer:
@@ -202,9 +218,54 @@ class AgentApiServer:
     async def _release(self) -> None:
         self._running.set()
 
+    def track(self, session_id: str) -> None:
+        """Session ``session_id`` is an episode of the fully-async generator: held by
+        :meth:`hold_rollouts` (until :meth:`untrack`). From any thread but the server's;
+        call it before the episode's first request."""
+        # a set's add and discard are atomic; the server's loop reads the set only
+        self._tracked.add(session_id)
+
+    def untrack(self, session_id: str) -> None:
+        self._tracked.discard(session_id)
+
+    def hold_rollouts(self) -> None:
+        """:meth:`pause` for the tracked sessions only (the generator's episodes): none of
+        their engine calls starts until :meth:`release_rollouts`, those in flight are aborted
+        and continue after it. Returns once none of theirs runs. Before :meth:`start` it
+        only marks them held."""
+        if not self._server.running:
+            self._rollouts_running.clear()
+            self._rollout_holds += 1
+            return
+        self._server.call(self._hold_rollouts())
+
+    def release_rollouts(self, end: bool = False) -> None:
+        """End :meth:`hold_rollouts`; with ``end`` the tracked sessions' held and later
+        calls are refused (503) instead: the run is ending."""
+        if not self._server.running:
+            self._rollouts_ended = self._rollouts_ended or end
+            self._rollouts_running.set()
+            return
+        self._server.call(self._release_rollouts(end))
+
+    async def _hold_rollouts(self) -> None:
+        self._rollouts_running.clear()
+        self._rollout_holds += 1
+        while self._rollout_calls:
+            # the engines' abort is not per request: an evaluation's call running now would
+            # end aborted too (the driver evaluates between weight updates, so none does)
+            for c in self._clients:
+                c.abort()
+            await asyncio.sleep(0.05)
+
+    async def _release_rollouts(self, end: bool) -> None:
+        self._rollouts_ended = self._rollouts_ended or end
+        self._rollouts_running.set()
+
     async def _close(self) -> None:
         self._closing = True
         self._running.set()
+        self._rollouts_running.set()
 
     @property
     def url(self) -> str:
@@ -278,13 +339,18 @@ class AgentApiServer:
             plan = self.store.plan(session, req.messages, req.tools)
             params = self._fit_context(len(plan.prompt_ids), req)
             out, versions, before = await self._generate(session.engine_index,
-                                                         plan.prompt_ids, params)
+                                                         plan.prompt_ids, params,
+                                                         session.id in self._tracked)
             self.requests += 1
             text = out.text or self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             message, finish = self._reply(text, out, req.tools, len(session.segments))
             if session.id:
+                seg = plan.segment
+                # held between two calls, the episode's earlier ids came from older weights
+                older = bool(self.mask_offpolicy and seg is not None and seg.weight_versions
+                             and versions and versions[0] != seg.weight_versions[-1])
                 self.store.commit(session, plan, out, text, message, versions,
-                                  before if self.mask_offpolicy else 0)
+                                  before if self.mask_offpolicy else 0, mask_earlier=older)
         logprobs = (token_logprobs(self.tokenizer, out.token_ids, out.log_probs)
                     if req.logprobs else None)
         answer = Answer(self.model_name, message, finish, len(plan.prompt_ids),
@@ -303,10 +369,11 @@ class AgentApiServer:
         await resp.write_eof()
         return resp
 
-    async def _generate(self, engine: int, prompt_ids: list[int],
-                        params: SamplingParams) -> tuple[GenerateOutput, list[int], int]:
+    async def _generate(self, engine: int, prompt_ids: list[int], params: SamplingParams,
+                        tracked: bool = False) -> tuple[GenerateOutput, list[int], int]:
         """One answer: the output, the weight versions that generated its ids (in order), and
-        how many of its ids came before the last weight update it was continued across."""
+        how many of its ids came before the last weight update it was continued across.
+        ``tracked``: the session is a generator's episode (:meth:`hold_rollouts` holds it)."""
         client = self._clients[engine]
         ids: list[int] = []
         log_probs: list[float] = []
@@ -315,21 +382,27 @@ class AgentApiServer:
         while True:
             # no await between the check and the count: pause() sees every call that starts
             await self._running.wait()
-            if self._closing:
+            while tracked and not self._rollouts_running.is_set():
+                await self._rollouts_running.wait()
+                await self._running.wait()  # set: returns without yielding
+            if self._closing or (tracked and self._rollouts_ended):
                 raise SessionError("the agent API is shutting down (the run ended)", 503,
                                    None, "service_unavailable")
-            pauses = self._pauses
+            pauses, holds = self._pauses, self._rollout_holds
             self._engine_calls += 1
+            self._rollout_calls += tracked
             try:
                 out = await client.generate(prompt_ids + ids, params.replace(
                     max_new_tokens=params.max_new_tokens - len(ids)))
             finally:
                 self._engine_calls -= 1
+                self._rollout_calls -= tracked
             if out.token_ids:
                 parts.append((len(ids), int(out.weight_version)))
             ids += out.token_ids
             log_probs += out.log_probs
-            if out.finish_reason != "abort" or pauses == self._pauses:
+            held = pauses != self._pauses or (tracked and holds != self._rollout_holds)
+            if out.finish_reason != "abort" or not held:
                 break  # done, or aborted by something else than a pause: the client sees it
             if len(ids) >= params.max_new_tokens:
                 out = GenerateOutput(out.token_ids, out.log_probs, "length", out.weight_version)

@@ -7,6 +7,10 @@ model's ids with loss mask 1 and their log-probs, every other token (prompts, to
 user turns) with loss mask 0) replace the sample's response. The function's return value is
 kept in ``sample.metadata["agent_reward"]`` and becomes the reward through ``slime_reward``.
 An agent that rewrote its history gives several samples (one per segment, same group).
+
+With ``held`` (a fully-async generator's episode: ``engine.holdable``) the session is
+tracked by the API, whose ``hold_rollouts`` then holds its calls across a weight update
+(:mod:`slime_agent.plugin`); an evaluation's episodes are never held.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def sampling_args(params: SamplingParams, limit: int) -> dict[str, Any]:
 
 
 async def run_episode(config: Any, sample: Sample, params: SamplingParams, ep: EntryPoint,
-                      timeout_s: float = 0.0) -> Sample | list[Sample]:
+                      timeout_s: float = 0.0, held: bool = False) -> Sample | list[Sample]:
     import openai
     from slime_agent.buffer.services import run_agent_api
 
@@ -69,12 +73,16 @@ async def run_episode(config: Any, sample: Sample, params: SamplingParams, ep: E
         "sample": sample, "prompt": sample.prompt, "label": sample.label,
         "metadata": sample.metadata, "session_id": sid,
     }
+    if held:
+        api.track(sid)
     try:
         call = ep(**available)
         reward = await (asyncio.wait_for(call, timeout_s) if timeout_s > 0 else call)
     except BaseException:
         await _drop(root, sid)
         raise
+    finally:
+        api.untrack(sid)
     try:
         body = await root.post(f"/sessions/{quote(sid, safe='')}/finish", cast_to=object,
                                body={"rollout_id": rollout_id(sample)})

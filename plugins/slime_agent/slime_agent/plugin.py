@@ -5,7 +5,13 @@ eval) is rolled out by the decorated agent function through the run's agent API.
 * ``slime_run_start`` (driver): imports the entry point, so a wrong name fails before step 1;
 * ``slime_generate`` (rollout manager, ``tryfirst``): :func:`slime_agent.episode.run_episode`;
 * ``slime_reward`` (rollout manager, ``tryfirst``): the function's returned reward; a sample
-  whose function returned ``None`` goes on to ``rollout.reward``.
+  whose function returned ``None`` goes on to ``rollout.reward``;
+* ``slime_hold_rollouts`` / ``slime_release_rollouts`` (rollout manager, fully-async mode):
+  the agent API holds the engine calls of the generator's episodes across a weight update,
+  so an episode longer than the interval between updates continues instead of restarting.
+  The promise the hold makes (the episodes reach the engines only through the API) is this
+  plugin's to keep: its ``slime_generate`` answers every sample, and an agent gets no other
+  way to the engines.
 
 Nothing heavy is imported here (openai loads with the first episode).
 """
@@ -59,7 +65,27 @@ def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: An
         return None
     from slime_agent.episode import run_episode
 
-    return run_episode(config, sample, sampling_params, _load(spec), config.agent.timeout_s)
+    return run_episode(config, sample, sampling_params, _load(spec), config.agent.timeout_s,
+                       held=bool(getattr(engine, "holdable", False)))
+
+
+@hookimpl
+def slime_hold_rollouts(config: Config) -> bool | None:
+    if not _entry(config):
+        return None
+    from slime_agent.buffer.services import hold_rollouts
+
+    hold_rollouts()
+    return True
+
+
+@hookimpl
+def slime_release_rollouts(config: Config, end: bool) -> None:
+    if not _entry(config):
+        return
+    from slime_agent.buffer.services import release_rollouts
+
+    release_rollouts(end)
 
 
 @hookimpl(tryfirst=True)

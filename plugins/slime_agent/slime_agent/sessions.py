@@ -214,14 +214,16 @@ class SessionStore:
 
     def commit(self, session: Session, plan: Plan, out: GenerateOutput, text: str,
                assistant: dict[str, Any], versions: list[int] | None = None,
-               masked: int = 0) -> Segment:
+               masked: int = 0, mask_earlier: bool = False) -> Segment:
         """Record a finished generation of ``plan`` (``assistant`` is the reply message).
 
         ``versions``: the weight versions that generated ``out``'s ids, in order (default
         ``out.weight_version``; several when the call was continued across a weight update).
         ``masked``: how many of its first ids came before such an update and are masked
         (``rollout.mask_offpolicy_in_partial_rollout``), with every earlier id of the segment,
-        as the fully-async generator masks a continued sample's response.
+        as the fully-async generator masks a continued sample's response. ``mask_earlier``:
+        mask every earlier id of the segment, not ``out``'s (a weight update came between
+        the session's previous call and this one).
         """
         seg = plan.segment
         if seg is None:
@@ -237,7 +239,7 @@ class SessionStore:
         if len(out.log_probs) != n:
             raise SessionError(f"engine returned {n} tokens but {len(out.log_probs)} log-probs", 500)
         seg.tokens.extend(int(t) for t in out.token_ids)
-        if masked:
+        if masked or mask_earlier:
             seg.loss_mask = [0] * len(seg.loss_mask)
         masked = min(masked, n)
         seg.loss_mask.extend([0] * masked + [1] * (n - masked))

@@ -13,6 +13,9 @@
 4. Around a weight update in fully-async mode the source holds the agent API
    (:func:`pause_agent_api` / :func:`resume_agent_api`): requests wait, calls in flight are
    aborted and continued with the new weights (:meth:`~slime_agent.api.AgentApiServer.pause`).
+5. The same for the episodes of ``agent.entrypoint`` that the fully-async generator runs
+   (:func:`hold_rollouts` / :func:`release_rollouts`, from the hooks ``slime_hold_rollouts``
+   / ``slime_release_rollouts``): only their sessions are held, an evaluation's go on.
 
 The fully-async generator starts the task from its own thread while ``slime_run_start`` may
 do it from the driver's: starting is done once, under a lock.
@@ -69,6 +72,8 @@ def run_agent_api(config: Any) -> Any:
             api = AgentApiServer.from_config(config, [c.engine for c in clients])
             if _API.get("paused"):  # started while a weight update is under way
                 api.pause()
+            if _API.get("rollouts_held"):
+                api.hold_rollouts()
             _API["server"] = api.start()
         return api
 
@@ -91,6 +96,27 @@ def resume_agent_api() -> None:
         api = _API.get("server")
     if api is not None:
         api.resume()
+
+
+def hold_rollouts() -> None:
+    """Hold the engine calls of the generator's episodes (the sessions
+    :meth:`~slime_agent.api.AgentApiServer.track` ed) in this process's agent API; returns
+    once none of them runs. Without an API yet, one started meanwhile starts held."""
+    with _LOCK:
+        _API["rollouts_held"] = True
+        api = _API.get("server")
+    if api is not None:
+        api.hold_rollouts()
+
+
+def release_rollouts(end: bool) -> None:
+    """Let the held episodes' calls go on, or (``end``) refuse them: the run is ending (an
+    API started later serves a new run, so nothing of ``end`` outlives this one)."""
+    with _LOCK:
+        _API["rollouts_held"] = False
+        api = _API.get("server")
+    if api is not None:
+        api.release_rollouts(end)
 
 
 def agent_api_counters() -> dict[str, int]:
@@ -152,6 +178,7 @@ def shutdown_services() -> None:
         src.close()
     _API.pop("clients", None)
     _API.pop("paused", None)
+    _API.pop("rollouts_held", None)
     api = _API.pop("server", None)
     if api is not None:
         api.stop()

@@ -199,3 +199,68 @@ def test_requests_held_at_the_end_fail_instead_of_hanging(tokenizer) -> None:
     t.join(10)
     assert time.monotonic() - t0 < 5 and not t.is_alive()
     assert [e.status for e in errors] == [503] and not engine.calls
+
+
+def test_a_rollout_hold_holds_the_generators_sessions_only(tokenizer) -> None:
+    """``hold_rollouts`` (the hook ``slime_hold_rollouts`` of a fully-async
+    ``agent.entrypoint`` run) holds the tracked sessions (the generator's episodes): a call
+    caught in flight goes on after the release with the new weights as one answer, and with
+    ``mask_offpolicy`` a later call of the episode masks what came before the update; an
+    untracked session (an evaluation's episode) is served during the hold; ``end`` refuses
+    the held calls (503) instead of leaving them to wait."""
+    from slime_agent.http import HttpError
+
+    engine = StallingEngine(tokenizer)
+    srv = AgentApiServer([engine], tokenizer, max_tokens=30, mask_offpolicy=True).start()
+    try:
+        c = JsonClient(srv.url, srv.token)
+        srv.track("s1")
+        answers: dict[str, Any] = {}
+        engine.stall_at = 4
+        first = ask(c, "s1", answers, max_tokens=10)
+        assert engine.stalled.wait(10)
+        srv.hold_rollouts()
+        assert not engine.lock.locked()  # returned: none of the tracked calls runs
+        ask(c, "eval", answers, max_tokens=5).join(10)  # untracked: not held
+        assert answers["eval"]["weight_version"] == 0 and "s1" not in answers
+        engine.update_weights({}, 1)
+        srv.release_rollouts()
+        first.join(10)
+        assert answers["s1"]["choices"][0]["finish_reason"] == "length"
+        assert answers["s1"]["usage"]["completion_tokens"] == 10 and srv.continued == 1
+        # held between two calls: the episode's next answer is all new weights, and the
+        # ids of the older ones before it are masked
+        srv.hold_rollouts()
+        engine.update_weights({}, 2)
+        srv.release_rollouts()
+        reply = answers["s1"]["choices"][0]["message"]["content"]
+        c.post("/chat/completions", {"model": "slime", "max_tokens": 3, "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": reply},
+            {"role": "user", "content": "hi"}]}, headers={"X-Session-Id": "s1"})
+        (s,) = [Sample.from_dict(d) for d in c.post("/sessions/s1/finish", {})["samples"]]
+        assert s.weight_versions == [0, 1, 2]
+        model = [i for i, lp in enumerate(s.rollout_log_probs) if lp != 0.0]
+        assert [s.loss_mask[i] for i in model] == [0] * 10 + [1] * 3
+        # the end of the run: a held call is refused at once
+        srv.track("s3")
+        srv.hold_rollouts()
+        refused: list[Exception] = []
+
+        def held() -> None:
+            try:
+                c.post("/chat/completions", {"model": "slime", "max_tokens": 5,
+                                             "messages": [{"role": "user", "content": "hi"}]},
+                       headers={"X-Session-Id": "s3"})
+            except HttpError as exc:
+                refused.append(exc)
+
+        t = threading.Thread(target=held, daemon=True)
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive()  # held
+        srv.release_rollouts(end=True)
+        t.join(10)
+        assert not t.is_alive() and refused and "503" in str(refused[0])
+    finally:
+        srv.release_rollouts()
+        srv.stop()
