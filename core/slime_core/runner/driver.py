@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slime_hookspecs import RolloutResult
+
 from slime_core.config import Config
 from slime_core.config.names import check_record_names
 from slime_core.config.sections import rollout_mode
@@ -108,19 +110,20 @@ class Driver:
             self.version = 0  # trainer weight version: optimizer rollouts applied so far
             self.synced_version = -1  # version the engines hold
             mode = rollout_mode(config.run)
+
+            def before(step: int) -> None:
+                self.pm.slime_before_rollout(config=config, rollout_id=step)
+
+            def after(step: int, result: RolloutResult) -> None:
+                self.pm.slime_after_rollout(config=config, rollout_id=step, result=result)
+
             self._async = OneStepOff(
                 submit=ex.submit_rollout, prepare=self._prepare_rollout,
-                source_state=self.train_source.state_dict,
-                before=lambda step: self.pm.slime_before_rollout(config=config, rollout_id=step),
-                after=lambda step, result: self.pm.slime_after_rollout(
-                    config=config, rollout_id=step, result=result),
+                source_state=self.train_source.state_dict, before=before, after=after,
                 num_rollouts=config.run.num_rollouts,
             ) if mode == "one_step_off" else None
             self._stream = FullyAsync(
-                ex.streaming(), batch_size=config.rollout.batch_size,
-                before=lambda step: self.pm.slime_before_rollout(config=config, rollout_id=step),
-                after=lambda step, result: self.pm.slime_after_rollout(
-                    config=config, rollout_id=step, result=result),
+                ex.streaming(), batch_size=config.rollout.batch_size, before=before, after=after,
             ) if mode == "fully_async" else None
             if resume_dir:
                 self._resume()

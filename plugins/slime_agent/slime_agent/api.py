@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,7 +211,14 @@ class AgentApiServer:
     async def _hold(self) -> None:
         self._running.clear()
         self._pauses += 1
-        while self._engine_calls:
+        await self._abort_until_none(lambda: self._engine_calls)
+
+    async def _abort_until_none(self, calls: Callable[[], int]) -> None:
+        """Abort the engines until ``calls()`` is 0, again every 50 ms: an abort ends only the
+        calls that have reached the engine. The engines' abort is not per request: an
+        evaluation's call running then ends aborted too (the driver evaluates between weight
+        updates, so none does)."""
+        while calls():
             for c in self._clients:
                 c.abort()
             await asyncio.sleep(0.05)
@@ -251,12 +259,7 @@ class AgentApiServer:
     async def _hold_rollouts(self) -> None:
         self._rollouts_running.clear()
         self._rollout_holds += 1
-        while self._rollout_calls:
-            # the engines' abort is not per request: an evaluation's call running now would
-            # end aborted too (the driver evaluates between weight updates, so none does)
-            for c in self._clients:
-                c.abort()
-            await asyncio.sleep(0.05)
+        await self._abort_until_none(lambda: self._rollout_calls)
 
     async def _release_rollouts(self, end: bool) -> None:
         self._rollouts_ended = self._rollouts_ended or end

@@ -78,22 +78,26 @@ def run_agent_api(config: Any) -> Any:
         return api
 
 
+def _mark(key: str, value: bool) -> Any:
+    """Record ``key`` (what an agent API started later begins with: see
+    :func:`run_agent_api`) and return the running server, if any."""
+    with _LOCK:
+        _API[key] = value
+        return _API.get("server")
+
+
 def pause_agent_api() -> None:
     """Hold this process's agent API for a weight update (see
     :meth:`~slime_agent.api.AgentApiServer.pause`); returns once none of its engine calls
     runs. A no-op without one."""
-    with _LOCK:
-        _API["paused"] = True
-        api = _API.get("server")
+    api = _mark("paused", True)
     if api is not None:
         api.pause()
 
 
 def resume_agent_api() -> None:
     """Let the agent API's held requests go on (with the weights the engines hold now)."""
-    with _LOCK:
-        _API["paused"] = False
-        api = _API.get("server")
+    api = _mark("paused", False)
     if api is not None:
         api.resume()
 
@@ -102,9 +106,7 @@ def hold_rollouts() -> None:
     """Hold the engine calls of the generator's episodes (the sessions
     :meth:`~slime_agent.api.AgentApiServer.track` ed) in this process's agent API; returns
     once none of them runs. Without an API yet, one started meanwhile starts held."""
-    with _LOCK:
-        _API["rollouts_held"] = True
-        api = _API.get("server")
+    api = _mark("rollouts_held", True)
     if api is not None:
         api.hold_rollouts()
 
@@ -112,9 +114,7 @@ def hold_rollouts() -> None:
 def release_rollouts(end: bool) -> None:
     """Let the held episodes' calls go on, or (``end``) refuse them: the run is ending (an
     API started later serves a new run, so nothing of ``end`` outlives this one)."""
-    with _LOCK:
-        _API["rollouts_held"] = False
-        api = _API.get("server")
+    api = _mark("rollouts_held", False)
     if api is not None:
         api.release_rollouts(end)
 
