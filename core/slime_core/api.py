@@ -44,6 +44,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`check_generate_inputs` (the input checks every engine's ``generate`` makes),
   :func:`rollout_engine_clients` (deprecated: the hook ``slime_rollout_engines_ready``),
   :func:`run_agent_api` (deprecated: moved to ``slime_agent.run_agent_api`` with the agent API).
+* **rewards**: :func:`reward_bound_error` (why a reward is refused under
+  ``rollout.max_abs_reward``: every path that takes rewards from outside applies it).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -105,6 +107,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.context", "run_agent_api"),
     # errors
+    # rewards
+    "reward_bound_error": ("slime_core.rewards.validate", "reward_bound_error"),
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
     "DuplicateRecordError": ("slime_core.pluginmgr.registry", "DuplicateRecordError"),
@@ -131,6 +135,7 @@ if TYPE_CHECKING:
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
+    from slime_core.rewards.validate import reward_bound_error as reward_bound_error
     from slime_core.rollout.engine_client import EngineClient as EngineClient
     from slime_core.session import load_run as load_run
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record

@@ -164,6 +164,7 @@ class RolloutSection:
     reward: str = "exact"  # reward function record
     reward_key: str = ""  # when the reward is a dict, the key used as the scalar
     reward_kwargs: dict[str, Any] = field(default_factory=dict)  # reward record options
+    max_abs_reward: float = 1e6  # a reward (or a dict reward's value) beyond +-this fails its sample like NaN does, on every input path (reward functions, the rollout buffer, the agent API); 0: no bound
     dynamic_sampling_filter: str = ""  # filter record (stage dynamic_sampling), e.g. nonzero_std
     over_sampling_batch_size: int = 0  # groups requested per round (0: batch_size)
     max_sampling_rounds: int = 8  # dynamic sampling: rounds before giving up on a full batch
@@ -201,6 +202,8 @@ class RolloutSection:
         _need(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _need(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _need(self.max_context_len >= 0, "rollout.max_context_len", "must be >= 0 (0: no limit)")
+        _need(self.max_abs_reward >= 0 and self.max_abs_reward == self.max_abs_reward,
+              "rollout.max_abs_reward", "must be >= 0 (0: no bound)")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
         _need(self.decode_attention_splits >= 0, "rollout.decode_attention_splits",
               "must be >= 0 (0: the kernel's heuristic)")

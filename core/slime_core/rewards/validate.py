@@ -53,11 +53,35 @@ def _scalar(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
-def check_reward(value: Any, source: str, sample: Sample) -> float | dict[str, float]:
+def reward_bound_error(value: float, bound: float) -> str | None:
+    """Why ``value`` is refused under ``rollout.max_abs_reward = bound``, or ``None``.
+
+    A finite reward such as ``1e308`` passes a finiteness check yet overflows the group's
+    standard deviation to ``inf`` and every advantage to NaN; rewards beyond ``+-bound`` are
+    refused where they enter (reward functions, the rollout buffer, the agent API) and take the
+    same per-sample error path as NaN. ``bound == 0`` disables the check; non-finite values are
+    always refused.
+    """
+    if not math.isfinite(value):
+        return f"{value!r} is not finite"
+    if bound and abs(value) > bound:
+        return f"{value!r} is beyond rollout.max_abs_reward = {bound:g}"
+    return None
+
+
+def check_reward(value: Any, source: str, sample: Sample,
+                 bound: float = 0.0) -> float | dict[str, float]:
     """``value`` as a float or a dict of floats; :class:`RewardValueError` otherwise.
 
-    ``source`` names who returned it (``"plugin 'judge' hook slime_reward"``).
+    ``source`` names who returned it (``"plugin 'judge' hook slime_reward"``); ``bound`` is
+    ``rollout.max_abs_reward`` (0: no bound; see :func:`reward_bound_error`).
     """
+    def bounded(scalar: float, where: str) -> float:
+        why = reward_bound_error(scalar, bound)
+        if why is not None:
+            raise RewardValueError(f"{source} returned {why}{where} for {sample_label(sample)}")
+        return scalar
+
     if isinstance(value, dict):
         if not value:
             raise RewardValueError(
@@ -71,12 +95,12 @@ def check_reward(value: Any, source: str, sample: Sample) -> float | dict[str, f
                     f"{source} returned {_show(item)} under key {key!r} for "
                     f"{sample_label(sample)}; {_EXPECTED}"
                 )
-            out[str(key)] = scalar
+            out[str(key)] = bounded(scalar, f" under key {key!r}")
         return out
     scalar = _scalar(value)
     if scalar is None:
         raise RewardValueError(f"{source} returned {_show(value)} for {sample_label(sample)}; {_EXPECTED}")
-    return scalar
+    return bounded(scalar, "")
 
 
 def _show(value: Any) -> str:

@@ -469,14 +469,18 @@ class RolloutManager:
                         r = self._check_group(r, source, [s])[0] if row_group else r
                     else:
                         r = await _maybe_await(await self._on_caller(fn, s))
-                s.reward = check_reward(r, source, s)
+                s.reward = check_reward(r, source, s, self._reward_bound)
             except Exception as exc:  # noqa: BLE001 - the sample fails, the step goes on
                 s.status, s.error = Status.FAILED, f"reward: {_reason(exc, source)}"
 
         await asyncio.gather(*(one(s, False) for s in todo), *(one(s, True) for s in routed))
 
-    @staticmethod
-    def _check_group(rewards: Any, source: str, samples: list[Sample]) -> list[Any]:
+    @property
+    def _reward_bound(self) -> float:
+        return float(self.config.rollout.max_abs_reward)
+
+    def _check_group(self, rewards: Any, source: str, samples: list[Sample]) -> list[Any]:
+        bound = self._reward_bound
         if not isinstance(rewards, (list, tuple)):
             raise RewardValueError(
                 f"{source} returned {type(rewards).__name__}, not a list of one reward per "
@@ -487,7 +491,7 @@ class RolloutManager:
                 f"{source} returned {len(rewards)} rewards for {len(samples)} samples "
                 f"(group={samples[0].group_index})"
             )
-        return [check_reward(r, source, s) for s, r in zip(samples, rewards, strict=True)]
+        return [check_reward(r, source, s, bound) for s, r in zip(samples, rewards, strict=True)]
 
 
 def _count(metrics: dict[str, float], rounds: int, everything: list[list[Sample]],
