@@ -16,9 +16,11 @@ nothing is dropped without a report. Groups with some but not all slots written 
 
 Writes are checked (every field of a :class:`~slime_hookspecs.Sample` against
 :data:`slime_agent.schemas.SAMPLE`: ids in 0..2^31-1, and below the task's ``vocab_size``
-when the trainer sent one, finite rewards and log-probs <= 0, no booleans for numbers; its
-length invariants, a finished status, a non-empty response unless FAILED; all 422 naming the
-field); a refused write is counted
+when the trainer sent one, finite rewards within the task's ``max_abs_reward`` and log-probs
+<= 0, no booleans for numbers, at most the task's ``max_context_len`` tokens; its length
+invariants, a finished status, a non-empty response unless FAILED; all 422 naming the
+field: :func:`check_sample`, which the service runs off its event loop); a refused write is
+counted
 (``invalid_writes``) and its reason kept in ``recent_errors``. The trainer's own fields of the
 slot (``group_index``, ``index``, ``rollout_id``, and ``label`` / ``prompt`` when the worker
 left them empty) overwrite the worker's, so the trainer's bookkeeping cannot be broken by a

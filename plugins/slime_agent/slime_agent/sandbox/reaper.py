@@ -11,8 +11,9 @@ So this process becomes a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, 
 orphans of its descendants are reparented to it instead of PID 1, and
 :func:`reap_jail_init` waits for the one init it knows, through the pidfd taken when bwrap
 reported it (never a bare pid, which another process may have by then). The attribute is
-process-wide: other orphaned grandchildren come here too; they are left as they were (their
-status is no one else's to take), which is what PID 1 did with them where it does not reap.
+process-wide: other orphaned grandchildren come here too and stay zombies until this process
+exits (their status is not the sandbox's to take), where a reaping PID 1 would have collected
+them.
 """
 
 from __future__ import annotations
