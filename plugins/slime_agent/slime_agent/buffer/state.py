@@ -72,6 +72,7 @@ class WritePlan:
     slot: int
     raw: list[dict[str, Any]]
     where: list[str]
+    instance: Instance | None = None  # the Instance planned for (a restarted task makes a new one)
 
 
 def check_sample(d: dict[str, Any], where: str, limits: SampleLimits) -> Sample:
@@ -276,16 +277,16 @@ class BufferState:
         key = "samples" if "samples" in body else "sample"
         raw = body["samples"] if key == "samples" else [body["sample"]]
         where = [f"samples[{j}]" if key == "samples" else "sample" for j in range(len(raw))]
-        return WritePlan(iid, slot, raw, where)
+        return WritePlan(iid, slot, raw, where, inst)
 
     def commit_write(self, plan: WritePlan, samples: list[Sample]) -> dict[str, Any]:
         """Store a planned write's checked samples, on the loop. The instance and slot are
         checked again: another write may have taken them while the samples were checked."""
         iid, slot, where = plan.instance_id, plan.slot, plan.where
         inst = self.instances.get(iid)
-        if inst is None:
-            raise BufferError(f"instance_id: {iid!r} was delivered or dropped while this write "
-                              "was checked", 404, "instance_id")
+        if inst is None or inst is not plan.instance:
+            raise BufferError(f"instance_id: {iid!r} was delivered, or its task restarted, "
+                              "while this write was checked", 404, "instance_id")
         if slot in inst.written:
             raise BufferError(f"slot {slot} of {iid!r} is already written", 409, "slot")
         if all(s.status == Status.ABORTED for s in samples):
