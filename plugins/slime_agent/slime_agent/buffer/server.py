@@ -40,8 +40,17 @@ import asyncio
 import math
 from typing import Any
 
+from slime_hookspecs import Sample
+
 from slime_agent import schemas
-from slime_agent.buffer.state import BufferError, BufferState, check_sample
+from slime_agent.buffer.state import (
+    BufferError,
+    BufferState,
+    SampleLimits,
+    WritePlan,
+    check_sample,
+    sample_dict,
+)
 from slime_agent.http import ServerThread, bearer_auth, errors_middleware, new_token, read_body
 from slime_agent.sections import check_bind
 from slime_agent.validation import RequestError, check, parse_json, query_values
@@ -187,10 +196,9 @@ class RolloutBufferServer:
             body = await self._body(request)
             plan = self.state.plan_write(body)
             limits = self.state.limits()
-            # the per-token checks of a long sample take a while: off the loop
-            samples = await asyncio.to_thread(
-                lambda: [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where)])
-            out = self.state.commit_write(plan, samples)
+            # the per-token checks and copies of a long sample take a while: off the loop
+            samples, dicts = await asyncio.to_thread(_checked, plan, limits)
+            out = self.state.commit_write(plan, samples, dicts)
         except RequestError as exc:
             self.state.refused(exc)
             raise
@@ -229,3 +237,9 @@ class RolloutBufferServer:
         raw = await read_body(request, self.max_body_bytes, self._body_setting)
         return await asyncio.to_thread(parse_json, raw, allow_empty=allow_empty,
                                        value_status=422)
+
+
+def _checked(plan: WritePlan, limits: SampleLimits) -> tuple[list[Sample], list[dict[str, Any]]]:
+    """A planned write's samples checked (:func:`check_sample`) and as stored dicts."""
+    samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where)]
+    return samples, [sample_dict(s) for s in samples]

@@ -241,3 +241,17 @@ def test_body_settings_are_checked(agent_config):
         agent_config(rollout_buffer={"max_body_mb": 0})
     with pytest.raises(ValueError, match="rollout_buffer.header_timeout_s"):
         agent_config(rollout_buffer={"header_timeout_s": 0})
+
+
+def test_the_stored_dict_of_a_sample_is_its_to_dict():
+    from slime_agent.buffer.state import sample_dict
+
+    s = Sample(group_index=1, index=2, prompt=[{"role": "user", "content": "hi"}],
+               tokens=[1, 2], label={"a": [1]}, metadata={"m": {"n": 1}}, rollout_id=0)
+    s.append_response_tokens([3, 4], [-0.5, -0.25], text="ok", weight_version=2)
+    s.status, s.reward = Status.TRUNCATED, {"acc": 1.0}
+    d = sample_dict(s)
+    assert d == s.to_dict()
+    d["tokens"].append(9)
+    d["metadata"]["m"]["n"] = 5
+    assert s.tokens == [1, 2, 3, 4] and s.metadata == {"m": {"n": 1}}  # copies, not views
