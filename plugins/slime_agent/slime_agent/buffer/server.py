@@ -233,7 +233,9 @@ class RolloutBufferServer:
 
     async def _body(self, request: Any, allow_empty: bool = False) -> dict[str, Any]:
         """The body as JSON: read up to the limit, parsed on a worker thread (``json.loads``
-        of megabytes would hold the loop, and every client with it)."""
+        of megabytes would hold the loop, and every client with it; in the thread it still
+        holds the GIL while it scans integers, a fraction of a second for a body at the
+        limit)."""
         raw = await read_body(request, self.max_body_bytes, self._body_setting)
         return await asyncio.to_thread(parse_json, raw, allow_empty=allow_empty,
                                        value_status=422)

@@ -97,3 +97,23 @@ def test_a_tokenizer_without_a_chat_template_is_refused_at_start_up(engine_and_c
     cfg = load_config(build_schema(m), data={"model": {"path": str(tiny)}})
     with pytest.raises(ValueError, match=r"model\.tokenizer .*has no chat template"):
         AgentApiServer.from_config(cfg, [engine])
+
+
+def test_serving_alone_refuses_it_before_the_model_loads(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    tiny = REPO / "examples" / "tiny_arith" / "model"
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text(f'[model]\npath = "{tiny}"\n[agent_api]\nport = 0\n')
+    env = {**os.environ, "SLIME_DISABLE_PLUGIN_AUTOLOAD": "1", "SLIME_AGENT_API_TOKEN": "tk"}
+    proc = subprocess.Popen([sys.executable, "-m", "slime_agent.serve", "--config", str(cfg)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, out + err
+    assert "model.tokenizer" in err and "has no chat template" in err
+    assert "agent API on" not in out
