@@ -73,6 +73,7 @@ class SGLangSection:
     pause_during_weight_update: bool = True  # pause_generation + flush_cache around updates
     pause_mode: str = "abort"  # /pause_generation mode: abort | retract | in_place
     abort_retry_s: float = 1.0  # re-send abort_all while aborted requests are still running
+    check_weights: bool = True  # after each disk / tensor weight update, read the first rows of a few tensors back (/get_weights_by_name) and fail on a difference; skipped with a warning where the model cannot answer
     skip_special_tokens: bool = True  # of the returned text (token ids are never affected)
 
     def __post_init__(self) -> None:
