@@ -69,7 +69,7 @@ setup() {  # unpack SGLang, install the small wheels, convert the model (once pe
 
 # the server's environment: SGLang's packages and its transformers first
 SGL_PATH="$SGL/tf:$SGL/site"
-SERVER_ARGS='{attention_backend = "triton", sampling_backend = "pytorch", grammar_backend = "none", cuda_graph_max_bs = 160}'
+SERVER_ARGS='{attention_backend = "triton", sampling_backend = "pytorch", grammar_backend = "none", disable_prefill_cuda_graph = true}'
 
 slime_run() {  # label, engine, steps, extra args...
   local label=$1 engine=$2 steps=$3; shift 3
@@ -100,10 +100,11 @@ case "${1:-}" in
       tail -5 "$OUT/smoke_server.log"
     fi
     if [ "$what" = sglang ] || [ "$what" = all ]; then
-      slime_run slime-sglang sglang "${STEPS:-40}" --slime-set 'weights.transport="disk"'
+      slime_run slime-sglang sglang "${STEPS:-40}" --precision "${PRECISION:-bf16}" \
+        --slime-set 'weights.transport="disk"'
     fi
     if [ "$what" = local ] || [ "$what" = all ]; then
-      slime_run slime-local local "${STEPS:-40}"
+      slime_run slime-local local "${STEPS:-40}" --precision "${PRECISION:-bf16}"
     fi
     ;;
   *)
