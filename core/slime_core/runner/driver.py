@@ -36,6 +36,7 @@ from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import fast_defaults, staleness, startup
+from slime_core.runner.health import SkippedSteps, applied
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.fully_async import STATE_FILE as FULLY_ASYNC_FILE
 from slime_core.runner.fully_async import FullyAsync
@@ -109,6 +110,8 @@ class Driver:
             self._heap_frozen = False  # see _freeze_heap
             self.version = 0  # trainer weight version: optimizer rollouts applied so far
             self.synced_version = -1  # version the engines hold
+            # steps skipped for non-finite values (runner/health.py)
+            self.skips = SkippedSteps(config.train.max_consecutive_skipped_steps)
             mode = rollout_mode(config.run)
 
             def before(step: int) -> None:
@@ -327,9 +330,14 @@ class Driver:
         if not self._heap_frozen:
             _freeze_heap()
             self._heap_frozen = True
-        self.version += 1
+        self.skips.record(step, train_metrics)
+        # a rollout whose every optimizer step was skipped left the weights as they were:
+        # same version, so no sync is sent for it
+        if applied(train_metrics, cfg.train.num_steps_per_rollout):
+            self.version += 1
         self.step += 1
-        if self.step % cfg.weights.update_interval == 0 or self.step == cfg.run.num_rollouts:
+        due = self.step % cfg.weights.update_interval == 0 or self.step == cfg.run.num_rollouts
+        if due and self.version != self.synced_version:
             t = time.perf_counter()
             synced = self.sync_weights()
             metrics.update(synced)
@@ -389,6 +397,7 @@ class Driver:
                 # row k behind it, and a resume drops the rows past its checkpoint
                 self.log(m, self.step)
                 fault_point("step_logged", self.step)
+                self.skips.check()  # the row of the last skipped step is written first
                 phase = "save"
                 if cfg.run.save_interval and self.step % cfg.run.save_interval == 0:
                     t = time.perf_counter()
