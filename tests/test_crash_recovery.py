@@ -155,6 +155,9 @@ def test_crash_before_the_first_checkpoint_restarts_from_step_0(tmp_path: Path) 
     ("ckpt_renamed:2", 2, None),
     # step_1 renamed away for deletion, not yet deleted
     ("ckpt_pruning:3", 3, ".step_000001.deleting-"),
+    # the last save marked complete, not renamed (issue 38): the resume promotes it, points
+    # `latest` at it and prunes to run.keep_checkpoints although no save follows
+    ("ckpt_marked:3", 3, ".step_000003.tmp-"),
 ])
 def test_kill_inside_a_save(tmp_path: Path, point: str, resumed_at: int, left: str | None) -> None:
     run_dir = tmp_path / "run"

@@ -91,6 +91,11 @@ class Driver:
         if removed:
             print(f"removed leftovers of an interrupted save in {self.run_dir}: "
                   f"{', '.join(removed)}", file=sys.stderr)
+        # a promoted checkpoint (killed between its marker and its rename) was never pruned
+        pruned = ckpt.prune(self.run_dir, config.run.keep_checkpoints)
+        if pruned:
+            print(f"removed checkpoints beyond run.keep_checkpoints = "
+                  f"{config.run.keep_checkpoints}: {', '.join(pruned)}", file=sys.stderr)
         reg = manager.registries
         staleness.check_config(config)
         if not config.weights.dir:
