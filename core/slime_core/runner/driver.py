@@ -368,9 +368,6 @@ class Driver:
         try:
             self.sync_weights()
             self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
-            # from here the directory holds the run's own record (its trace says where it
-            # failed): it is no stub, even if it fails before its first step
-            self._started = True
             if self.eval_source is not None and self.step == 0:
                 phase = "eval"
                 m0 = self.evaluate()
@@ -443,10 +440,13 @@ class Driver:
         return self.run_dir
 
     def discard_if_stub(self) -> None:
-        """Remove the directory of a new run that failed before its first training step:
-        it holds nothing to resume, only the files written at the start. A run that got as far
-        as ``slime_run_start`` keeps its directory: its trace records the failure."""
-        if not self._fresh or getattr(self, "step", 0) > 0 or getattr(self, "_started", False):
+        """Remove the directory of a new run that failed before its first training step
+        completed, whatever failed (the data, a model, the first rollout, the step-0
+        evaluation): nothing was trained and nothing can be resumed, and a kept directory
+        would refuse the same command once the cause is fixed (docs/run_directory.md). The
+        error itself is on stderr. A directory given by ``run.run_dir`` that held files
+        before keeps them; only this run's files go."""
+        if not self._fresh or getattr(self, "step", 0) > 0:
             return
         if ckpt.latest_checkpoint(self.run_dir) is not None:
             return
@@ -459,8 +459,8 @@ class Driver:
                 if p.name not in kept:
                     shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
             what = "this run's files from"
-        print(f"removed {what} {self.run_dir}: the run failed before its first step",
-              file=sys.stderr)
+        print(f"removed {what} {self.run_dir}: the run failed before its first step (nothing "
+              "was trained; the same command can run again)", file=sys.stderr)
 
 
 def _progress(cfg: Any, start: int) -> Any:
