@@ -36,10 +36,10 @@ from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import fast_defaults, staleness, startup
-from slime_core.runner.health import SkippedSteps, applied
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.fully_async import STATE_FILE as FULLY_ASYNC_FILE
 from slime_core.runner.fully_async import FullyAsync
+from slime_core.runner.health import SkippedSteps, applied
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
 from slime_core.runtime import process_settings
