@@ -54,8 +54,8 @@ def _tracker() -> Any:
 
 def save(trainer: Any, path: str) -> None:
     """Every rank calls it (the HF export is a TP collective)."""
-    # every rank checks its shard before any writes: a NaN weight fails the save on the rank
-    # that holds it (its error names the tensor), and no shard of it reaches the disk
+    # every rank checks its shard before writing it: a NaN weight fails the save on the rank
+    # that holds it (its error names the tensor), so the checkpoint is never marked complete
     model = {k: v.cpu() for k, v in local_state(trainer.model).items()}
     check_finite_weights(model.items(), shard_file(path))
     if trainer.data_parallel_rank == 0:
