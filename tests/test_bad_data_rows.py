@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from slime_hookspecs import hookimpl
+
 from tests.cli_support import core, tiny_run, write_toml
 
 GOOD = [{"prompt": f"{a}+{a}=", "label": str(2 * a)} for a in range(1, 9)]
@@ -60,3 +63,29 @@ def test_label_is_not_required_by_a_reward_hook(tmp_path, tokenizer_dir) -> None
     res = core("run", "--config", str(cfg), "--plugins", "slime_grpo",
                env={"PYTHONPATH": str(tmp_path)})
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+class ModelProbe:
+    """Records every model the run builds (``slime_make_model`` fires before each)."""
+
+    def __init__(self) -> None:
+        self.roles: list[str] = []
+
+    @hookimpl
+    def slime_make_model(self, config, role):
+        self.roles.append(role)
+
+
+@pytest.mark.parametrize("split", ["path", "eval_path"])
+def test_a_bad_data_file_fails_before_any_model_loads(base_config, run_slime, tmp_path,
+                                                       split) -> None:
+    bad = tmp_path / "bad.jsonl"
+    _write_data(bad)
+    base_config["data"][split] = str(bad)
+    base_config["eval"] = {"interval": 1}
+    models = ModelProbe()
+    with pytest.raises(ValueError, match=r"7 bad row\(s\) of 16") as refused:
+        run_slime(base_config, [models])
+    assert f"data.{split} file" in str(refused.value)
+    assert models.roles == []  # issue 38: the error came before the trainer and engines
+    assert not (tmp_path / "run").exists()

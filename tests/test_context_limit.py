@@ -1,11 +1,24 @@
 """``rollout.max_context_len`` (slime's ``--rollout-max-context-len``): prompt + response stay
-within the limit; a prompt that fills it fails its sample, named in the log, and the run goes on."""
+within the limit; a prompt that fills it is a bad row, named when the data loads, before any
+model does (issue 38); ``data.skip_bad_rows`` trains on the others."""
 
 from __future__ import annotations
 
+import pytest
 from slime_hookspecs import Status, hookimpl
 
 from tests.conftest import read_metrics
+
+
+class ModelProbe:
+    """Records every model the run builds (``slime_make_model`` fires before each)."""
+
+    def __init__(self) -> None:
+        self.roles: list[str] = []
+
+    @hookimpl
+    def slime_make_model(self, config, role):
+        self.roles.append(role)
 
 
 class Lengths:
@@ -35,12 +48,35 @@ def test_prompt_and_response_stay_within_the_context_limit(base_config, run_slim
     assert any(p == prompts[-1] and r == 2 and s == Status.TRUNCATED.value
                for p, r, s, _ in rec.rows), "the longest prompt was not cut at the limit"
 
-    # a limit below the longest prompt: those samples fail, named; the others train
-    fail = Lengths()
+    # a limit the longest prompts fill: refused when the data loads, named by file and line,
+    # before any model is built
+    models = ModelProbe()
     cfg["rollout"]["max_context_len"] = prompts[-1]
     cfg["run"] = dict(cfg["run"], run_dir=cfg["run"]["run_dir"] + "_fail")
-    run_slime(cfg, [fail])
-    failed = [e for p, r, s, e in fail.rows if s == Status.FAILED.value]
-    assert failed and all(f"rollout.max_context_len = {prompts[-1]} leaves no room" in e
-                          for e in failed)
-    assert "rollout.max_context_len" in capfd.readouterr().err
+    with pytest.raises(ValueError, match=r"bad row\(s\)") as refused:
+        run_slime(cfg, [models])
+    assert models.roles == []
+    msg = str(refused.value)
+    assert f"leaves no room for a response within rollout.max_context_len = {prompts[-1]}" in msg
+    assert "train.jsonl:" in msg and "data.skip_bad_rows" in msg
+    # data.skip_bad_rows: the other prompts train, none fails at generation
+    skip = Lengths()
+    cfg["data"] = dict(cfg["data"], skip_bad_rows=True)
+    run_slime(cfg, [skip])
+    assert skip.rows and all(p < prompts[-1] and s != Status.FAILED.value
+                             for p, _, s, _ in skip.rows)
+    assert "skipped" in capfd.readouterr().err
+
+
+def test_a_prompt_longer_than_the_model_context_is_refused_at_load(base_config, run_slime,
+                                                                  tmp_path) -> None:
+    data = tmp_path / "long.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n'
+                    '{"prompt": "' + "1+" * 200 + '1=", "label": "201"}\n')
+    cfg = dict(base_config, data={"path": str(data)})
+    models = ModelProbe()
+    with pytest.raises(ValueError) as refused:
+        run_slime(cfg, [models])
+    assert models.roles == []
+    assert f"{data}:2: prompt of" in str(refused.value)
+    assert "the model's max_position_embeddings = 256" in str(refused.value)

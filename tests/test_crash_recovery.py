@@ -145,6 +145,26 @@ def test_crash_before_the_first_checkpoint_restarts_from_step_0(tmp_path: Path) 
     assert (run_dir / "checkpoints" / "step_000003" / "COMPLETE").is_file()
 
 
+class FailingReward:
+    @hookimpl
+    def slime_reward(self, config, sample):  # noqa: ANN001, ANN201
+        raise RuntimeError("verifier unreachable")
+
+
+def test_a_run_failing_in_its_first_rollout_leaves_no_directory(base_config, run_slime,  # noqa: ANN001
+                                                                 capsys) -> None:
+    # issue 38: it was kept (and the same command refused) while a run failing on its data
+    # was removed; neither trained anything, both are removed now (docs/run_directory.md)
+    base_config["data"].pop("eval_path")
+    run_dir = Path(base_config["run"]["run_dir"])
+    with pytest.raises(RuntimeError, match="every sample of step 0 failed"):
+        run_slime(base_config, [FailingReward()])
+    assert not run_dir.exists()
+    assert "the same command can run again" in capsys.readouterr().err
+    # the same configuration, the cause fixed: not refused
+    assert [r["step"] for r in read_metrics(run_slime(base_config))] == [1, 2]
+
+
 # -- item 5: kills inside a save ---------------------------------------------------------------
 
 
@@ -155,6 +175,9 @@ def test_crash_before_the_first_checkpoint_restarts_from_step_0(tmp_path: Path) 
     ("ckpt_renamed:2", 2, None),
     # step_1 renamed away for deletion, not yet deleted
     ("ckpt_pruning:3", 3, ".step_000001.deleting-"),
+    # the last save marked complete, not renamed (issue 38): the resume promotes it, points
+    # `latest` at it and prunes to run.keep_checkpoints although no save follows
+    ("ckpt_marked:3", 3, ".step_000003.tmp-"),
 ])
 def test_kill_inside_a_save(tmp_path: Path, point: str, resumed_at: int, left: str | None) -> None:
     run_dir = tmp_path / "run"

@@ -36,7 +36,9 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **training steps**: :class:`Accumulation`, :func:`step_indices`,
   :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
   :func:`micro_batches`,
-  :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`.
+  :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`; training health:
+  :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
+  :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
   :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
   ``critic_factory`` converts so every backend starts from the same critic).
@@ -96,6 +98,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "response_log_probs": ("slime_core.trainkit.batching", "response_log_probs"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
+    "TrainingHealth": ("slime_core.trainkit.health", "TrainingHealth"),
+    "SKIPPED_STEPS": ("slime_core.trainkit.health", "SKIPPED_STEPS"),
+    "check_finite_weights": ("slime_core.trainkit.health", "check_finite_weights"),
+    "NonFiniteWeightsError": ("slime_core.trainkit.health", "NonFiniteWeightsError"),
     # models
     "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
     "load_tokenizer": ("slime_core.engine.model_loading", "load_tokenizer"),
@@ -162,6 +168,10 @@ if TYPE_CHECKING:
     from slime_core.trainkit.master import make_adamw as make_adamw
     from slime_core.trainkit.master import refresh_copy as refresh_copy
     from slime_core.trainkit.schedule import lr_schedule as lr_schedule
+    from slime_core.trainkit.health import SKIPPED_STEPS as SKIPPED_STEPS
+    from slime_core.trainkit.health import NonFiniteWeightsError as NonFiniteWeightsError
+    from slime_core.trainkit.health import TrainingHealth as TrainingHealth
+    from slime_core.trainkit.health import check_finite_weights as check_finite_weights
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten

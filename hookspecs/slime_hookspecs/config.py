@@ -150,6 +150,7 @@ class TrainConfig(Protocol):
     grad_clip: float
     micro_batch_tokens: int
     num_steps_per_rollout: int
+    max_consecutive_skipped_steps: int
     num_ranks: int
     gradient_checkpointing: bool
     compile: bool | str

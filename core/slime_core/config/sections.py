@@ -247,6 +247,7 @@ class TrainSection:
     grad_clip: float = 1.0  # gradient-norm clip (0: off)
     micro_batch_tokens: int = 8192  # token budget of one micro-batch: rows x its longest row (right-padded, rows sorted by length, even row counts)
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
+    max_consecutive_skipped_steps: int = 3  # a step with a non-finite reward, advantage, loss or gradient norm is skipped (no optimizer step, no weight sync; train/skipped_steps); this many skipped steps in a row stop the run with an error naming the first
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_core.runner.fast_defaults)
@@ -269,6 +270,8 @@ class TrainSection:
         _need(self.head_kernel in ("auto", "triton", "torch"), "train.head_kernel",
               "must be auto, triton or torch")
         _need(self.num_steps_per_rollout >= 1, "train.num_steps_per_rollout", "must be >= 1")
+        _need(self.max_consecutive_skipped_steps >= 1, "train.max_consecutive_skipped_steps",
+              "must be >= 1")
         _need(self.num_ranks >= 1, "train.num_ranks", "must be >= 1")
         _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")
 

@@ -101,24 +101,65 @@ class PromptDataSource:
     # -- prompt length filter (data.max_prompt_len) ----------------------------------------
     def apply_max_prompt_len(self) -> None:
         """Drop the prompts longer than ``data.max_prompt_len`` (train split) or
-        ``eval.max_prompt_len`` (eval split) tokens after templating (once; see :mod:`slime_core.data.length_filter`). The built-in sources
-        call it at the end of their constructor so a filter that drops everything fails at
-        start-up; a subclass that does not is filtered on first use."""
+        ``eval.max_prompt_len`` (eval split) tokens after templating (once; see
+        :mod:`slime_core.data.length_filter`), then refuse the prompts that fill the context
+        (:meth:`check_context`). The built-in sources call it at the end of their constructor
+        so both fail at start-up, before a model loads; a subclass that does not is filtered on
+        first use."""
         if self._length_checked:
             return
         self._length_checked = True
         key, max_len = (("data.max_prompt_len", self.config.data.max_prompt_len)
                         if self.split == "train"
                         else ("eval.max_prompt_len", self.config.eval.max_prompt_len))
-        if max_len <= 0:
-            return
-        from slime_core.data.length_filter import describe, rows_within
+        if max_len > 0:
+            from slime_core.data.length_filter import describe, rows_within
 
-        n = self._num_rows()
-        kept = rows_within(n, lambda i: self._encode_row(self._row(i))[1], max_len,
-                           describe(self), key)
-        self.dropped_long_prompts = n - len(kept)
-        self._kept = kept if self.dropped_long_prompts else None
+            n = self._num_rows()
+            kept = rows_within(n, lambda i: self._encode_row(self._row(i))[1], max_len,
+                               describe(self), key)
+            self.dropped_long_prompts = n - len(kept)
+            self._kept = kept if self.dropped_long_prompts else None
+        self.check_context(max_len)
+
+    def check_context(self, max_len: int = 0) -> None:
+        """Rows whose prompt has at least as many tokens (after templating) as the context
+        (:func:`~slime_core.data.length_filter.context_limit`) are bad rows: one error naming
+        them (``file:line``), or, with ``data.skip_bad_rows``, dropped with a warning. Skipped
+        when the rows were already cut below the context (``max_len``), and for SFT (no
+        response is generated)."""
+        from slime_core.data.length_filter import context_limit, describe
+        from slime_core.data.rowcheck import BadRows
+
+        limit = context_limit(self.config)
+        if limit is None or self.config.train.loss == "sft":
+            return
+        tokens, what = limit
+        if 0 < max_len < tokens:  # every kept prompt is already shorter than the context
+            return
+        rows = self._kept if self._kept is not None else list(range(self._num_rows()))
+        key = "data.eval_path" if self.split == "eval" else "data.path"
+        bad = BadRows(key, str(getattr(self, "path", None) or describe(self)))
+        kept: list[int] = []
+        for i in rows:
+            n = len(self._encode_row(self._row(i))[1])
+            if n >= tokens:
+                bad.add(self._row_ref(i), f"prompt of {n} tokens after templating leaves no "
+                                          f"room for a response within {what}")
+            else:
+                kept.append(i)
+        if not bad:
+            return
+        if not self.config.data.skip_bad_rows:
+            raise bad.error(len(rows))
+        bad.warn(len(rows))
+        if not kept:
+            raise ValueError(f"{describe(self)}: every prompt fills the context ({what})")
+        self._kept = kept
+
+    def _row_ref(self, i: int) -> str:
+        """How messages name row ``i`` (a file source: ``x.jsonl:3``)."""
+        return f"row {i + 1}"
 
     def _size(self) -> int:
         """Rows after the length filter."""

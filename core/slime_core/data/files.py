@@ -10,7 +10,10 @@ the good rows instead and logs how many were skipped. A row is bad when it is:
 
 * not UTF-8 or not JSON (a JSONL line);
 * missing ``data.input_key`` (the message lists the keys the row has), or its prompt is empty;
-* without a usable label when the configured reward needs one (``exact``, ``math``).
+* without a usable label when the configured reward needs one (``exact``, ``math``);
+* a prompt that fills the context: at least ``rollout.max_context_len`` (or the model's
+  ``max_position_embeddings``) tokens after templating, so no response fits
+  (:mod:`slime_core.data.length_filter`).
 
 A missing file fails naming the config key and the path.
 
@@ -196,6 +199,7 @@ class FileDataSource(PromptDataSource):
         self.path = str(path)
         self.file_type = file_type(self.path, default=default_type)
         self.rows: list[PromptRow] = []
+        self.refs: list[str] = []  # where each row is in the file (``x.jsonl:3``)
         bad = BadRows(key, self.path)
         total = 0
         for ref, rec in iter_records(self.path, key, default_type):
@@ -213,6 +217,7 @@ class FileDataSource(PromptDataSource):
                 bad.add(ref, why)
                 continue
             self.rows.append(row)
+            self.refs.append(ref)
         if bad:
             if not config.data.skip_bad_rows:
                 raise bad.error(total)
@@ -220,10 +225,14 @@ class FileDataSource(PromptDataSource):
         self.skipped_rows = len(bad)
         if not self.rows:
             raise ValueError(f"{key} file {self.path!r} holds no prompts")
-        self.apply_max_prompt_len()  # data.max_prompt_len: fails now if it drops every prompt
+        # data.max_prompt_len and the context: fails now (before a model loads) if it must
+        self.apply_max_prompt_len()
 
     def _num_rows(self) -> int:
         return len(self.rows)
 
     def _row(self, i: int) -> PromptRow:
         return self.rows[i]
+
+    def _row_ref(self, i: int) -> str:
+        return self.refs[i]

@@ -11,12 +11,20 @@ comparable between runs that filter training data differently.
 The rows that remain are the source's prompts from then on (``len(source)``, epochs, the
 stored position); the number dropped is printed to stderr, and a filter that drops every
 prompt is an error that gives the shortest prompt's length.
+
+The context is checked at the same time (:func:`context_limit`): a prompt of at least as many
+tokens as the context (``rollout.max_context_len``, or the model's ``max_position_embeddings``
+read from its config file) leaves no room for a response. Such rows are bad rows
+(:mod:`slime_core.data.rowcheck`): reported together, file and line, when the data loads,
+before any model does; ``data.skip_bad_rows = true`` trains on the others.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -57,3 +65,35 @@ def describe(source: Any) -> str:
     if path:
         return f"data.path file {str(path)!r}"
     return f"the {source.kind} data source ({source.split} split)"
+
+
+def model_max_positions(model_cfg: Any) -> int | None:
+    """The model's ``max_position_embeddings`` from ``model.init_config`` or the
+    ``config.json`` of a local ``model.path`` (its top level, else its ``text_config``); no
+    weights are read. ``None`` when it cannot be known here (a hub name, no such key)."""
+    cfg: Any = dict(model_cfg.init_config or {})
+    if not cfg and model_cfg.path:
+        try:
+            cfg = json.loads((Path(model_cfg.path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # not a local checkpoint: the engine checks each prompt instead
+    if not isinstance(cfg, dict):
+        return None
+    n = cfg.get("max_position_embeddings")
+    if n is None and isinstance(cfg.get("text_config"), dict):
+        n = cfg["text_config"].get("max_position_embeddings")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def context_limit(config: Any) -> tuple[int, str] | None:
+    """``(tokens, what)``: a prompt must be shorter than ``tokens`` to leave room for a
+    response; ``what`` names the setting (the smaller of ``rollout.max_context_len`` and the
+    model's ``max_position_embeddings``). ``None`` when neither is known."""
+    limits: list[tuple[int, str]] = []
+    if config.rollout.max_context_len > 0:
+        n = int(config.rollout.max_context_len)
+        limits.append((n, f"rollout.max_context_len = {n}"))
+    model_n = model_max_positions(config.model)
+    if model_n is not None:
+        limits.append((model_n, f"the model's max_position_embeddings = {model_n}"))
+    return min(limits) if limits else None

@@ -33,6 +33,11 @@ class LocalExecutor:
         self.config = config
         reg = manager.registries
         self.accelerator = accel_record.factory()
+        # the data first: a bad file or a prompt longer than the context fails in a second,
+        # not after the models have loaded
+        self.train_source = make_data_source(manager, config, "train")
+        self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
+        attach_buffer_filter(manager, config, self.train_source)
         self.trainer: Any
         if config.train.num_ranks > 1:
             from slime_core.executors.local_ranks import LocalRankGroup
@@ -55,9 +60,6 @@ class LocalExecutor:
                         for i in range(config.rollout.num_engines)]
         self.transport = reg.weight_transport.get(config.weights.transport).factory(
             config, self.accelerator)
-        self.train_source = make_data_source(manager, config, "train")
-        self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
-        attach_buffer_filter(manager, config, self.train_source)
         self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
         self._pool: ThreadPoolExecutor | None = None
 

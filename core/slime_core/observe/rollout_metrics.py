@@ -6,7 +6,9 @@ correct answer under the 0/1 verifiers); partial-credit rewards count as wrong.
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from slime_hookspecs import Sample, Status
@@ -29,8 +31,9 @@ def rollout_metrics(config: Any, samples: list[Sample], prefix: str,
         f"{prefix}/truncated_ratio": sum(s.status == Status.TRUNCATED for s in samples) / len(samples),
     }
     if rewards:
-        m[f"{prefix}/reward_mean"] = statistics.fmean(rewards)
-        m[f"{prefix}/reward_std"] = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
+        m[f"{prefix}/reward_mean"] = _overflowing(statistics.fmean, rewards)
+        m[f"{prefix}/reward_std"] = _overflowing(statistics.pstdev, rewards) \
+            if len(rewards) > 1 else 0.0
         m[f"{prefix}/reward_min"] = min(rewards)
         m[f"{prefix}/reward_max"] = max(rewards)
         srt = sorted(rewards)
@@ -50,3 +53,13 @@ def rollout_metrics(config: Any, samples: list[Sample], prefix: str,
             m[f"{prefix}/staleness_mean"] = statistics.fmean(stale)
             m[f"{prefix}/staleness_max"] = float(max(stale))
     return m
+
+
+def _overflowing(stat: Callable[[list[float]], float], values: list[float]) -> float:
+    """``stat(values)``, or ``inf`` where it overflows: two rewards of 1e308 (finite, and
+    accepted with ``rollout.max_abs_reward = 0``) overflow ``fmean``'s exact sum, and the
+    step must reach the trainer's health check rather than fail in its metrics."""
+    try:
+        return float(stat(values))
+    except OverflowError:
+        return math.inf

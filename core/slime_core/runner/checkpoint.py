@@ -9,7 +9,8 @@ Save, in this order (each step durable before the next: files and directories fs
 3. the directory is renamed to ``step_N`` and ``checkpoints/latest`` is replaced;
 4. checkpoints beyond ``run.keep_checkpoints`` are retired: renamed to
    ``.step_M.deleting-PID`` (one atomic step, so a half-deleted directory never carries a
-   ``step_`` name) and then deleted.
+   ``step_`` name) and then deleted (:func:`prune`; a start or resume prunes too, after
+   :func:`remove_stale` may have promoted a marked temporary checkpoint).
 
 Reading: a checkpoint is *complete* when its ``COMPLETE`` marker exists (no save or prune
 of ours leaves a ``step_*`` directory without it, whenever it is killed). The newest complete
@@ -78,14 +79,28 @@ def _manifest(root: Path) -> dict[str, dict[str, int]]:
     return dict(sorted(files.items()))
 
 
-def _retire(path: Path, saving: int) -> None:
-    """Remove a checkpoint directory (during the save of step ``saving``) so that no crash
-    leaves it looking complete."""
+def _retire(path: Path, saving: int | None) -> None:
+    """Remove a checkpoint directory (during the save of step ``saving``; ``None``: at a
+    start or resume) so that no crash leaves it looking complete."""
     gone = path.with_name(f".{path.name}.deleting-{os.getpid()}")
     os.replace(path, gone)
     fsync_dir(path.parent)
-    fault_point("ckpt_pruning", saving)
+    if saving is not None:
+        fault_point("ckpt_pruning", saving)
     shutil.rmtree(gone, ignore_errors=True)
+
+
+def prune(run_dir: Path, keep: int, saving: int | None = None) -> list[str]:
+    """Retire the complete checkpoints older than the newest ``keep`` (``run.keep_checkpoints``;
+    0 keeps every one); the names retired, oldest first. A save calls it after publishing its
+    checkpoint; a start or resume calls it too, since a checkpoint promoted by
+    :func:`remove_stale` (a kill between its marker and its rename) was never pruned after."""
+    if keep <= 0:
+        return []
+    old = complete_checkpoints(run_dir)[:-keep]
+    for path in old:
+        _retire(path, saving)
+    return [p.name for p in old]
 
 
 def _promotable(tmp: Path, root: Path) -> Path | None:
@@ -111,6 +126,7 @@ def remove_stale(run_dir: Path) -> list[str]:
     directory, so everything else is garbage by the time a run starts, resumes or saves.
     Returns what was done, one entry per name."""
     done = []
+    promoted = False
     root = run_dir / "checkpoints"
     for folder in (run_dir, root):
         if not folder.is_dir():
@@ -121,6 +137,7 @@ def remove_stale(run_dir: Path) -> list[str]:
             if folder == root and p.is_dir() and (final := _promotable(p, root)) is not None:
                 os.replace(p, final)
                 done.append(f"{p.name} (complete: renamed to {final.name})")
+                promoted = True
             elif p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
                 done.append(p.name)
@@ -131,6 +148,9 @@ def remove_stale(run_dir: Path) -> list[str]:
         for folder in (run_dir, root):
             if folder.is_dir():
                 fsync_dir(folder)
+    if promoted and (newest := latest_checkpoint(run_dir)) is not None:
+        # the killed save never got to its pointer update
+        atomic_write(root / "latest", newest.name + "\n")
     return sorted(done)
 
 
@@ -162,8 +182,7 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None],
     fault_point("ckpt_renamed", step)
     atomic_write(root / "latest", final.name + "\n")
     fault_point("ckpt_latest", step)
-    for old in complete_checkpoints(run_dir)[:-keep]:
-        _retire(old, step)
+    prune(run_dir, keep, step)
     return final
 
 

@@ -39,6 +39,7 @@ from slime_core.runner import fast_defaults, staleness, startup
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.fully_async import STATE_FILE as FULLY_ASYNC_FILE
 from slime_core.runner.fully_async import FullyAsync
+from slime_core.runner.health import SkippedSteps, applied
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
 from slime_core.runtime import process_settings
@@ -90,6 +91,11 @@ class Driver:
         if removed:
             print(f"removed leftovers of an interrupted save in {self.run_dir}: "
                   f"{', '.join(removed)}", file=sys.stderr)
+        # a promoted checkpoint (killed between its marker and its rename) was never pruned
+        pruned = ckpt.prune(self.run_dir, config.run.keep_checkpoints)
+        if pruned:
+            print(f"removed checkpoints beyond run.keep_checkpoints = "
+                  f"{config.run.keep_checkpoints}: {', '.join(pruned)}", file=sys.stderr)
         reg = manager.registries
         staleness.check_config(config)
         if not config.weights.dir:
@@ -109,6 +115,8 @@ class Driver:
             self._heap_frozen = False  # see _freeze_heap
             self.version = 0  # trainer weight version: optimizer rollouts applied so far
             self.synced_version = -1  # version the engines hold
+            # steps skipped for non-finite values (runner/health.py)
+            self.skips = SkippedSteps(config.train.max_consecutive_skipped_steps)
             mode = rollout_mode(config.run)
 
             def before(step: int) -> None:
@@ -327,9 +335,14 @@ class Driver:
         if not self._heap_frozen:
             _freeze_heap()
             self._heap_frozen = True
-        self.version += 1
+        self.skips.record(step, train_metrics)
+        # a rollout whose every optimizer step was skipped left the weights as they were:
+        # same version, so no sync is sent for it
+        if applied(train_metrics, cfg.train.num_steps_per_rollout):
+            self.version += 1
         self.step += 1
-        if self.step % cfg.weights.update_interval == 0 or self.step == cfg.run.num_rollouts:
+        due = self.step % cfg.weights.update_interval == 0 or self.step == cfg.run.num_rollouts
+        if due and self.version != self.synced_version:
             t = time.perf_counter()
             synced = self.sync_weights()
             metrics.update(synced)
@@ -355,9 +368,6 @@ class Driver:
         try:
             self.sync_weights()
             self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
-            # from here the directory holds the run's own record (its trace says where it
-            # failed): it is no stub, even if it fails before its first step
-            self._started = True
             if self.eval_source is not None and self.step == 0:
                 phase = "eval"
                 m0 = self.evaluate()
@@ -389,6 +399,7 @@ class Driver:
                 # row k behind it, and a resume drops the rows past its checkpoint
                 self.log(m, self.step)
                 fault_point("step_logged", self.step)
+                self.skips.check()  # the row of the last skipped step is written first
                 phase = "save"
                 if cfg.run.save_interval and self.step % cfg.run.save_interval == 0:
                     t = time.perf_counter()
@@ -429,10 +440,13 @@ class Driver:
         return self.run_dir
 
     def discard_if_stub(self) -> None:
-        """Remove the directory of a new run that failed before its first training step:
-        it holds nothing to resume, only the files written at the start. A run that got as far
-        as ``slime_run_start`` keeps its directory: its trace records the failure."""
-        if not self._fresh or getattr(self, "step", 0) > 0 or getattr(self, "_started", False):
+        """Remove the directory of a new run that failed before its first training step
+        completed, whatever failed (the data, a model, the first rollout, the step-0
+        evaluation): nothing was trained and nothing can be resumed, and a kept directory
+        would refuse the same command once the cause is fixed (docs/run_directory.md). The
+        error itself is on stderr. A directory given by ``run.run_dir`` that held files
+        before keeps them; only this run's files go."""
+        if not self._fresh or getattr(self, "step", 0) > 0:
             return
         if ckpt.latest_checkpoint(self.run_dir) is not None:
             return
@@ -445,8 +459,8 @@ class Driver:
                 if p.name not in kept:
                     shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
             what = "this run's files from"
-        print(f"removed {what} {self.run_dir}: the run failed before its first step",
-              file=sys.stderr)
+        print(f"removed {what} {self.run_dir}: the run failed before its first step (nothing "
+              "was trained; the same command can run again)", file=sys.stderr)
 
 
 def _progress(cfg: Any, start: int) -> Any:

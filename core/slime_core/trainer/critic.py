@@ -24,6 +24,7 @@ from slime_core.engine.model_loading import load_causal_lm, resolve_dtype
 from slime_core.trainkit import data_parallel
 from slime_core.trainkit.accumulate import Accumulation
 from slime_core.trainkit.batching import micro_batches
+from slime_core.trainkit.health import check_finite_weights
 from slime_core.trainkit.master import make_adamw
 
 # Seed offset of init = "random", so its weights differ from an init_config policy's.
@@ -188,7 +189,10 @@ class TorchCritic:
             loss, metrics = loss_fn(mb, values)
             acc.backward(loss, metrics, weighting, len(mb),
                          sum(float(loss_masks[i].sum()) for i in mb))
-        return acc.step(self.model, self.optimizer, self.config.train.grad_clip)
+        metrics, norm = acc.step(self.model, self.optimizer, self.config.train.grad_clip)
+        # the critic's own skip (a non-finite value loss or gradient), apart from the actor's
+        metrics["train/critic_skipped_steps"] = 0.0 if acc.applied else 1.0
+        return metrics, norm
 
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
@@ -204,6 +208,7 @@ class TorchCritic:
             return
         os.makedirs(path, exist_ok=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
+        check_finite_weights(state.items(), os.path.join(path, MODEL_FILE))
         save_file(untie(state), os.path.join(path, MODEL_FILE))
         torch.save({**(extra or {}), "optimizer": self.optimizer.state_dict()},
                    os.path.join(path, STATE_FILE))

@@ -29,6 +29,7 @@ from slime_core.trainkit.batching import (
     shared_micro_batches,
 )
 from slime_core.trainkit.compose import compute_loss, needs_ref, prepare_batch
+from slime_core.trainkit.health import SKIPPED_STEPS, TrainingHealth, check_finite_weights
 from slime_core.trainkit.master import make_adamw
 from slime_core.trainkit.schedule import lr_schedule
 from slime_core.trainkit.reference import ref_model_config, ref_update_due
@@ -187,13 +188,17 @@ class TorchTrainer:
         metrics = rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
                                           self._optimizer_step, model=self.model,
                                           optimizer=self.optimizer, scheduler=self.scheduler,
-                                          started=t0)
+                                          started=t0, health=self._health())
         if self.old_actor is not None:
             metrics["train/old_actor_missing"] = float(self.old_actor.missing)
         if ref_update_due(self.config, rollout_id) and needs_ref(self.config):
             self._ref().load_state_dict(self.model.state_dict())
             metrics["train/ref_updated"] = 1.0
         return metrics
+
+    def _health(self) -> TrainingHealth:
+        """The non-finite checks of this rank, agreed over its data-parallel group."""
+        return TrainingHealth(self.device, self.data_parallel_group, self.data_parallel)
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -219,7 +224,10 @@ class TorchTrainer:
             acc.backward(loss, m, weighting, len(mb), mb_tokens)
         metrics, grad_norm = acc.step(self.model, self.optimizer, self.config.train.grad_clip)
         metrics["train/grad_norm"] = grad_norm
-        self.scheduler.step()
+        metrics.update(acc.skipped)
+        metrics.setdefault(SKIPPED_STEPS, 0.0)
+        if acc.applied:  # a skipped step leaves the schedule where it was (as Megatron)
+            self.scheduler.step()
         return metrics
 
     # -- weights and checkpoints -----------------------------------------------------------
@@ -301,4 +309,5 @@ def _save_weights(model: torch.nn.Module, file: str) -> None:
     from slime_core.weights.tensors import untie
 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    check_finite_weights(state.items(), file)
     save_file(untie(state), file)

@@ -24,6 +24,7 @@ import warnings
 from typing import Any
 
 import torch
+from slime_core.api import check_finite_weights
 
 from megatron_backend import parallel
 from megatron_backend.gather import load_local_state, local_state
@@ -53,11 +54,15 @@ def _tracker() -> Any:
 
 def save(trainer: Any, path: str) -> None:
     """Every rank calls it (the HF export is a TP collective)."""
+    # every rank checks its shard before writing it: a NaN weight fails the save on the rank
+    # that holds it (its error names the tensor), so the checkpoint is never marked complete
+    model = {k: v.cpu() for k, v in local_state(trainer.model).items()}
+    check_finite_weights(model.items(), shard_file(path))
     if trainer.data_parallel_rank == 0:
         f = shard_file(path)
         os.makedirs(os.path.dirname(f), exist_ok=True)
         torch.save({
-            "model": {k: v.cpu() for k, v in local_state(trainer.model).items()},
+            "model": model,
             "optimizer": unsharded_state(trainer.optimizer),
             "scheduler": trainer.scheduler.state_dict(),
             "layout": dataclasses.asdict(trainer.layout),

@@ -143,8 +143,11 @@ class MegatronCritic:
                 acc.backward(loss, metrics, weighting, len(mb),
                              sum(float(loss_masks[i].sum()) for i in mb))
             sp.backward()
-        return acc.step(dict(self.model.named_parameters()), self.sharded_names,
-                        self.optimizer, self.config.train.grad_clip, self.stages, None)
+        metrics, norm = acc.step(dict(self.model.named_parameters()), self.sharded_names,
+                                 self.optimizer, self.config.train.grad_clip, self.stages, None)
+        # the critic's own skip (a non-finite value loss or gradient), apart from the actor's
+        metrics["train/critic_skipped_steps"] = 0.0 if acc.applied else 1.0
+        return metrics, norm
 
     def lr(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

@@ -5,6 +5,11 @@ mini-batch's loss-masked tokens or samples, the shares of the totals over data-p
 ranks), with the reductions over Megatron's groups instead of the default one: totals,
 gradients and metrics are summed over the **data-parallel** group (tensor-parallel peers hold
 the same samples); the gradient norm of the whole model and the clip are :mod:`norm`'s.
+
+Training health as the core's: a non-finite loss (on the last stage) or gradient norm skips
+the optimizer step (``slime_core.api.TrainingHealth``); the flags are agreed over **every**
+rank, since only the last pipeline stage sees the loss and data-parallel ranks see different
+samples.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from slime_core.api import all_reduce_gradients, global_totals, sum_metrics
+from slime_core.api import TrainingHealth, all_reduce_gradients, global_totals, sum_metrics
 
 from megatron_backend import norm, parallel
 from megatron_backend.zero import DistributedAdamW
@@ -30,8 +35,16 @@ def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
     return norm.model_norm(norm.squares(grads, sharded_names, device), pp_group)
 
 
+def health(device: Any) -> TrainingHealth:
+    """The non-finite checks of this rank, agreed over every rank of the default group (the
+    loss is only on the last stage; data-parallel ranks hold different samples)."""
+    return TrainingHealth(device, None, dist.is_initialized() and dist.get_world_size() > 1)
+
+
 class Accumulation:
-    """Weighted backward passes of one optimizer step, then the reduced, clipped step."""
+    """Weighted backward passes of one optimizer step, then the reduced, clipped step; after
+    :meth:`step`, ``applied`` says whether the optimizer stepped and ``skipped`` holds the
+    skip metrics (empty when it stepped)."""
 
     def __init__(self, samples: float, tokens: float, device: Any = "cpu") -> None:
         self.dp = parallel.dp_size() > 1
@@ -40,9 +53,13 @@ class Accumulation:
         self.total_samples = samples
         self.total_tokens = tokens or 1.0
         self.metrics: dict[str, float] = {}
+        self.health = health(device)
+        self.applied = False
+        self.skipped: dict[str, float] = {}
 
     def backward(self, loss: torch.Tensor, metrics: dict[str, float], weighting: str,
                  samples: int, tokens: float) -> None:
+        self.health.watch_loss(loss)
         w = tokens / self.total_tokens if weighting == "tokens" else samples / self.total_samples
         (loss * w).backward()
         for k, v in metrics.items():
@@ -57,7 +74,8 @@ class Accumulation:
         With several pipeline stages (``stages``): the metrics are the last stage's; ``tied``
         names this stage's copy of tied embeddings (first stage: the embedding, last: the
         output weight), whose gradients are summed over Megatron's embedding group so both
-        copies take the same step; the last stage's copy is left out of the norm."""
+        copies take the same step; the last stage's copy is left out of the norm. A non-finite
+        loss or norm (on any rank) skips the clip and the step."""
         params = list(named.values())
         metrics = self.metrics
         piped = stages is not None and stages.size > 1
@@ -77,7 +95,8 @@ class Accumulation:
             if self.dp:
                 metrics = sum_metrics(metrics, parallel.dp_group())
             total = optimizer.reduce_clip_step(sharded_names, skip,
-                                               stages.group if piped else None, grad_clip)
+                                               stages.group if piped else None, grad_clip,
+                                               should_step=self._should_step)
             return metrics, total
         if self.dp:
             # the core's reduction over the data-parallel group: one flat buffer per dtype,
@@ -86,6 +105,13 @@ class Accumulation:
             all_reduce_gradients(params, group)
             metrics = sum_metrics(metrics, group)
         total = grad_norm(named, sharded_names, skip, stages.group if piped else None)
-        norm.clip_((p.grad for p in params), total, grad_clip)
-        optimizer.step()
+        if self._should_step(total):
+            norm.clip_((p.grad for p in params), total, grad_clip)
+            optimizer.step()
         return metrics, total
+
+    def _should_step(self, total: float) -> bool:
+        """The agreed verdict on this step (a collective of every rank)."""
+        self.skipped = self.health.check_step(total)
+        self.applied = not self.skipped
+        return self.applied

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from slime_core.api import (
+    SKIPPED_STEPS,
     accelerator_record,
     compute_loss,
     get_manager,
@@ -46,7 +47,7 @@ from megatron_backend.gather import gather_shards, load_local_state, local_state
 from megatron_backend.layout import Layout, layout_of
 from megatron_backend.model import build_gpt
 from megatron_backend.model_list import ModelList
-from megatron_backend.optim import Accumulation
+from megatron_backend.optim import Accumulation, health
 from megatron_backend.pipeline import StagePass, Stages
 from megatron_backend.zero import make_optimizer
 
@@ -227,7 +228,7 @@ class MegatronTrainer:
         return rollout_optimizer_steps(self.manager, self.config, batch, rollout_id,
                                        self._optimizer_step, model=self.models,
                                        optimizer=self.optimizer, scheduler=self.scheduler,
-                                       started=t0)
+                                       started=t0, health=health(self.device))
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -258,7 +259,10 @@ class MegatronTrainer:
                                       self.optimizer, self.config.train.grad_clip,
                                       self.stages, self.tied_copy)
         metrics["train/grad_norm"] = grad_norm
-        self.scheduler.step()
+        metrics.update(acc.skipped)
+        metrics.setdefault(SKIPPED_STEPS, 0.0)
+        if acc.applied:  # a skipped step leaves the schedule where it was
+            self.scheduler.step()
         return metrics
 
     # -- weights and checkpoints -------------------------------------------------------------

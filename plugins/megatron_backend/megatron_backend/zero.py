@@ -23,6 +23,7 @@ until the reduce-scatter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,10 +121,12 @@ class DistributedAdamW(torch.optim.AdamW):
             p.grad = None if set_to_none else (p.grad.zero_() if p.grad is not None else None)
 
     def reduce_clip_step(self, sharded_names: set[str], skip: frozenset[str], pp_group: Any,
-                         grad_clip: float) -> float:
+                         grad_clip: float,
+                         should_step: Callable[[float], bool] | None = None) -> float:
         """Reduce-scatter, norm of the whole model, clip, step, all-gather; the norm before
         clipping. A collective of the data-parallel group (and of the TP / PP groups for the
-        norm)."""
+        norm). ``should_step(norm)`` (every rank must answer alike: the trainer's agreed
+        health verdict) may refuse the step: then neither the chunk nor the weights change."""
         # only the weights written since the last step (a checkpoint load, a hook)
         self._refresh(self._versions.changed())
         present = self._present()
@@ -141,6 +144,8 @@ class DistributedAdamW(torch.optim.AdamW):
         sq = norm.squares(grads, sharded_names, self._device())
         dist.all_reduce(sq, group=self.group)  # the chunks' squares: the whole stage's
         total = norm.model_norm(sq, pp_group)
+        if should_step is not None and not should_step(total):
+            return total
         norm.clip_((shard.grad for shard in self.shards), total, grad_clip)
         self.step()
         self._all_gather()

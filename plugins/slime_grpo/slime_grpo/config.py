@@ -10,6 +10,7 @@ run loads both plugins (``--plugins slime_grpo,slime_ppo``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from slime_hookspecs import ConfigSection, KLEstimatorRecord, RecordKey
 
@@ -55,6 +56,7 @@ class GRPOAlgorithmKeys:
               "must be count or skip")
         for key in ("log_ratio_clamp", "k3_clamp", "low_var_kl_clamp", "kl_log_ratio_clamp"):
             _need(getattr(self, key) >= 0, f"algorithm.{key}", "must be >= 0 (0 turns it off)")
+        check_reinforce_whitening(self)
 
     # defaults per algorithm.numerics preset, the core's record keys included (the field
     # defaults and DEFAULTS are the slime column; a test checks they agree)
@@ -74,6 +76,34 @@ class GRPOAlgorithmKeys:
             "reinforce_baseline_kl": "per_token", "masked_steps": "skip",
         },
     }
+
+
+REINFORCE_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+# slime's words (slime/utils/arguments.py, the arguments check), quoted in the refusal
+SLIME_REINFORCE_REASON = (
+    "The 'reinforce_plus_plus' and 'reinforce_plus_plus_baseline' advantage estimators "
+    "require advantage normalization. Please add `--normalize-advantages` to your command."
+)
+
+
+def check_reinforce_whitening(algorithm: Any) -> None:
+    """Refuse ``reinforce_plus_plus(_baseline)`` on unwhitened returns under
+    ``algorithm.numerics = "slime"``, as slime's arguments check refuses to start without
+    ``--normalize-advantages``: the returns (a 0/1 reward summed over the tokens) are not
+    centred, so every token of a correct response is pushed up and none down.
+    ``algorithm.whiten_advantages`` (slime's flag) or ``algorithm.whiten_reinforce`` satisfy
+    it; the verl preset whitens them by default. ``algorithm`` is the merged ``[algorithm]``
+    section (its core keys may be absent when this part is built alone)."""
+    estimator = getattr(algorithm, "advantage_estimator", "")
+    if (getattr(algorithm, "numerics", "slime") != "slime"
+            or estimator not in REINFORCE_ESTIMATORS
+            or getattr(algorithm, "whiten_advantages", False) or algorithm.whiten_reinforce):
+        return
+    raise ValueError(
+        f"algorithm.advantage_estimator: {estimator!r} under algorithm.numerics = \"slime\" "
+        f"trains on whitened advantages only, as slime does (\"{SLIME_REINFORCE_REASON}\"); "
+        "set algorithm.whiten_advantages = true (slime's --normalize-advantages)"
+    )
 
 
 def algorithm_keys() -> ConfigSection:

@@ -183,3 +183,18 @@ def test_the_algorithm_keys_defaults_are_the_slime_preset_column() -> None:
         assert DEFAULTS[key] in kind, key
         for column in presets.values():
             assert column.get(key, DEFAULTS[key]) in kind, key
+
+
+@pytest.mark.parametrize("estimator", ["reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_the_slime_preset_refuses_unwhitened_reinforce_as_slime_does(estimator: str) -> None:
+    # issue 38: slime's arguments check refuses these estimators without
+    # --normalize-advantages; the slime preset trained on unwhitened returns instead
+    with pytest.raises(ValueError, match="require advantage normalization") as refused:
+        build_test_config(algorithm_keys(), algorithm={"advantage_estimator": estimator})
+    assert f"algorithm.advantage_estimator: {estimator!r}" in str(refused.value)
+    assert "algorithm.whiten_advantages = true" in str(refused.value)
+    # slime's flag, the verl preset (it whitens them) or whiten_reinforce: accepted
+    for extra in ({"whiten_advantages": True}, {"numerics": "verl"}, {"whiten_reinforce": True}):
+        cfg = build_test_config(algorithm_keys(),
+                                algorithm={"advantage_estimator": estimator, **extra})
+        assert cfg.algorithm.advantage_estimator == estimator

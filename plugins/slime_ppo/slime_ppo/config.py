@@ -41,7 +41,7 @@ class PPOSection:
     value_loss_coef: float = 1.0  # factor on the value loss; preset (slime: 1, verl: 0.5)
     num_critic_only_steps: int = 0  # first N rollouts train only the critic (actor frozen)
     whiten_advantages: bool = False  # whiten GAE advantages over the batch's loss-masked tokens; preset (verl: true)
-    value_clipfrac: str = "delta"  # preset: value_clipfrac counts |v - v_old| > value_clip (delta, slime) or a strictly larger clipped error (loss, verl)
+    value_clipfrac: str = "delta"  # preset: value_clipfrac counts |v - v_old| > value_clip, reduced like the loss (delta, slime) or a strictly larger clipped error, as a plain masked token mean whatever algorithm.loss_reducer (loss, verl)
     kl_in_reward_masked: bool = False  # preset: the KL penalty in the reward only on loss-masked tokens (verl: true; slime puts it on every token)
 
     def __post_init__(self) -> None:

@@ -110,7 +110,10 @@ class Critic:
             for k, v in step.items():
                 sums[k] = sums.get(k, 0.0) + v
             done += 1
-        metrics = {k: v / max(done, 1) for k, v in sums.items()}
+        # skipped steps (a non-finite value loss or gradient: the backend took no step) are
+        # counted, every other metric averaged
+        metrics = {k: v if k == "train/critic_skipped_steps" else v / max(done, 1)
+                   for k, v in sums.items()}
         metrics["train/critic_lr"] = self.impl.lr()
         return metrics
 

@@ -93,3 +93,20 @@ def test_value_loss(make_config, ppo_manager, system) -> None:
         coef=cfg.ppo.value_loss_coef, reducer=reducer, clipfrac_rule=cfg.ppo.value_clipfrac)
     _close(loss, case[system]["value_loss"])
     _close(metrics["value_clipfrac"], case[system]["value_clipfrac"])
+
+
+@pytest.mark.parametrize("reducer", ["seq_mean_token_mean", "seq_mean_token_sum"])
+def test_verl_value_clipfrac_is_a_token_mean_whatever_the_loss_reducer(make_config, ppo_manager,
+                                                                       reducer) -> None:
+    """verl's compute_value_loss passes loss_agg_mode to the loss only; its clipfrac is a plain
+    masked token mean (issue 38: it went through the loss reducer)."""
+    case = REF["value_loss"]
+    cfg = make_config(algorithm={"numerics": "verl", "loss_reducer": reducer})
+    lengths = [len(m) for m in case["loss_masks"]]
+    masks = [_t(m) for m in case["loss_masks"]]
+    red = ppo_manager.registries.loss_reducer.get(reducer).factory(cfg, lengths, masks)
+    _, metrics = ops.value_loss(
+        [_t(v) for v in case["values"]], [_t(v) for v in case["old_values"]],
+        [_t(v) for v in case["returns"]], masks, value_clip=cfg.ppo.value_clip or None,
+        coef=cfg.ppo.value_loss_coef, reducer=red, clipfrac_rule=cfg.ppo.value_clipfrac)
+    _close(metrics["value_clipfrac"], case["verl"]["value_clipfrac"])

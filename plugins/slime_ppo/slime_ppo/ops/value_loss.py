@@ -42,10 +42,16 @@ def value_loss(
     takes the packed ``[sum T_i]`` tensor.
 
     Returns ``(loss, metrics)``: a 0-dim loss with grad through ``values``, and detached
-    ``value_loss`` and ``value_clipfrac`` = reduced fraction of tokens with
-    ``|v - v_old| > value_clip`` (``clipfrac_rule="delta"``, slime's rule) or with
-    ``(v_clip - R)^2 > (v - R)^2`` (``"loss"``: the clipped error is strictly the larger one,
-    verl's rule; ``ppo.value_clipfrac``). Shapes: lists of ``[T_i]``.
+    ``value_loss`` and ``value_clipfrac``, as each system computes it (``ppo.value_clipfrac``):
+
+    * ``clipfrac_rule="delta"`` (slime's ``value_loss_function``): the fraction of tokens with
+      ``|v - v_old| > value_clip``, reduced by ``reducer`` like the loss;
+    * ``"loss"`` (verl's ``core_algos.compute_value_loss``): the fraction of tokens with
+      ``(v_clip - R)^2 > (v - R)^2`` (the clipped error strictly the larger one) as a plain
+      masked token mean, ``sum(ind * mask) / (sum(mask) + 1e-8)`` (verl's ``masked_mean``),
+      whatever the loss aggregation: verl passes ``loss_agg_mode`` to the loss only.
+
+    Shapes: lists of ``[T_i]``.
     """
     if clipfrac_rule not in CLIPFRAC_RULES:
         raise ValueError(f"value_loss: clipfrac_rule must be one of {CLIPFRAC_RULES}, "
@@ -72,8 +78,13 @@ def value_loss(
         else:
             clipped_ind = (clipped > unclipped).to(v.dtype).detach()
     loss = coef * reducer(per_token)
+    if clipfrac_rule == "loss":
+        mask = (torch.cat(list(loss_masks)) if lengths else torch.zeros(0)).to(v.device)
+        clipfrac = torch.where(mask.bool(), clipped_ind, 0.0).sum() / (mask.sum() + 1e-8)
+    else:
+        clipfrac = reducer(clipped_ind)
     metrics = {
         "value_loss": loss.detach(),
-        "value_clipfrac": reducer(clipped_ind).detach(),
+        "value_clipfrac": clipfrac.detach(),
     }
     return loss, metrics
