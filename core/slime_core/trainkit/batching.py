@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from slime_core.moe.routing import RoutingControl
 from slime_core.trainkit.logprob_head import head_log_probs
 from slime_core.trainkit.shared_prefix import prompt_groups, shared_prefix_hidden
 
@@ -112,6 +113,8 @@ def response_log_probs(
     compile_head: bool = False,
     shared_prefix: bool = False,
     head_kernel: str = "torch",
+    routing: RoutingControl | None = None,
+    routes: list[torch.Tensor | None] | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
@@ -131,10 +134,18 @@ def response_log_probs(
     ``compile_head`` compiles its per-chunk functions; ``head_kernel`` picks its statistics
     kernels (``train.head_kernel``). ``shared_prefix`` (with ``fused_head``):
     samples with identical prompts compute them once (:mod:`shared_prefix`), when any do.
+
+    ``routing`` with ``routes`` (rollout routing replay, a mixture-of-experts model; not with
+    ``fused_head``): sample i's first ``len(tokens[i]) - 1`` positions are routed to
+    ``routes[i]`` ``[len - 1, layers, top_k]`` (None: the router's own choice), its last
+    position and the padding to the router's own choice (their outputs predict nothing).
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
+    if routes is not None and fused_head:
+        raise ValueError("response_log_probs: routing replay runs the model's own forward, "
+                         "not fused_head")
     if fused_head and shared_prefix and (groups := prompt_groups(tokens, resp)) is not None:
         hidden, target = shared_prefix_hidden(model.model, tokens, resp, groups, pad_id)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
@@ -163,7 +174,11 @@ def response_log_probs(
         hidden = model.model(input_ids=ids, use_cache=False)[0]
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    if routing is not None and routes is not None:
+        with routing.replaying(_replay_ids(routes, lengths, width, routing, device)):
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    else:
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
     if temp != 1.0:
@@ -177,6 +192,18 @@ def response_log_probs(
             ent = -(logp.exp() * logp).sum(-1)
         ents = list(ent.split(resp))
     return out, ents
+
+
+def _replay_ids(routes: list[torch.Tensor | None], lengths: list[int], width: int,
+                routing: RoutingControl, device: torch.device) -> torch.Tensor:
+    """The right-padded batch's replayed ids ``[rows x width, layers, top_k]``, -1 where the
+    router keeps its own choice."""
+    shape = routing.shape
+    out = torch.full((len(lengths), width, shape.layers, shape.top_k), -1, dtype=torch.long)
+    for row, (r, n) in enumerate(zip(routes, lengths, strict=True)):
+        if r is not None:
+            out[row, : n - 1] = r.long()
+    return out.view(-1, shape.layers, shape.top_k).to(device)
 
 
 def _head(model: torch.nn.Module, hidden: torch.Tensor, target: torch.Tensor, resp: list[int],

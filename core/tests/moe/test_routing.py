@@ -1,0 +1,174 @@
+"""Mixture-of-experts routers (slime_core.moe.routing): shapes, the replay's gate convention,
+replay exactness, records and their checks, on tiny random Qwen3-MoE / OLMoE / Mixtral."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from slime_core.engine.model_loading import load_causal_lm
+from slime_core.moe.preflight import hf_config
+from slime_core.moe.routing import (
+    MoeShape,
+    RoutingControl,
+    check_routes,
+    config_moe_shape,
+    from_record,
+    moe_shape,
+    to_record,
+)
+from slime_core.testing import TINY_OLMOE, TINY_QWEN2, TINY_QWEN3_MOE, build_test_config
+from slime_hookspecs import RoutedExperts, Sample, SampleInvariantError
+
+TINY_MIXTRAL = {
+    "model_type": "mixtral", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 16,
+    "num_local_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+    "tie_word_embeddings": True,
+}
+FAMILIES = {"qwen3_moe": TINY_QWEN3_MOE, "olmoe": TINY_OLMOE, "mixtral": TINY_MIXTRAL}
+
+
+def _model(init: dict) -> torch.nn.Module:
+    config = build_test_config(model={"init_config": dict(init, initializer_range=0.2)})
+    return load_causal_lm(config.model, "cpu", torch.float32, seed=3)
+
+
+def _other_experts(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Each row's experts shifted by one (still distinct within the row)."""
+    return (ids.long() + 1) % num_experts
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_shapes_from_config_and_model(family):
+    init = FAMILIES[family]
+    model = _model(init)
+    config = build_test_config(model={"init_config": dict(init)})
+    shape = moe_shape(model)
+    assert shape == config_moe_shape(hf_config(config.model))
+    assert shape is not None and shape.layers == 2 and shape.top_k == 2
+    assert shape.dtype == torch.uint8
+    dense = build_test_config(model={"init_config": dict(TINY_QWEN2)})
+    assert config_moe_shape(hf_config(dense.model)) is None
+    with pytest.raises(ValueError, match="no mixture-of-experts router"):
+        RoutingControl(_model(TINY_QWEN2))
+
+
+def test_sparse_step_and_dense_layers_are_not_counted():
+    cfg = build_test_config(model={"init_config": dict(
+        TINY_QWEN3_MOE, num_hidden_layers=4, mlp_only_layers=[0])}).model
+    assert config_moe_shape(hf_config(cfg)) == MoeShape(layers=3, top_k=2, num_experts=8)
+    assert MoeShape(layers=1, top_k=8, num_experts=300).dtype == torch.int16
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_replaying_the_routers_own_choice_changes_nothing(family):
+    model = _model(FAMILIES[family])
+    control = RoutingControl(model)
+    ids = torch.randint(1, 128, (3, 7), generator=torch.Generator().manual_seed(0))
+    plain = model(input_ids=ids).logits
+    with control.recording():
+        model(input_ids=ids)
+        own = control.take()
+    assert own.shape == (21, 2, 2)
+    with control.replaying(own.long()):
+        replayed = model(input_ids=ids).logits
+    assert torch.equal(plain, replayed)  # bit for bit: same ids, same gate rule
+    assert control.agreement() == 1.0
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_replay_routes_to_the_given_experts(family):
+    """Replay exactness: the forward uses the replayed ids (the recording inside a replay is
+    what the experts module received), rows of -1 keep the router's own choice."""
+    model = _model(FAMILIES[family])
+    control = RoutingControl(model)
+    ids = torch.randint(1, 128, (2, 5), generator=torch.Generator().manual_seed(1))
+    with control.recording():
+        plain = model(input_ids=ids).logits
+        own = control.take().long()
+    want = _other_experts(own, control.shape.num_experts)
+    want[-1] = -1  # the last token of the second row: no record
+    with control.recording(), control.replaying(want):
+        replayed = model(input_ids=ids).logits
+        used = control.take().long()
+    assert torch.equal(used[:-1], want[:-1])
+    assert torch.equal(used[-1], own[-1])
+    assert not torch.allclose(plain, replayed)
+    agree = control.agreement()
+    assert agree is not None and agree < 1.0
+
+
+def test_gate_weights_follow_the_models_normalisation():
+    """Qwen3-MoE (norm_topk_prob): softmax over the chosen experts' logits; OLMoE (not
+    normalised): the full softmax's probabilities of the chosen experts."""
+    for init, normalised in ((TINY_QWEN3_MOE, True), (TINY_OLMOE, False)):
+        model = _model(init)
+        control = RoutingControl(model)
+        router = control.routers[0]
+        hidden = torch.randn(6, 32, generator=torch.Generator().manual_seed(2))
+        chosen = torch.tensor([[3, 5]] * 6)
+        with control.replaying(torch.stack([chosen, chosen], dim=1)):
+            logits, gates, used = router(hidden)
+        assert torch.equal(used, chosen)
+        if normalised:
+            expect = torch.softmax(logits.gather(-1, chosen), dim=-1)
+        else:
+            expect = torch.softmax(logits, dim=-1).gather(-1, chosen)
+        torch.testing.assert_close(gates, expect)
+
+
+def test_replay_gradients_reach_the_router():
+    model = _model(TINY_QWEN3_MOE)
+    control = RoutingControl(model)
+    ids = torch.randint(1, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    with control.recording():
+        model(input_ids=ids)
+        own = control.take().long()
+    with control.replaying(_other_experts(own, 8)):
+        model(input_ids=ids).logits.sum().backward()
+    assert all(r.weight.grad is not None and r.weight.grad.abs().sum() > 0
+               for r in control.routers)
+
+
+def test_records_round_trip_and_travel_with_samples():
+    ids = torch.randint(0, 8, (5, 2, 2), dtype=torch.uint8)
+    shape = MoeShape(layers=2, top_k=2, num_experts=8)
+    rec = to_record(ids, shape)
+    assert rec.nbytes == 20 and rec.shape == (5, 2, 2)
+    assert torch.equal(from_record(rec), ids)
+    wide = torch.tensor([[[299, 3]]], dtype=torch.int16)
+    rec16 = to_record(wide, MoeShape(layers=1, top_k=2, num_experts=300))
+    assert rec16.dtype == "int16" and torch.equal(from_record(rec16), wide)
+    sample = Sample(tokens=list(range(6)), response_length=2, loss_mask=[1, 1],
+                    rollout_log_probs=[0.0, 0.0], rollout_routed_experts=rec)
+    sample.validate()
+    back = Sample.from_dict(json.loads(json.dumps(sample.to_dict())))
+    assert back.rollout_routed_experts == rec
+    sample.tokens.append(7)
+    sample.response_length += 1
+    sample.loss_mask.append(1)
+    sample.rollout_log_probs.append(0.0)
+    with pytest.raises(SampleInvariantError, match="rollout_routed_experts covers 5 positions"):
+        sample.validate()
+    with pytest.raises(ValueError, match="needs 20 bytes"):
+        RoutedExperts(shape=(5, 2, 2), dtype="uint8", data=b"\0" * 19)
+
+
+def test_bad_records_are_refused_naming_sample_and_field():
+    shape = MoeShape(layers=2, top_k=2, num_experts=8)
+    where = "sample group=3 index=7: TrainBatch.routed_experts"
+    good = torch.tensor([[[0, 1], [2, 3]]] * 4)
+    check_routes(good, shape, 4, where)
+    cases = [
+        (good[:3], "shape \\(3, 2, 2\\), expected"),
+        (good.float(), "expected an integer tensor"),
+        (good + 6, "expert ids span \\[6, 9\\]"),
+        (good - 1, "expert ids span \\[-1, 2\\]"),
+        (torch.tensor([[[1, 1], [2, 3]]] * 4), "a position routes twice"),
+        (good[..., :1], "shape \\(4, 2, 1\\), expected \\(len\\(tokens\\) - 1"),
+    ]
+    for ids, message in cases:
+        with pytest.raises(ValueError, match=f"group=3 index=7: TrainBatch.routed_experts: {message}"):
+            check_routes(ids, shape, 4, where)
