@@ -36,12 +36,12 @@ def check_routing_replay(manager: Any, config: Any) -> MoeShape | None:
         return None
     key = f"train.routing_replay = {config.train.routing_replay!r}"
     reg = manager.registries
-    backend = reg.trainer_backend.get(config.train.backend)
+    backend = reg.trainer_backend.get(config.train.backend, require_available=False)
     if not backend.routing_replay:
         raise ValueError(f"{key}: trainer backend {backend.name!r} (plugin {backend.owner}) "
                          "cannot replay routing; use train.backend = 'torch' or "
                          "train.routing_replay = 'off'")
-    engine = reg.rollout_engine.get(config.rollout.engine)
+    engine = reg.rollout_engine.get(config.rollout.engine, require_available=False)
     if not engine.routing_replay:
         raise ValueError(f"{key}: rollout engine {engine.name!r} (plugin {engine.owner}) does "
                          "not record routing; use rollout.engine = 'local' or "
