@@ -54,7 +54,7 @@ from slime_core.engine.prompts import check_generate_inputs
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 from slime_core.engine.static_decode import StaticDecoders, compile_options
 from slime_core.engine.stopping import StopStrings
-from slime_core.moe.routing import RoutingControl, moe_shape, to_record
+from slime_core.moe.routing import RoutingControl, config_moe_shape, to_record
 
 
 def _engine_device(accelerator: Any, engine_index: int) -> torch.device:
@@ -108,7 +108,8 @@ class LocalEngine:
         self._static: StaticDecoders | None = None
         # MoE: routing replay records through the transformers forward; a captured graph
         # would also freeze the experts' data-dependent dispatch
-        self._moe = moe_shape(model)
+        # (read from the config: a router of a family replay does not know is no error here)
+        self._moe = config_moe_shape(model.config)
         self._routing: RoutingControl | None = None
         if config.train.routing_replay == "rollout":
             self._routing = RoutingControl(model)  # a model without routers fails here

@@ -84,7 +84,8 @@ def find_routers(model: torch.nn.Module) -> list[torch.nn.Module]:
         cls = type(module).__name__
         if cls in ROUTERS:
             out.append(module)
-        elif cls.endswith("TopKRouter") or cls.endswith("Router") and hasattr(module, "top_k"):
+        elif cls.lower().endswith("topkrouter") or (cls.endswith("Router")
+                                                   and hasattr(module, "top_k")):
             raise ValueError(f"routing replay: {name} is a {cls}, whose gating rule is not "
                              f"known here (supported: {', '.join(sorted(ROUTERS))})")
     return out

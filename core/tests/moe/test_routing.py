@@ -172,3 +172,13 @@ def test_bad_records_are_refused_naming_sample_and_field():
     for ids, message in cases:
         with pytest.raises(ValueError, match=f"group=3 index=7: TrainBatch.routed_experts: {message}"):
             check_routes(ids, shape, 4, where)
+
+
+def test_a_router_of_an_unknown_family_is_refused_by_name():
+    class FooTopKRouter(torch.nn.Module):
+        top_k, num_experts = 2, 4
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    model.add_module("router", FooTopKRouter())
+    with pytest.raises(ValueError, match="router is a FooTopKRouter, whose gating rule is not known"):
+        RoutingControl(model)
