@@ -56,7 +56,7 @@ def _sync() -> None:
 
 
 def _mismatch(train: list[torch.Tensor], rollout: list[list[float]]) -> float:
-    num = sum(float((t.float().cpu() - torch.tensor(r)).abs().sum()) for t, r in zip(train, rollout))
+    num = sum(float((t.float().cpu() - torch.tensor(r)).abs().sum()) for t, r in zip(train, rollout, strict=True))
     return num / sum(len(r) for r in rollout)
 
 

@@ -111,7 +111,7 @@ def same_samples(engine_dtype: str = "bfloat16") -> dict[str, float]:
             lps, _ = response_log_probs(model, seqs, resp, 1.0, 0, **extra)
             diffs = [(lp - torch.tensor(o.log_probs)).abs() for lp, o in zip(lps, outs, strict=True)]
             out[name] = sum(float(d.sum()) for d in diffs) / sum(resp)
-            out[name + "_flipped"] = (sum(float(d[f].sum()) for d, f in zip(diffs, flipped))
+            out[name + "_flipped"] = (sum(float(d[f].sum()) for d, f in zip(diffs, flipped, strict=True))
                                       / max(out["flipped_tokens"], 1.0))
     out["agreement"] = control.agreement() or float("nan")
     out["record_bytes_per_sample"] = statistics.fmean(o.routed_experts.nbytes for o in outs)
@@ -140,8 +140,8 @@ def main() -> None:
         results[setting] = {r: run(setting, r, args.steps, Path(args.work_dir))
                             for r in ("off", "rollout")}
     mm = "train/mismatch_abs_logprob_diff"
-    print(f"\n| setting | step | mismatch, R3 off | mismatch, R3 on | agreement (on) | "
-          f"record bytes/sample | reward off / on |\n|---|---|---|---|---|---|---|")
+    print("\n| setting | step | mismatch, R3 off | mismatch, R3 on | agreement (on) | "
+          "record bytes/sample | reward off / on |\n|---|---|---|---|---|---|---|")
     for setting, by in results.items():
         for off, on in zip(by["off"], by["rollout"], strict=True):
             print(f"| {setting} | {off['step']} | {off[mm]:.2e} | {on[mm]:.2e} | "
