@@ -70,8 +70,8 @@ def run(setting: str, replay: str, steps: int, out_dir: Path) -> list[dict[str, 
             and "train/mismatch_abs_logprob_diff" in r]
 
 
-def same_samples(engine_dtype: str = "bfloat16") -> dict[str, float]:
-    """The ``bf16_rollout`` measurement of the module docstring."""
+def same_samples(path: str, engine_dtype: str = "bfloat16") -> dict[str, float]:
+    """The ``bf16_rollout`` measurement of the module docstring, on the model at ``path``."""
     import torch
     from slime_core.engine.local_engine import LocalEngine
     from slime_core.engine.model_loading import load_causal_lm
@@ -81,7 +81,6 @@ def same_samples(engine_dtype: str = "bfloat16") -> dict[str, float]:
     from slime_hookspecs import SamplingParams
     from transformers import AutoTokenizer
 
-    path = str(CONFIG.parent / "model")
     tok = AutoTokenizer.from_pretrained(path)
     rows = [json.loads(x) for x in (ROOT / "examples/tiny_arith/eval.jsonl").read_text().splitlines()]
     prompts = [tok(r["prompt"])["input_ids"] for r in rows[:32] for _ in range(8)]
@@ -124,13 +123,16 @@ def main() -> None:
     ap.add_argument("--settings", default="bf16,one_step_off",
                     help=f"core run settings, of {', '.join(SETTINGS)} (empty: none)")
     ap.add_argument("--out", default=None, help="JSON file of the results")
+    ap.add_argument("--same-samples-model", default=str(CONFIG.parent / "model"),
+                    help="the model of the same-samples measurement (e.g. one made with "
+                         "make_model.py --noise 0.5 --out DIR: more dissimilar experts)")
     ap.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "slime-bench-r3"))
     args = ap.parse_args()
     if not (CONFIG.parent / "model" / "model.safetensors").is_file():
         raise SystemExit("examples/tiny_moe/model/ is missing: run "
                          "python examples/tiny_moe/make_model.py first")
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
-    direct = same_samples()
+    direct = same_samples(args.same_samples_model)
     print(f"bf16 rollout, fp32 training forward, same 256 samples: mismatch R3 off "
           f"{direct['off']:.3e}, on {direct['rollout']:.3e}; on the {direct['flipped_tokens']:.0f}"
           f" of {direct['tokens']:.0f} tokens predicted where routing flipped: off "

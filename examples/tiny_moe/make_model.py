@@ -37,8 +37,9 @@ ROUTER_STD = 0.1
 SEED = 0
 
 
-def upcycle(dense: LlamaForCausalLM, seed: int = SEED) -> MixtralForCausalLM:
-    """The Mixtral of the module docstring, built from ``dense``'s weights."""
+def upcycle(dense: LlamaForCausalLM, seed: int = SEED, noise: float = NOISE) -> MixtralForCausalLM:
+    """The Mixtral of the module docstring, built from ``dense``'s weights (``noise``: the
+    experts' relative spread, NOISE for the example)."""
     d = dense.config
     config = MixtralConfig(
         vocab_size=d.vocab_size, hidden_size=d.hidden_size, intermediate_size=d.intermediate_size,
@@ -62,10 +63,10 @@ def upcycle(dense: LlamaForCausalLM, seed: int = SEED) -> MixtralForCausalLM:
         gate_up = torch.cat([state[p + "gate_proj.weight"], state[p + "up_proj.weight"]])
         down = state[p + "down_proj.weight"]
         out[p + "experts.gate_up_proj"] = torch.stack(
-            [gate_up * (1 + NOISE * torch.randn(gate_up.shape, generator=gen))
+            [gate_up * (1 + noise * torch.randn(gate_up.shape, generator=gen))
              for _ in range(EXPERTS)])
         out[p + "experts.down_proj"] = torch.stack(
-            [down * (1 + NOISE * torch.randn(down.shape, generator=gen)) for _ in range(EXPERTS)])
+            [down * (1 + noise * torch.randn(down.shape, generator=gen)) for _ in range(EXPERTS)])
         out[p + "gate.weight"] = ROUTER_STD * torch.randn(EXPERTS, d.hidden_size, generator=gen)
     missing, unexpected = moe.load_state_dict(out, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
@@ -77,6 +78,8 @@ def upcycle(dense: LlamaForCausalLM, seed: int = SEED) -> MixtralForCausalLM:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "model"))
+    ap.add_argument("--noise", type=float, default=NOISE,
+                    help="the experts' relative spread (bench/moe_routing_replay.py --noise)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     spec = importlib.util.spec_from_file_location("tiny_arith_make", HERE.parent / "tiny_arith" / "make_model.py")
@@ -85,11 +88,11 @@ def main() -> None:
     spec.loader.exec_module(arith)
     tok = AutoTokenizer.from_pretrained(str(DENSE))
     dense = LlamaForCausalLM.from_pretrained(str(DENSE), dtype=torch.float32).eval()
-    moe = upcycle(dense)
+    moe = upcycle(dense, noise=args.noise)
     rows = arith.load_jsonl(HERE.parent / "tiny_arith" / "eval.jsonl")
     t0 = time.time()
     report = {"dense": arith.evaluate(dense, tok, rows), "moe": arith.evaluate(moe, tok, rows),
-              "experts": EXPERTS, "top_k": TOP_K, "noise": NOISE, "router_std": ROUTER_STD,
+              "experts": EXPERTS, "top_k": TOP_K, "noise": args.noise, "router_std": ROUTER_STD,
               "seed": SEED,
               "parameters": sum(p.numel() for p in moe.parameters()),
               "active_parameters_per_token": sum(
