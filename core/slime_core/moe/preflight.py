@@ -29,6 +29,15 @@ def hf_config(model_cfg: Any) -> Any:
     return AutoConfig.for_model(model_type, **init)
 
 
+def model_moe_shape(model_cfg: Any) -> MoeShape | None:
+    """The MoE shape of the model ``config.model`` names, from its config alone (None for a
+    dense model or one a plugin builds): what an engine serving it elsewhere needs to read
+    its routing."""
+    if not (model_cfg.path or model_cfg.init_config):
+        return None
+    return config_moe_shape(hf_config(model_cfg))
+
+
 def check_routing_replay(manager: Any, config: Any) -> MoeShape | None:
     """Raise ``ValueError`` when ``train.routing_replay = "rollout"`` cannot run; the model's
     MoE shape when it can (None when replay is off)."""

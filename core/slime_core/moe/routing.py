@@ -244,3 +244,20 @@ def check_routes(ids: Any, shape: MoeShape, positions: int, where: str) -> None:
         ordered = ids.long().sort(dim=-1).values
         if shape.top_k > 1 and bool((ordered[..., 1:] == ordered[..., :-1]).any()):
             raise ValueError(f"{where}: a position routes twice to the same expert of a layer")
+
+
+def record_from_int32(raw: bytes, positions: int, shape: MoeShape, where: str) -> RoutedExperts:
+    """The compact record of expert ids an external engine returned as little-endian int32
+    (SGLang's ``meta_info.routed_experts``, base64-decoded): ``positions x layers x top_k``
+    ids, checked as :func:`check_routes` checks them; an array of the wrong size or with ids
+    out of range fails naming ``where``."""
+    want = positions * shape.layers * shape.top_k
+    if len(raw) != 4 * want:
+        raise ValueError(f"{where}: {len(raw)} bytes of int32 expert ids, expected {4 * want} "
+                         f"(len(tokens) - 1 = {positions} positions x {shape.layers} MoE layers "
+                         f"x top-{shape.top_k})")
+    ids = torch.frombuffer(bytearray(raw), dtype=torch.int32) if raw else \
+        torch.zeros(0, dtype=torch.int32)
+    ids = ids.view(positions, shape.layers, shape.top_k)
+    check_routes(ids, shape, positions, where)
+    return to_record(ids, shape)
