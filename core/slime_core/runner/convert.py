@@ -99,7 +99,7 @@ def routing_records(samples: list[Sample]) -> list[Any]:
         if rec is None:
             if not masked:
                 raise ValueError(f"{where} is missing, and train.routing_replay = 'rollout' "
-                                 "replays it (an engine that records routing: local)")
+                                 "replays it (an engine that records routing: local, sglang)")
             out.append(None)
             continue
         if rec.shape[0] != len(s.tokens) - 1:
