@@ -182,3 +182,14 @@ def test_a_router_of_an_unknown_family_is_refused_by_name():
     model.add_module("router", FooTopKRouter())
     with pytest.raises(ValueError, match="router is a FooTopKRouter, whose gating rule is not known"):
         RoutingControl(model)
+
+
+def test_the_opd_teacher_engine_is_built_without_replay():
+    """A dense teacher scoring an MoE student's tokens: its engine config has replay off."""
+    from slime_core.algo.opd import teacher_config
+
+    config = build_test_config(model={"init_config": dict(TINY_QWEN3_MOE)},
+                               train={"routing_replay": "rollout", "lr": 1e-4})
+    teacher = teacher_config(config)
+    assert teacher.train.routing_replay == "off" and teacher.train.lr == 1e-4
+    assert config.train.routing_replay == "rollout"
