@@ -6,8 +6,9 @@ with the flattened hidden states ``[N, d]`` (``N = batch x sequence``, row-major
 ``(router_logits [N, E], gate weights [N, k], expert ids [N, k])``; the experts module then
 mixes the ``k`` chosen experts' outputs with the gate weights.
 
-:class:`RoutingControl` wraps every router's forward (an instance attribute, so parameter
-names, state dicts and weight sync are unchanged) in one of three modes:
+:class:`RoutingControl` puts a forward hook on every router (parameter names, state dicts
+and weight sync are unchanged; a deep copy of the model keeps the hooks) and works in one of
+three modes:
 
 * off: the router's own forward, untouched;
 * record (rollout engine): the router's own choice, and its ids kept per call
@@ -139,15 +140,21 @@ class RoutingControl:
         #: ones, since the last :meth:`agreement` (how far routing drifted since the rollout)
         self._agree: list[torch.Tensor] = []
         for layer, router in enumerate(self.routers):
-            router.forward = self._wrap(router, router.forward, layer)  # type: ignore[method-assign]
+            router.register_forward_hook(self._hook(layer))
 
-    def _wrap(self, router: torch.nn.Module, own: Any, layer: int) -> Any:
-        def forward(hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            logits, gates, ids = own(hidden_states)
+    def _hook(self, layer: int) -> Any:
+        """The forward hook of MoE layer ``layer``'s router: it reads the router's own output
+        and replaces it when replaying. A hook, not a replaced ``forward``: a deep copy of the
+        model (the trainer's old-actor snapshot) copies the hook with its module, so the copy
+        computes with its own weights under the same record / replay state."""
+
+        def hook(router: torch.nn.Module, args: Any,
+                 output: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> Any:
+            logits, gates, ids = output
             if self._replay is None:
                 if self._recording:
                     self._recorded[layer].append(ids.detach())
-                return logits, gates, ids
+                return None  # the router's own output
             want = self._replay[layer]
             if want.shape != ids.shape:
                 raise ValueError(f"routing replay: MoE layer {layer} routes {tuple(ids.shape)} "
@@ -161,7 +168,8 @@ class RoutingControl:
             if self._recording:  # the ids this forward used (a test of the replay)
                 self._recorded[layer].append(chosen.detach())
             return logits, replay_gates(router, logits, chosen, gates.dtype), chosen
-        return forward
+
+        return hook
 
     # -- record (engine) ---------------------------------------------------------------------
     @contextmanager

@@ -5,8 +5,8 @@ with one optimizer step per rollout the old policy equals the current one, so ``
 are the detached current log-probs and no extra forward pass is spent on them.
 
 Mixture-of-experts models run their own transformers forward. With ``train.routing_replay =
-"rollout"`` the policy's forwards (log-probs and training; not the reference's or a
-teacher's) route every token to ``TrainBatch.routed_experts`` (:mod:`slime_core.moe.routing`),
+"rollout"`` the policy's forwards (log-probs and training, the old-actor snapshot's
+too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (:mod:`slime_core.moe.routing`),
 checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
 replayed expert choices the trainer's routers would have made themselves.
 """
@@ -146,7 +146,9 @@ class TorchTrainer:
         lengths = [batch.response_lengths[i] for i in idx]
         out: list[torch.Tensor | None] = [None] * len(idx)
         options = self._head_options(model)
-        routes = batch.routed_experts if model is self.model else None
+        # the policy and its old-actor snapshot (a deep copy: the routers' hooks came with
+        # it) replay; the reference and a teacher route on their own
+        routes = batch.routed_experts if role in ("actor", "old_actor") else None
         with torch.no_grad():
             for mb in self._plan(tokens, lengths, options["shared_prefix"]):
                 lps, _ = response_log_probs(

@@ -193,3 +193,27 @@ def test_the_opd_teacher_engine_is_built_without_replay():
     teacher = teacher_config(config)
     assert teacher.train.routing_replay == "off" and teacher.train.lr == 1e-4
     assert config.train.routing_replay == "rollout"
+
+
+def test_a_deep_copy_routes_with_its_own_weights_under_the_same_replay():
+    """The trainer's old-actor snapshot is a deep copy of the policy: its routers compute
+    with the copy's weights, and a replay of the policy's control applies to it too."""
+    import copy
+
+    model = _model(TINY_QWEN3_MOE)
+    control = RoutingControl(model)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for r in twin.modules():
+            if type(r).__name__ == "Qwen3MoeTopKRouter":
+                r.weight.mul_(-1.0)  # the copy's routers now prefer other experts
+    ids = torch.randint(1, 128, (1, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad(), control.recording():
+        model(input_ids=ids)
+        own = control.take().long()
+        twin(input_ids=ids)
+        twin_own = control.take().long()
+    assert not torch.equal(own, twin_own)
+    with torch.no_grad(), control.recording(), control.replaying(own):
+        twin(input_ids=ids)
+        assert torch.equal(control.take().long(), own)
