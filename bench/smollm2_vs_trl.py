@@ -92,18 +92,23 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any) -> None:
         def slime_log_eval(self, config: Any, rollout_id: int, samples: Any,
                            metrics: dict[str, float]) -> None:
             evals.append(float(metrics["perf/eval_time"]))
-            emit(framework="slime", step=rollout_id, accuracy=float(metrics["eval/accuracy"]),
+            emit(framework=a.label, step=rollout_id, accuracy=float(metrics["eval/accuracy"]),
                  n=int(metrics.get("eval/samples", 0)),
                  seconds=time.time() - started - sum(evals))
 
-    manager, config = resolve(plugin_selection(), EXAMPLE / "grpo.toml", overrides)
+    extra = tuple(x for x in a.slime_plugins.split(",") if x)
+    manager, config = resolve(plugin_selection(extra), EXAMPLE / "grpo.toml", overrides)
     manager.register_object(Clock(), "bench_smollm2_clock")
     run_training(manager, config)
     rows = _rows(run_dir / "metrics.jsonl")
     first = next(r for r in rows if "perf/startup_time" in r)
-    emit(framework="slime", what="startup", startup_time=first["perf/startup_time"],
+    emit(framework=a.label, what="startup", startup_time=first["perf/startup_time"],
          setup_time=first["perf/setup_time"],
-         step_time_median=_median([r["perf/step_time"] for r in rows if "perf/step_time" in r]))
+         step_time_median=_median([r["perf/step_time"] for r in rows if "perf/step_time" in r]),
+         **{f"{key.split('/')[1]}_median": _median([r[key] for r in rows if key in r])
+            for key in ("perf/rollout_time", "perf/train_time", "perf/weight_sync_time",
+                        "perf/rollout_tokens_per_s", "train/mismatch_abs_logprob_diff")
+            if any(key in r for r in rows)})
 
 
 # -- TRL ----------------------------------------------------------------------------------------
@@ -224,6 +229,9 @@ def main() -> None:
     ap.add_argument("--eval-prompts", type=int, default=256)
     ap.add_argument("--slime-set", action="append", default=[],
                     help="SECTION.KEY=VALUE for slime only (core run -o syntax)")
+    ap.add_argument("--slime-plugins", default="",
+                    help="more plugins for slime, comma-separated (e.g. sglang_rollout)")
+    ap.add_argument("--label", default="slime", help="the slime worker's framework label")
     ap.add_argument("--model", default=str(EXAMPLE / "model"))
     ap.add_argument("--worker", choices=["slime", "trl"], help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -53,7 +53,8 @@ class SGLangSection:
     register_with_router: bool = True  # servers we launch, or all if we launch the router, join it
     router_args: dict[str, Any] = field(default_factory=dict)  # extra --flags for launch_router
     model_path: str = ""  # what launched servers load (empty: model.path)
-    python: str = ""  # interpreter for launch_server / the router (empty: this one)
+    python: str = ""  # interpreter for launch_server / the router (empty: this one); SGLang pins its own torch and transformers, so it often lives in an environment of its own
+    env: dict[str, str] = field(default_factory=dict)  # extra environment variables of launched servers and the router (e.g. {PYTHONPATH = "/opt/sglang-site"}); also used by the availability probe when python or env is set
     host: str = "127.0.0.1"  # where launched servers listen
     port: int = 0  # first port of launched servers (0: any free port)
     tp_size: int = 1  # GPUs per launched server (--tp-size)
@@ -72,6 +73,7 @@ class SGLangSection:
     pause_during_weight_update: bool = True  # pause_generation + flush_cache around updates
     pause_mode: str = "abort"  # /pause_generation mode: abort | retract | in_place
     abort_retry_s: float = 1.0  # re-send abort_all while aborted requests are still running
+    check_weights: bool = True  # after each disk / tensor weight update, read the first rows of a few tensors back (/get_weights_by_name) and fail on a difference; skipped with a warning where the model cannot answer
     skip_special_tokens: bool = True  # of the returned text (token ids are never affected)
 
     def __post_init__(self) -> None:
@@ -89,6 +91,9 @@ class SGLangSection:
                     "health_timeout_s", "flush_cache_timeout_s", "abort_retry_s"):
             _need(getattr(self, key) > 0, key, "must be > 0")
         _need(self.max_concurrency >= 1, "max_concurrency", "must be >= 1")
+        for key, value in self.env.items():
+            _need(isinstance(key, str) and bool(key) and "=" not in key and isinstance(value, str),
+                  "env", f"{key!r} = {value!r}: keys and values must be strings (keys without '=')")
         _need(self.pause_mode in PAUSE_MODES, "pause_mode", f"must be one of {', '.join(PAUSE_MODES)}")
 
     @property

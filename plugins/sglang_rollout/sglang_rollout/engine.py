@@ -15,7 +15,8 @@ Implements :class:`slime_hookspecs.RolloutEngine` over SGLang's native HTTP API
   ``/update_weights_from_distributed`` (bodies; the trainer broadcasts), each with
   ``weight_version``, wrapped in ``/pause_generation`` + ``/flush_cache`` ...
   ``/continue_generation`` as slime does, then checked with ``/model_info``
-  (``/get_weight_version`` on older SGLang);
+  (``/get_weight_version`` on older SGLang) and, with ``sglang.check_weights``, by reading the
+  first rows of a few tensors back (``/get_weights_by_name``, :mod:`.weight_check`);
 * memory: ``/release_memory_occupation`` / ``/resume_memory_occupation`` for ``sleep`` /
   ``wake_up`` when ``sglang.enable_sleep`` (launched servers then get ``--enable-memory-saver``);
 * health: ``GET /health_generate`` answering 200.
@@ -69,6 +70,8 @@ class SGLangEngine:
                                  "model.path (or model.init_config) of a mixture-of-experts "
                                  "model to read the server's routed experts")
         self._version_endpoint = "/model_info"
+        self._can_check = True  # until the server cannot answer /get_weights_by_name
+        self.weights_checked = 0  # updates whose tensors were read back and matched
         try:
             self.servers = Servers(config, self.sec, engine_index, self._loop)
             self.url = self.servers.url
@@ -168,6 +171,7 @@ class SGLangEngine:
 
             self.update_weights_from_tensor(
                 serialize_named_tensors(weights, self.sec.tp_size), version)
+            self._check_weights(version, weights)
         else:
             raise TypeError(
                 f"sglang engine {self.engine_index}: update_weights takes a directory or a "
@@ -181,6 +185,10 @@ class SGLangEngine:
         in this process before it calls this."""
         body = api.update_weights_from_disk_body(version_dir, version, load_format)
         self._weight_update("/update_weights_from_disk", body, version)
+        if self.sec.check_weights and self._can_check:
+            from sglang_rollout.weight_check import tensors_from_dir
+
+            self._check_weights(version, tensors_from_dir(version_dir))
 
     def update_weights_from_tensor(self, serialized_named_tensors: list[str], version: int,
                                    load_format: str | None = None) -> None:
@@ -216,6 +224,31 @@ class SGLangEngine:
         if got != int(version):
             raise RuntimeError(f"SGLang server {self.url}: POST {endpoint} succeeded but "
                                f"GET {self._version_endpoint} reports {got}, not {version}")
+
+    def _check_weights(self, version: int, sent: Mapping[str, Any]) -> None:
+        """Compare the first rows of a few tensors the server now holds with ``sent``
+        (:mod:`sglang_rollout.weight_check`); a difference raises naming the tensor."""
+        if not (self.sec.check_weights and self._can_check and sent):
+            return
+        from sglang_rollout.weight_check import compare, expected_rows, pick_names, truncate_size
+
+        expected = {n: (truncate_size(sent[n]), expected_rows(sent[n])) for n in pick_names(sent)}
+
+        def fetch(name: str, size: int) -> Any:
+            return self._call("POST", "/get_weights_by_name",
+                              {"name": name, "truncate_size": size})
+
+        try:
+            why = compare(version, fetch, expected)
+        except (SGLangHTTPError, api.SGLangResponseError) as exc:
+            self._can_check = False
+            log.warning("sglang engine %d: cannot read weights back from %s (%s); "
+                        "sglang.check_weights is skipped from now on", self.engine_index,
+                        self.url, api.clip(str(exc)))
+            return
+        if why is not None:
+            raise RuntimeError(f"SGLang server {self.url}: {why}")
+        self.weights_checked += 1
 
     def weight_version(self) -> int:
         """The server's version: ``GET /model_info`` (``/get_weight_version`` on older SGLang)."""

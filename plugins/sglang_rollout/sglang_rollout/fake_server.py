@@ -71,6 +71,7 @@ BODY_KEYS = {  # endpoint -> accepted keys (io_struct fields, minus internal one
     "/update_weights_from_distributed": {"names", "dtypes", "shapes", "group_name", "flush_cache",
                                          "abort_all_requests", "weight_version", "load_format"},
     "/destroy_weights_update_group": {"group_name"},
+    "/get_weights_by_name": {"name", "truncate_size"},
     "/release_memory_occupation": {"tags"},
     "/resume_memory_occupation": {"tags"},
 }
@@ -78,7 +79,8 @@ REQUIRED = {"/update_weights_from_disk": {"model_path"},
             "/update_weights_from_tensor": {"serialized_named_tensors"},
             "/init_weights_update_group": {"master_address", "master_port", "rank_offset",
                                            "world_size"},
-            "/update_weights_from_distributed": {"names", "dtypes", "shapes"}}
+            "/update_weights_from_distributed": {"names", "dtypes", "shapes"},
+            "/get_weights_by_name": {"name"}}
 
 
 @dataclass
@@ -158,6 +160,7 @@ class FakeSGLangServer:
         r.add_post("/abort_request", self._abort)
         r.add_post("/update_weights_from_disk", self._from_disk)
         r.add_post("/update_weights_from_tensor", self._from_tensor)
+        r.add_post("/get_weights_by_name", self._weights_by_name)
         r.add_post("/init_weights_update_group", self._init_group)
         r.add_post("/update_weights_from_distributed", self._from_distributed)
         r.add_post("/destroy_weights_update_group", self._destroy_group)
@@ -335,6 +338,22 @@ class FakeSGLangServer:
         version = self._set_version(body)
         await asyncio.to_thread(self.engine.update_weights, dict(named), version)
         return self._ok("Succeeded to update model weights.")
+
+    async def _weights_by_name(self, request: web.Request) -> web.Response:
+        # SGLang's LlamaForCausalLM.get_weights_by_name: the parameter's first truncate_size
+        # rows as float32 lists; models without it answer an error
+        body = request["body"]
+        state = getattr(self.engine, "state_dict", None)
+        held = state() if callable(state) else getattr(self.engine, "weights", None)
+        if held is None:
+            return _error(400, "Get parameter by name failed")
+        tensor = held.get(body["name"])
+        if tensor is None:
+            return _error(400, f"Get parameter by name failed: {body['name']}")
+        import torch
+
+        rows = tensor.detach()[:int(body.get("truncate_size", 100))]
+        return web.json_response(rows.to(torch.float32).tolist())
 
     async def _init_group(self, request: web.Request) -> web.Response:
         body = request["body"]

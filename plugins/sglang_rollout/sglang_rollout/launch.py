@@ -61,9 +61,14 @@ def flag_list(args: dict[str, Any], where: str = "sglang.server_args") -> list[s
 
 def server_command(sec: SGLangSection, *, model_path: str, port: int, nccl_port: int,
                    engine_index: int, seed: int, tokenizer_path: str = "",
-                   trust_remote_code: bool = False) -> list[str]:
+                   trust_remote_code: bool = False, dtype: str = "auto") -> list[str]:
     """``python -m sglang.launch_server ...`` for engine ``engine_index`` (its GPUs start at
-    ``base_gpu_id + engine_index * tp_size``)."""
+    ``base_gpu_id + engine_index * tp_size``).
+
+    ``dtype`` is ``model.dtype``: anything but ``auto`` becomes ``--dtype`` (unless
+    ``server_args`` sets it), so the server generates with the weights the trainer trains
+    (SGLang's own default reads the checkpoint's ``torch_dtype``, e.g. bf16 for an fp32 run).
+    """
     if not model_path:
         raise ValueError(
             "launching SGLang needs a model directory: set sglang.model_path or model.path "
@@ -87,6 +92,8 @@ def server_command(sec: SGLangSection, *, model_path: str, port: int, nccl_port:
         cmd.append("--enable-memory-saver")
     if sec.api_key:
         cmd += ["--api-key", sec.api_key]
+    if dtype and dtype != "auto" and "dtype" not in sec.server_args:
+        cmd += ["--dtype", dtype]
     return cmd + flag_list(sec.server_args)
 
 
@@ -101,10 +108,12 @@ class ManagedProcess:
     """A child process in its own session, logging to ``log_path``."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.name, self.cmd, self.log_path = name, list(cmd), Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         child_env = dict(os.environ if env is None else env)
+        child_env.update(extra_env or {})
         # SGLang's memory saver does not support expandable segments (slime drops them too)
         child_env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         child_env.pop("PYTORCH_ALLOC_CONF", None)

@@ -27,12 +27,18 @@ ENGINE_NAME = "sglang"
 
 # the last resolved config in this process whose [sglang] section attaches to running servers
 _attaching: weakref.ref[Any] | None = None
+# the last resolved config that launches servers with its own interpreter or environment
+# (sglang.python / sglang.env), and the probe's answer for it (asked once: a subprocess)
+_launching: tuple[weakref.ref[Any], str | None] | None = None
 
 
 def probe() -> str | None:
-    """None when a live resolved config attaches to ``sglang.urls``; else the launch probe."""
+    """None when a live resolved config attaches to ``sglang.urls``; else the launch probe
+    (for ``sglang.python`` / ``sglang.env`` of a live config, asked in that interpreter)."""
     if _attaching is not None and _attaching() is not None:
         return None
+    if _launching is not None and _launching[0]() is not None:
+        return _launching[1]
     return launch_unavailable_reason()
 
 
@@ -61,7 +67,11 @@ def slime_add_config(schema: Any) -> ConfigSection:
 
 @hookimpl
 def slime_configure(config: Config) -> None:
-    global _attaching
+    global _attaching, _launching
     sec = getattr(config, SECTION, None) if SECTION in config else None
     attach = isinstance(sec, SGLangSection) and sec.attach
     _attaching = weakref.ref(config) if attach else None
+    _launching = None
+    if isinstance(sec, SGLangSection) and not attach and (sec.python or sec.env) \
+            and getattr(getattr(config, "rollout", None), "engine", "") == ENGINE_NAME:
+        _launching = (weakref.ref(config), launch_unavailable_reason(sec.python, sec.env))

@@ -34,9 +34,37 @@ def cuda_available() -> bool:
     return os.path.exists(NVIDIA_DRIVER_FILE)
 
 
-def launch_unavailable_reason() -> str | None:
-    """None when SGLang servers can be launched on this host, else the one-line reason."""
-    if not sglang_installed():
+def sglang_installed_for(python: str, env: dict[str, str]) -> str | None:
+    """Whether ``python`` (with ``env`` added to this environment) finds the ``sglang``
+    package: ``None`` when it does, else the reason. The look-up runs in that interpreter
+    (``find_spec``, no import), as launched servers will; a missing interpreter is named."""
+    import subprocess
+
+    exe = python or sys.executable
+    child_env = {**os.environ, **env}
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
+    try:
+        done = subprocess.run([exe, "-c", code], env=child_env, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sglang.python {exe!r} could not be run: {exc}"
+    if done.returncode != 0:
+        where = f" (with sglang.env {sorted(env)})" if env else ""
+        return f"sglang is not installed for {exe}{where}; {NOT_INSTALLED}"
+    return None
+
+
+def launch_unavailable_reason(python: str = "", env: dict[str, str] | None = None) -> str | None:
+    """None when SGLang servers can be launched on this host, else the one-line reason.
+
+    With ``sglang.python`` or ``sglang.env`` set, the package is looked up by that interpreter
+    in that environment (SGLang pins its own torch and transformers and often lives apart from
+    the trainer); otherwise in this process.
+    """
+    if python or env:
+        why = sglang_installed_for(python, env or {})
+        if why is not None:
+            return why
+    elif not sglang_installed():
         return NOT_INSTALLED
     if not cuda_available():
         return NO_CUDA

@@ -59,7 +59,7 @@ class Servers:
                     "sglang.urls is empty and sglang.launch is false: no server to generate "
                     "with; list running servers in sglang.urls or set sglang.launch = true"
                 )
-            why = launch_unavailable_reason()
+            why = launch_unavailable_reason(sec.python, sec.env)
             if why:
                 raise RuntimeError(f"cannot launch SGLang servers here: {why} (to use running "
                                    "servers instead, list them in sglang.urls)")
@@ -81,10 +81,12 @@ class Servers:
             nccl_port=free_port(sec.host), engine_index=self.index, seed=int(config.run.seed),
             tokenizer_path=config.model.tokenizer,
             trust_remote_code=bool(config.model.trust_remote_code),
+            dtype=str(config.model.dtype),
         )
         self.url = _url(sec.host, port)
         self.proc = ManagedProcess(f"SGLang server of engine {self.index} ({self.url})", cmd,
-                                   log_dir(config, sec) / f"engine_{self.index}.log")
+                                   log_dir(config, sec) / f"engine_{self.index}.log",
+                                   extra_env=sec.env)
         probe = ServerClient(self.url, sec.api_key)
         try:
             self.proc.wait_ready(
@@ -100,7 +102,7 @@ class Servers:
         self.router_proc = ManagedProcess(
             f"sglang-router ({sec.router_url})",
             router_command(sec, parsed.hostname, parsed.port),
-            log_dir(config, sec) / "router.log")
+            log_dir(config, sec) / "router.log", extra_env=sec.env)
         self._wait_router(self.router_proc)
 
     def _wait_router(self, proc: ManagedProcess | None) -> None:

@@ -134,8 +134,12 @@ def test_update_from_disk_pauses_flushes_loads_and_checks_the_version(
     srv.requests.clear()
     eng.update_weights_from_disk(str(tmp_path / "v000003"), 3)
     assert srv.paths() == ["/pause_generation", "/flush_cache", "/update_weights_from_disk",
-                           "/continue_generation", "/model_info"]
+                           "/continue_generation", "/model_info", "/get_weights_by_name",
+                           "/get_weights_by_name"]
     assert srv.requests[0].body == {"mode": "abort"}
+    assert [r.body for r in srv.requests[-2:]] == [{"name": "b", "truncate_size": 3},
+                                                   {"name": "w", "truncate_size": 2}]
+    assert eng.weights_checked == 1
     assert srv.requests[2].body == {"model_path": str(tmp_path / "v000003"),
                                     "weight_version": "3", "flush_cache": True}
     assert torch.equal(srv.engine.weights["w"], w["w"]) and srv.engine.version == 3
@@ -148,6 +152,30 @@ def test_update_from_disk_pauses_flushes_loads_and_checks_the_version(
         eng.update_weights(str(tmp_path / "empty"), 4)
     assert srv.paths()[-1] == "/continue_generation"  # resumed even though the update failed
     assert eng.weight_version() == 3
+
+
+def test_weights_read_back_catch_a_server_that_kept_other_weights(
+        fake_server, make_engine, tmp_path) -> None:
+    """sglang.check_weights: /model_info agrees, but the tensors the server holds do not."""
+    from sglang_rollout.scripted_engine import ScriptedEngine
+
+    class Stale(ScriptedEngine):
+        def update_weights(self, weights: Any, version: int) -> None:  # mis-maps: keeps zeros
+            super().update_weights({k: v * 0 for k, v in weights.items()}, version)
+
+    srv = fake_server(Stale())
+    eng = make_engine([srv.url])
+    _write_weights(tmp_path / "v1", 1.5)
+    with pytest.raises(RuntimeError, match=r"weights of version 1: b differs from what was sent "
+                                           r"\(first rows: server \[0\.0, 0\.0, 0\.0\] != "
+                                           r"sent \[0\.0, 1\.0, 2\.0\]\)"):
+        eng.update_weights_from_disk(str(tmp_path / "v1"), 1)
+    # a server that cannot answer (a model without get_weights_by_name) is not checked again
+    srv.fail["/get_weights_by_name"] = (400, "Get parameter by name failed")
+    srv.engine = ScriptedEngine()
+    eng.update_weights_from_disk(str(tmp_path / "v1"), 2)
+    eng.update_weights_from_disk(str(tmp_path / "v1"), 3)
+    assert srv.paths().count("/get_weights_by_name") == 2 and eng.weights_checked == 0
 
 
 def test_before_weights_read_fires_in_the_engine_process(fake_server, make_engine, tmp_path,

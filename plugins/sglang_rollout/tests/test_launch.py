@@ -44,8 +44,29 @@ def test_server_command_places_engines_on_their_gpus() -> None:
                  "--enable-metrics"):
         assert flag in args
     assert "--disable-radix-cache" not in args
+    assert "--dtype" not in args  # model.dtype "auto": SGLang reads the checkpoint's dtype
     with pytest.raises(ValueError, match="needs a model directory"):
         server_command(SGLangSection(), model_path="", port=1, nccl_port=2, engine_index=0, seed=0)
+
+
+def test_server_command_generates_in_the_trainers_dtype() -> None:
+    cmd = server_command(SGLangSection(), model_path="/m", port=1, nccl_port=2, engine_index=0,
+                         seed=0, dtype="float32")
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    own = SGLangSection(server_args={"dtype": "bfloat16"})  # the user's flag wins
+    cmd = server_command(own, model_path="/m", port=1, nccl_port=2, engine_index=0, seed=0,
+                         dtype="float32")
+    assert cmd.count("--dtype") == 1 and cmd[cmd.index("--dtype") + 1] == "bfloat16"
+
+
+def test_sglang_env_reaches_the_launched_process(tmp_path: Path) -> None:
+    proc = ManagedProcess("printer", [sys.executable, "-c",
+                                      "import os; print('seen', os.environ['SLIME_T_ENV'])"],
+                          tmp_path / "p.log", extra_env={"SLIME_T_ENV": "here"})
+    proc.proc.wait(timeout=30)
+    assert "seen here" in (tmp_path / "p.log").read_text()
+    with pytest.raises(ValueError, match="env"):
+        SGLangSection(env={"A=B": "x"})
 
 
 def test_flag_list() -> None:
@@ -64,7 +85,7 @@ def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     plugin_root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join([str(tmp_path / "fake_site"), plugin_root, os.environ.get("PYTHONPATH", "")])
     monkeypatch.setenv("PYTHONPATH", path)
-    monkeypatch.setattr(servers, "launch_unavailable_reason", lambda: None)
+    monkeypatch.setattr(servers, "launch_unavailable_reason", lambda *a, **k: None)
     return tmp_path
 
 

@@ -51,6 +51,26 @@ def test_a_resolved_config_with_urls_makes_the_engine_available(resolve, monkeyp
     assert plugin.probe() == "no GPU here"  # only while that config lives
 
 
+def test_probe_asks_the_configured_interpreter(resolve, tmp_path, monkeypatch) -> None:
+    """sglang.python / sglang.env: the package is looked up where servers will run."""
+    monkeypatch.setattr(probe, "NVIDIA_DRIVER_FILE", str(tmp_path / "absent"))
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    engine = {"engine": "sglang"}
+    _, missing = resolve({"rollout": engine, "sglang": {"python": sys.executable,
+                                                        "env": {"PYTHONPATH": str(tmp_path)}}})
+    why = plugin.probe()
+    if probe.sglang_installed():
+        pytest.skip("sglang is installed for this interpreter")
+    assert why is not None and why.startswith(f"sglang is not installed for {sys.executable} "
+                                              "(with sglang.env ['PYTHONPATH'])")
+    _, found = resolve({"rollout": engine, "sglang": {"env": {"PYTHONPATH": str(site)}}})
+    assert plugin.probe() == probe.NO_CUDA  # found there; the GPU check comes next
+    _, bad = resolve({"rollout": engine, "sglang": {"python": str(tmp_path / "nope")}})
+    assert "could not be run" in str(plugin.probe())
+
+
 def _core(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slime_core", *args], capture_output=True,
                           text=True, timeout=120)

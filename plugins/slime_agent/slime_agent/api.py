@@ -67,12 +67,14 @@ from slime_agent.openai_wire import (
     sse,
     token_logprobs,
 )
+from slime_agent.schemas import DEFAULT_MAX_ABS_REWARD
 from slime_agent.sections import check_bind
 from slime_agent.sessions import SessionError, SessionStore
-from slime_agent.validation import check, parse_json
+from slime_agent.validation import check, check_reward_bound, parse_json
 
 SESSION_HEADER = "X-Session-Id"
-__all__ = ["AgentApiServer", "SESSION_HEADER", "engine_int", "openai_error"]
+__all__ = ["AgentApiServer", "SESSION_HEADER", "engine_int", "openai_error",
+           "require_chat_template"]
 
 
 @dataclass
@@ -96,6 +98,23 @@ def engine_int(engine: Any, name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def require_chat_template(tokenizer: Any) -> None:
+    """Refuse a tokenizer without a chat template (``ValueError`` naming ``model.tokenizer``).
+
+    OpenAI-compatible servers render ``messages`` with the model's template; inventing one
+    would record token sequences the model was never trained on, so the API refuses to start
+    rather than answer every chat with a 500.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    raise ValueError(
+        f"model.tokenizer ({name!r}) has no chat template, and the agent API renders every "
+        "request's messages with it; point model.tokenizer at a tokenizer whose "
+        "tokenizer_config.json has a chat_template (examples/openai_agent/tokenizer adds one "
+        "to the tiny_arith model's)")
+
+
 class AgentApiServer:
     """``AgentApiServer(engines, tokenizer, ...).start()``; see the module docstring.
 
@@ -111,6 +130,12 @@ class AgentApiServer:
     :param mask_offpolicy: an answer continued across a weight update masks what its
         session's segment generated before it (``from_config``:
         ``rollout.mask_offpolicy_in_partial_rollout``).
+    :param max_abs_reward: a finished session's reward (or a value of a dict reward) beyond
+        this magnitude is a 400 naming it, as NaN is (``from_config``:
+        ``rollout.max_abs_reward``; 0: no bound).
+
+    Raises ``ValueError`` naming ``model.tokenizer`` when ``tokenizer`` has no chat template:
+    every request is chat messages, so such a server could only answer 500s.
     """
 
     def __init__(self, engines: list[Any], tokenizer: Any, *, host: str = "127.0.0.1",
@@ -119,10 +144,13 @@ class AgentApiServer:
                  max_sessions: int = 4096, session_ttl_s: float = 3600.0,
                  context_length: int | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None,
-                 mask_offpolicy: bool = False) -> None:
+                 mask_offpolicy: bool = False,
+                 max_abs_reward: float = DEFAULT_MAX_ABS_REWARD) -> None:
         if not engines:
             raise ValueError("AgentApiServer needs at least one rollout engine")
         check_bind(host, allow_remote, "agent_api")
+        require_chat_template(tokenizer)
+        self.max_abs_reward = float(max_abs_reward)
         self.engines = list(engines)
         self.tokenizer = tokenizer
         self.token = token or new_token()
@@ -177,7 +205,8 @@ class AgentApiServer:
                    max_sessions=api.max_sessions, session_ttl_s=api.session_ttl_s,
                    context_length=api.max_context_tokens or None,
                    chat_template_kwargs=config.data.chat_template_kwargs,
-                   mask_offpolicy=config.rollout.mask_offpolicy_in_partial_rollout)
+                   mask_offpolicy=config.rollout.mask_offpolicy_in_partial_rollout,
+                   max_abs_reward=config.rollout.max_abs_reward)
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> AgentApiServer:
@@ -515,6 +544,7 @@ class AgentApiServer:
 
         body = parse_json(await request.read(), allow_empty=True)
         check(body, schemas.FINISH, status=400)
+        check_reward_bound(body.get("reward"), self.max_abs_reward, "reward", status=400)
         sid = request.match_info["sid"]
         samples = self.store.finish(sid, reward=body.get("reward"), label=body.get("label"),
                                     metadata=body.get("metadata") or {},

@@ -4,8 +4,10 @@
 event loop, so a synchronous driver can host it; :func:`bearer_auth` refuses requests without
 the token (401, ``WWW-Authenticate: Bearer``); :func:`errors_middleware` turns every refusal
 (:class:`~slime_agent.validation.RequestError`, aiohttp's own 404 / 405 / 413) into the
-service's error body; :class:`JsonClient` is a tiny synchronous client on the standard library
-for trainers and workers. Body parsing and validation are in :mod:`slime_agent.validation`.
+service's error body; :func:`read_body` reads a body up to a size limit (413 from
+``Content-Length`` before reading, or as soon as a streamed body grows past it);
+:class:`JsonClient` is a tiny synchronous client on the standard library for trainers and
+workers. Body parsing and validation are in :mod:`slime_agent.validation`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,30 @@ def bearer_auth(token: str, error_body: ErrorBody, open_paths: frozenset[str] = 
     return middleware
 
 
+def _too_large(size: str, max_bytes: int, setting: str) -> Any:
+    from slime_agent.validation import RequestError
+
+    return RequestError(f"the request body ({size}) is larger than {max_bytes} bytes "
+                        f"({setting})", 413, None, "request_too_large")
+
+
+async def read_body(request: Any, max_bytes: int, setting: str) -> bytes:
+    """The request's body, refused with a 413 (:class:`~slime_agent.validation.RequestError`
+    naming ``setting``) when larger than ``max_bytes``: from ``Content-Length`` before any of
+    it is read, else (chunked) as soon as what arrived grows past it, so memory stays bounded.
+    aiohttp then discards the rest of a refused body for at most its lingering time (10 s)
+    before closing, so a client still sending reads the 413 instead of a reset."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise _too_large(f"Content-Length {declared}", max_bytes, setting)
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > max_bytes:
+            raise _too_large(f"more than {len(body)} bytes so far", max_bytes, setting)
+    return bytes(body)
+
+
 def errors_middleware(error_body: ErrorBody) -> Any:
     """aiohttp middleware: refusals and failures as ``error_body`` JSON with their status.
 
@@ -64,8 +90,11 @@ def errors_middleware(error_body: ErrorBody) -> Any:
         try:
             return await handler(request)
         except RequestError as exc:
-            return web.json_response(error_body(exc.status, str(exc), exc.param, exc.code),
+            resp = web.json_response(error_body(exc.status, str(exc), exc.param, exc.code),
                                      status=exc.status)
+            if exc.status == 413:  # the rest of the body is discarded, never read
+                resp.force_close()
+            return resp
         except web.HTTPException as exc:
             if exc.status in (404, 405):
                 message = f"Invalid URL ({request.method} {request.path})"
@@ -90,10 +119,15 @@ class ServerThread:
 
     ``port=0`` picks a free port; :attr:`port` and :attr:`url` hold the bound one after
     :meth:`start`. :meth:`call` runs a coroutine on the server's loop from another thread.
+    ``idle_timeout_s``: a connection with no request being handled (one that never finishes
+    its headers, or an idle keep-alive one) is closed after this many seconds; ``None``:
+    aiohttp's default (an hour).
     """
 
-    def __init__(self, make_app: Callable[[], Any], host: str, port: int, name: str) -> None:
+    def __init__(self, make_app: Callable[[], Any], host: str, port: int, name: str,
+                 idle_timeout_s: float | None = None) -> None:
         self._make_app = make_app
+        self._idle_timeout_s = idle_timeout_s
         self.host, self.port, self.name = host, int(port), name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -137,7 +171,11 @@ class ServerThread:
     async def _serve(self) -> None:
         from aiohttp import web
 
-        self._runner = web.AppRunner(self._make_app(), access_log=None)
+        # aiohttp's keep-alive timer starts with the connection and closes it while no
+        # request is being handled, which is also a connection stuck in its headers
+        kwargs = {} if self._idle_timeout_s is None else {"keepalive_timeout":
+                                                            self._idle_timeout_s}
+        self._runner = web.AppRunner(self._make_app(), access_log=None, **kwargs)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()

@@ -2,7 +2,8 @@
 eval) is rolled out by the decorated agent function through the run's agent API.
 
 * ``slime_add_config``: the ``[agent]`` section;
-* ``slime_run_start`` (driver): imports the entry point, so a wrong name fails before step 1;
+* ``slime_run_start`` (driver): imports the entry point and checks that ``model.tokenizer``
+  has a chat template (the agent API needs one), so either fails before step 1;
 * ``slime_generate`` (rollout manager, ``tryfirst``): :func:`slime_agent.episode.run_episode`;
 * ``slime_reward`` (rollout manager, ``tryfirst``): the function's returned reward; a sample
   whose function returned ``None`` goes on to ``rollout.reward``;
@@ -56,6 +57,12 @@ def slime_run_start(config: Config, run_dir: str) -> None:
                          "both generate the rollout; the agent runs its own tools, so empty "
                          "tools.enabled (or unset agent.entrypoint)")
     _load(spec)
+    from slime_core.api import load_tokenizer
+
+    from slime_agent.api import require_chat_template
+
+    # the agent API refuses such a tokenizer when it starts, at the first episode: say it now
+    require_chat_template(load_tokenizer(config.model))
 
 
 @hookimpl(tryfirst=True)

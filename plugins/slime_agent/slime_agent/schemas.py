@@ -13,6 +13,9 @@ from typing import Any
 from slime_hookspecs import Status
 
 INT32_MAX = 2**31 - 1
+# rollout.max_abs_reward's default: the bound where no trainer config says otherwise (a task
+# started without one, an AgentApiServer built by hand); a test keeps the two equal
+DEFAULT_MAX_ABS_REWARD = 1e6
 INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
 NAT = {"type": "integer", "minimum": 0, "maximum": INT32_MAX}
 FINITE = {"type": "number"}  # finite by the validator's definition of "number"
@@ -74,6 +77,10 @@ TASK: dict[str, Any] = {
     "properties": {
         "group_size": {"type": "integer", "minimum": 1, "maximum": 65536},
         "vocab_size": {"type": "integer", "minimum": 1, "maximum": INT32_MAX},
+        # the trainer's bounds on written samples: rollout.max_abs_reward (0: none; absent:
+        # DEFAULT_MAX_ABS_REWARD) and prompt + response tokens (absent or null: no cap)
+        "max_abs_reward": {"type": "number", "minimum": 0},
+        "max_context_len": {"type": ["integer", "null"], "minimum": 1, "maximum": INT32_MAX},
         "engine": {"type": ["object", "null"], "properties": {
             "base_url": {"type": "string"}, "token": {"type": "string"},
             "model": {"type": "string"}}},

@@ -114,6 +114,8 @@ class RolloutBufferSection:
     poll_s: float = 5.0  # long-poll of one fetch
     task_timeout_s: float = 300.0  # a job not written back by then goes back to the queue
     prefetch_groups: int = 0  # prompts queued beyond the batch, to keep workers busy
+    max_body_mb: float = 16.0  # largest request body (MiB) of the in-process service: larger is a 413, refused from Content-Length before it is read
+    header_timeout_s: float = 30.0  # the in-process service closes a connection that sends no complete request (headers) for this long
 
     def __post_init__(self) -> None:
         _need(0 <= self.port <= 65535, "rollout_buffer.port", "must be in 0..65535")
@@ -121,6 +123,8 @@ class RolloutBufferSection:
         _need(self.poll_s > 0, "rollout_buffer.poll_s", "must be > 0")
         _need(self.task_timeout_s > 0, "rollout_buffer.task_timeout_s", "must be > 0")
         _need(self.prefetch_groups >= 0, "rollout_buffer.prefetch_groups", "must be >= 0")
+        _need(self.max_body_mb > 0, "rollout_buffer.max_body_mb", "must be > 0 (MiB)")
+        _need(self.header_timeout_s > 0, "rollout_buffer.header_timeout_s", "must be > 0")
         if not self.url:
             check_bind(self.host, self.allow_remote, "rollout_buffer")
         else:

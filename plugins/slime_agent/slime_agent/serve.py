@@ -23,17 +23,19 @@ def build(config_path: str | None, overrides: list[str]) -> Any:
     """The server (not started) for a config file and ``-o key=value`` overrides."""
     import os
 
-    from slime_core.api import accelerator_record, get_registries, load_run
+    from slime_core.api import accelerator_record, get_registries, load_run, load_tokenizer
 
-    from slime_agent.api import AgentApiServer
+    from slime_agent.api import AgentApiServer, require_chat_template
 
     if os.environ.get(TOKEN_ENV) and not any(o.startswith("agent_api.token=") for o in overrides):
         overrides = [*overrides, f"agent_api.token={os.environ[TOKEN_ENV]}"]
     config = load_run(config_path, overrides, required=["core_tools"])  # [agent_api]
+    tokenizer = load_tokenizer(config.model)
+    require_chat_template(tokenizer)  # before the engines load the model
     accelerator = accelerator_record(config).factory()
     rec = get_registries().rollout_engine.get(config.rollout.engine)
     engines = [rec.factory(config, i, accelerator) for i in range(config.rollout.num_engines)]
-    return AgentApiServer.from_config(config, engines)
+    return AgentApiServer.from_config(config, engines, tokenizer)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,9 @@ what they accept ends up in a training batch. Everything goes through here:
 * :func:`parse_json` -- the body as a JSON object: bad JSON, nesting deeper than
   :data:`MAX_DEPTH` (``json`` itself recurses; 100k levels raised ``RecursionError``) and the
   non-standard ``NaN`` / ``Infinity`` literals (Python's ``json`` accepts them, and
-  ``json.dumps`` writes them), like ``1e999`` (read as infinity), are refused, naming where
-  they are;
+  ``json.dumps`` writes them), like ``1e999`` (read as infinity), and strings that are not
+  Unicode (a lone surrogate escape such as ``"\\ud800"``: valid JSON syntax that tokenizers
+  and ``str.encode`` refuse) are refused, naming where they are;
 * :func:`query_values` -- query-string values read as JSON scalars, so ``?num_groups=2.7``
   and ``?wait=nan`` meet the same schema as a body;
 * :func:`check` -- a JSON schema (draft 2020-12) with two deliberate tightenings: an
@@ -86,15 +87,34 @@ def parse_json(raw: bytes, *, allow_empty: bool = False, value_status: int = 400
     return body
 
 
+def _not_unicode(text: str) -> bool:
+    """True for a string holding a lone surrogate (``"\\ud800"`` escapes decode to one)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _surrogate_error(path: tuple[Any, ...], value_status: int) -> RequestError:
+    where = field_path(path) or "body"
+    return RequestError(f"{where}: not valid Unicode (a lone UTF-16 surrogate escape such as "
+                        "\\ud800 that no text encoding can hold)", value_status, where,
+                        "invalid_value")
+
+
 def _walk(root: Any, value_status: int) -> None:
-    """Depth limit and non-finite numbers, iteratively (no recursion on hostile input)."""
+    """Depth limit, non-finite numbers and lone surrogates, iteratively (no recursion on
+    hostile input)."""
     stack: list[tuple[Any, tuple[Any, ...]]] = [(root, ())]
     while stack:
         node, path = stack.pop()
         if isinstance(node, dict):
             items: Any = node.items()
         elif isinstance(node, list):
-            if node and all(type(x) in (int, float, str) for x in node):
+            if node and all(type(x) in (int, float) for x in node):
                 continue  # the common flat list (ids, log-probs); NaN literals are not floats
             items = enumerate(node)
         elif isinstance(node, _NonFinite):
@@ -107,7 +127,12 @@ def _walk(root: Any, value_status: int) -> None:
             raise RequestError(f"{field_path(path)}: nested deeper than {MAX_DEPTH} levels",
                                400, field_path(path), "invalid_json")
         for key, value in items:
-            if isinstance(value, (dict, list, _NonFinite)):
+            if isinstance(key, str) and _not_unicode(key):
+                raise _surrogate_error(path, value_status)
+            if isinstance(value, str):
+                if _not_unicode(value):
+                    raise _surrogate_error((*path, key), value_status)
+            elif isinstance(value, (dict, list, _NonFinite)):
                 stack.append((value, (*path, key)))
 
 
@@ -203,3 +228,23 @@ def check(instance: Any, schema: dict[str, Any], *, status: int = 422, prefix: s
         message = message[:300] + "..."
     raise RequestError(f"{path or 'body'}: {message}", status, path or None,
                        "invalid_type" if error.validator == "type" else "invalid_value")
+
+
+def check_reward_bound(reward: Any, bound: float, where: str, *, status: int = 422) -> None:
+    """Raise :class:`RequestError` (``status``) naming ``where`` (or ``where.<key>`` for a dict
+    reward) when a reward that passed its schema is beyond ``rollout.max_abs_reward = bound``
+    (``slime_core.api.reward_bound_error``; 0: no bound). ``None`` passes: no reward yet."""
+    from slime_core.api import reward_bound_error
+
+    values = reward.items() if isinstance(reward, dict) else [(None, reward)]
+    for key, value in values:
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue  # the schema judges types; this is the magnitude only
+        try:
+            why = reward_bound_error(float(value), bound)
+        except OverflowError:  # a JSON integer of hundreds of digits
+            why = f"an integer of {len(str(abs(value)))} digits is beyond any float"
+        if why is not None:
+            path = where if key is None else f"{where}.{key}"
+            raise RequestError(f"{path}: {why} (the sample's reward would turn its group's "
+                               "advantages into NaN)", status, path, "invalid_value")

@@ -92,9 +92,15 @@ def test_run_start_fails_early_on_a_wrong_name_or_a_tools_clash(tmp_path):
 
     (tmp_path / "not_an_agent.py").write_text("async def rollout(sample):\n    return 1.0\n")
 
-    def cfg(entry, tools=()):
+    from slime_core.testing import write_char_tokenizer
+
+    chat_tok = str(write_char_tokenizer(tmp_path / "tok"))  # has a chat template
+
+    def cfg(entry, tools=(), tokenizer=chat_tok):
         return SimpleNamespace(agent=SimpleNamespace(entrypoint=entry, timeout_s=0.0),
-                               tools=SimpleNamespace(enabled=list(tools)))
+                               tools=SimpleNamespace(enabled=list(tools)),
+                               model=SimpleNamespace(tokenizer=tokenizer, path="",
+                                                     trust_remote_code=False))
 
     plugin.slime_run_start(cfg(""), str(tmp_path))  # off: nothing to check
     assert plugin.slime_generate(cfg(""), Sample(), SamplingParams(), None) is None
@@ -104,6 +110,11 @@ def test_run_start_fails_early_on_a_wrong_name_or_a_tools_clash(tmp_path):
     with pytest.raises(ValueError, match="tools.enabled"):
         plugin.slime_run_start(cfg(good, ["python"]), str(tmp_path))
     plugin.slime_run_start(cfg(good), str(tmp_path))
+    # the agent API renders chat messages: a tokenizer without a template fails here, not
+    # at the first episode (issue 38)
+    no_template = str(HERE.parents[2] / "examples" / "tiny_arith" / "model")
+    with pytest.raises(ValueError, match=r"model\.tokenizer .*has no chat template"):
+        plugin.slime_run_start(cfg(good, tokenizer=no_template), str(tmp_path))
     # the reward hook answers only with the agent's reward, and only when the plugin is on
     s = Sample(metadata={"agent_reward": 0.3})
     assert plugin.slime_reward(cfg(good), s) == 0.3

@@ -25,6 +25,13 @@ Every body and query is checked against the schemas of :mod:`slime_agent.schemas
 :mod:`slime_agent.validation` (shared with the agent API): unparsable JSON is a 400, a
 field that breaks the schema or a sample's invariants a 422 whose message starts with the
 field's path (``samples[0].tokens[3]: ...``); unknown instances are 404, taken slots 409.
+
+The service is one event loop that every worker and the trainer share, so no client may hold
+it: a body over ``max_body_bytes`` is a 413 (from ``Content-Length`` before it is read, else
+as soon as a streamed body grows past it); bodies are parsed and written samples checked on a
+worker thread, the loop only doing the bookkeeping, so ``/health`` and the other clients are
+answered meanwhile; a connection that sends no complete request for ``header_timeout_s``
+(stuck in its headers, or idle) is closed.
 """
 
 from __future__ import annotations
@@ -33,13 +40,24 @@ import asyncio
 import math
 from typing import Any
 
+from slime_hookspecs import Sample
+
 from slime_agent import schemas
-from slime_agent.buffer.state import BufferError, BufferState
-from slime_agent.http import ServerThread, bearer_auth, errors_middleware, new_token
+from slime_agent.buffer.state import (
+    BufferError,
+    BufferState,
+    SampleLimits,
+    WritePlan,
+    check_sample,
+    sample_dict,
+)
+from slime_agent.http import ServerThread, bearer_auth, errors_middleware, new_token, read_body
 from slime_agent.sections import check_bind
 from slime_agent.validation import RequestError, check, parse_json, query_values
 
 MAX_WAIT_S = 60.0
+DEFAULT_MAX_BODY_MB = 16  # rollout_buffer.max_body_mb
+DEFAULT_HEADER_TIMEOUT_S = 30.0  # rollout_buffer.header_timeout_s
 
 
 def buffer_error(status: int, message: str, param: str | None = None,
@@ -51,15 +69,29 @@ def buffer_error(status: int, message: str, param: str | None = None,
 
 
 class RolloutBufferServer:
-    """``RolloutBufferServer(host, port, token).start()``; :attr:`url`, :attr:`token`."""
+    """``RolloutBufferServer(host, port, token).start()``; :attr:`url`, :attr:`token`.
+
+    :param max_body_mb: the largest request body in MiB (``rollout_buffer.max_body_mb``);
+        larger ones are refused with a 413 (see the module docstring).
+    :param header_timeout_s: a connection without a complete request for this long is closed
+        (``rollout_buffer.header_timeout_s``).
+    """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, token: str = "", *,
-                 allow_remote: bool = False, task_timeout_s: float = 300.0) -> None:
+                 allow_remote: bool = False, task_timeout_s: float = 300.0,
+                 max_body_mb: float = DEFAULT_MAX_BODY_MB,
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S) -> None:
         check_bind(host, allow_remote, "rollout_buffer")
+        if not max_body_mb > 0 or not header_timeout_s > 0:
+            raise ValueError("rollout_buffer.max_body_mb and rollout_buffer.header_timeout_s "
+                             f"must be > 0, got {max_body_mb!r} and {header_timeout_s!r}")
         self.token = token or new_token()
         self.state = BufferState(task_timeout_s)
+        self.max_body_bytes = int(max_body_mb * (1 << 20))
+        self._body_setting = f"rollout_buffer.max_body_mb = {max_body_mb:g}"
         self._changed: asyncio.Condition | None = None
-        self._server = ServerThread(self._app, host, port, "slime-rollout-buffer")
+        self._server = ServerThread(self._app, host, port, "slime-rollout-buffer",
+                                    idle_timeout_s=float(header_timeout_s))
 
     def start(self) -> RolloutBufferServer:
         self._server.start()
@@ -77,7 +109,7 @@ class RolloutBufferServer:
         from aiohttp import web
 
         self._changed = asyncio.Condition()
-        app = web.Application(client_max_size=1 << 30, middlewares=[
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[
             errors_middleware(buffer_error),
             bearer_auth(self.token, buffer_error, frozenset({"/health"}))])
         r = app.router
@@ -123,7 +155,7 @@ class RolloutBufferServer:
     async def _start(self, request: Any) -> Any:
         from aiohttp import web
 
-        body = await _body(request)
+        body = await self._body(request)
         check(body, schemas.TASK)
         out = self.state.start(body)
         await self._notify()
@@ -132,7 +164,7 @@ class RolloutBufferServer:
     async def _prompts(self, request: Any) -> Any:
         from aiohttp import web
 
-        body = await _body(request)
+        body = await self._body(request)
         check(body, schemas.PROMPTS)
         n = self.state.add_instances(body["instances"])
         await self._notify()
@@ -161,19 +193,22 @@ class RolloutBufferServer:
         from aiohttp import web
 
         try:
-            body = await _body(request)
+            body = await self._body(request)
+            plan = self.state.plan_write(body)
+            limits = self.state.limits()
+            # the per-token checks and copies of a long sample take a while: off the loop
+            samples, dicts = await asyncio.to_thread(_checked, plan, limits)
+            out = self.state.commit_write(plan, samples, dicts)
         except RequestError as exc:
-            self.state.stats["invalid_writes"] += 1
-            self.state.recent_errors.append(str(exc))
+            self.state.refused(exc)
             raise
-        out = self.state.write(body)
         await self._notify()
         return web.json_response({"success": True, **out})
 
     async def _get_data(self, request: Any) -> Any:
         from aiohttp import web
 
-        body = await _body(request, allow_empty=True) if request.method == "POST" else {}
+        body = await self._body(request, allow_empty=True) if request.method == "POST" else {}
         query = {**query_values(request.query), **body}
         check(query, schemas.GET_DATA)
         num = int(query.get("num_groups", 1))
@@ -196,6 +231,17 @@ class RolloutBufferServer:
         await self._notify()
         return web.json_response({"success": True, "stopped": True})
 
+    async def _body(self, request: Any, allow_empty: bool = False) -> dict[str, Any]:
+        """The body as JSON: read up to the limit, parsed on a worker thread (``json.loads``
+        of megabytes would hold the loop, and every client with it; in the thread it still
+        holds the GIL while it scans integers, a fraction of a second for a body at the
+        limit)."""
+        raw = await read_body(request, self.max_body_bytes, self._body_setting)
+        return await asyncio.to_thread(parse_json, raw, allow_empty=allow_empty,
+                                       value_status=422)
 
-async def _body(request: Any, allow_empty: bool = False) -> dict[str, Any]:
-    return parse_json(await request.read(), allow_empty=allow_empty, value_status=422)
+
+def _checked(plan: WritePlan, limits: SampleLimits) -> tuple[list[Sample], list[dict[str, Any]]]:
+    """A planned write's samples checked (:func:`check_sample`) and as stored dicts."""
+    samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where)]
+    return samples, [sample_dict(s) for s in samples]

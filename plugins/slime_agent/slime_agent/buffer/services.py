@@ -139,12 +139,20 @@ def start_task(config: Any, source: Any) -> None:
         if source.started:
             return
         engine = None
+        context = None
         if section(config, "rollout_buffer").serve_engine_api:
             api = run_agent_api(config)
             engine = {"base_url": api.url, "token": api.token, "model": api.model_name}
             if api.vocab_size:  # the buffer then refuses writes with larger token ids
                 engine["vocab_size"] = api.vocab_size
-        source.start(engine)
+            context = api.context_length
+        else:  # workers generate elsewhere; the engines here still know the model's context
+            from slime_agent.api import engine_int
+
+            clients = _API.get("clients") or []
+            context = engine_int(clients[0].engine, "context_length") if clients else None
+        # the buffer then refuses samples longer than the model's context
+        source.start(engine, context_length=context)
 
 
 def prepare_services(config: Any, run_dir: str) -> Path | None:

@@ -108,7 +108,9 @@ class RolloutBufferSource:
 
             self.server = RolloutBufferServer(cfg.host, cfg.port, cfg.token,
                                               allow_remote=cfg.allow_remote,
-                                              task_timeout_s=cfg.task_timeout_s).start()
+                                              task_timeout_s=cfg.task_timeout_s,
+                                              max_body_mb=cfg.max_body_mb,
+                                              header_timeout_s=cfg.header_timeout_s).start()
             self.url, self.token = self.server.url, self.server.token
             print(f"rollout buffer: serving on {self.url} (token: rollout_buffer.token, or "
                   "agent_services.json in the run directory)", file=sys.stderr)
@@ -129,8 +131,14 @@ class RolloutBufferSource:
         track_source(self)
 
     # -- task ----------------------------------------------------------------------------------
-    def start(self, engine: dict[str, Any] | None = None) -> None:
-        """Start (or restart) the task in the service; queued groups are sent again."""
+    def start(self, engine: dict[str, Any] | None = None,
+              context_length: int | None = None) -> None:
+        """Start (or restart) the task in the service; queued groups are sent again.
+
+        The task carries the trainer's bounds on written samples, so a service in another
+        process applies them too: ``rollout.max_abs_reward``, and as ``max_context_len``
+        ``rollout.max_context_len`` when set, else ``context_length`` (the model's context,
+        known where the engines are)."""
         cfg, r = self.settings, self.config.rollout
         tools = section(self.config, "tools")
         task = {
@@ -143,6 +151,8 @@ class RolloutBufferSource:
         }
         if engine and engine.get("vocab_size"):  # writes with larger ids are refused (422)
             task["vocab_size"] = int(engine["vocab_size"])
+        task["max_abs_reward"] = float(r.max_abs_reward)
+        task["max_context_len"] = int(r.max_context_len) or context_length or None
         self.client.start(task)
         self.engine, self.started = engine, True
         # groups restored from a checkpoint (_to_queue) wait for the first fetch: queued here

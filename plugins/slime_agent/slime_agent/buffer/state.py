@@ -16,9 +16,11 @@ nothing is dropped without a report. Groups with some but not all slots written 
 
 Writes are checked (every field of a :class:`~slime_hookspecs.Sample` against
 :data:`slime_agent.schemas.SAMPLE`: ids in 0..2^31-1, and below the task's ``vocab_size``
-when the trainer sent one, finite rewards and log-probs <= 0, no booleans for numbers; its
-length invariants, a finished status, a non-empty response unless FAILED; all 422 naming the
-field); a refused write is counted
+when the trainer sent one, finite rewards within the task's ``max_abs_reward`` and log-probs
+<= 0, no booleans for numbers, at most the task's ``max_context_len`` tokens; its length
+invariants, a finished status, a non-empty response unless FAILED; all 422 naming the
+field: :func:`check_sample`, which the service runs off its event loop); a refused write is
+counted
 (``invalid_writes``) and its reason kept in ``recent_errors``. The trainer's own fields of the
 slot (``group_index``, ``index``, ``rollout_id``, and ``label`` / ``prompt`` when the worker
 left them empty) overwrite the worker's, so the trainer's bookkeeping cannot be broken by a
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,9 +39,85 @@ from typing import Any
 from slime_hookspecs import Sample, SampleInvariantError, Status
 
 from slime_agent import schemas
-from slime_agent.validation import RequestError, check
+from slime_agent.validation import RequestError, check, check_reward_bound
 
 _FINISHED = (Status.COMPLETED, Status.TRUNCATED, Status.FAILED)
+
+
+@dataclass(frozen=True)
+class SampleLimits:
+    """What the task bounds a written sample by (a snapshot, so samples can be checked off
+    the service's event loop while the task changes): ``vocab_size`` (ids below it),
+    ``max_abs_reward`` (``rollout.max_abs_reward``; 0: no bound) and ``max_context_len``
+    (prompt + response tokens; the model's context or ``rollout.max_context_len``)."""
+
+    vocab_size: int | None = None
+    max_abs_reward: float = schemas.DEFAULT_MAX_ABS_REWARD
+    max_context_len: int | None = None
+
+    @classmethod
+    def of(cls, task: dict[str, Any] | None) -> SampleLimits:
+        task = task or {}
+        bound = task.get("max_abs_reward")
+        return cls(task.get("vocab_size"),
+                   schemas.DEFAULT_MAX_ABS_REWARD if bound is None else float(bound),
+                   task.get("max_context_len"))
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """A write whose instance and slot were checked: its raw samples and their paths."""
+
+    instance_id: str
+    slot: int
+    raw: list[dict[str, Any]]
+    where: list[str]
+    instance: Instance | None = None  # the Instance planned for (a restarted task makes a new one)
+
+
+_ID_LISTS = ("tokens", "loss_mask", "rollout_log_probs", "weight_versions")
+
+
+def sample_dict(s: Sample) -> dict[str, Any]:
+    """``s.to_dict()`` without ``dataclasses.asdict``'s copy of every list element (5 s for a
+    1.3M-token sample, here): the id and log-prob lists are copied whole, the rest (prompt
+    messages, label, metadata) deep-copied as ``asdict`` does."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(s):
+        value = getattr(s, f.name)
+        if f.name in _ID_LISTS and isinstance(value, list):
+            out[f.name] = list(value)
+        else:
+            out[f.name] = copy.deepcopy(value)
+    out["status"] = s.status.value
+    return out
+
+
+def check_sample(d: dict[str, Any], where: str, limits: SampleLimits) -> Sample:
+    """A written sample dict as a :class:`Sample`, or :class:`BufferError` (422) naming the
+    field: the length cap first (cheap, and it spares the schema walk of a huge sample), the
+    schema, ids below the vocabulary, the reward bound, then ``Sample.validate``. Pure: safe
+    on any thread."""
+    tokens = d.get("tokens")
+    cap = limits.max_context_len
+    if cap is not None and isinstance(tokens, list) and len(tokens) > cap:
+        raise BufferError(f"{where}.tokens: {len(tokens)} tokens (prompt + response) are more "
+                          f"than the task's max_context_len {cap} (the model's context, or "
+                          "rollout.max_context_len)", param=f"{where}.tokens")
+    check(d, schemas.SAMPLE, prefix=where)
+    vocab = limits.vocab_size
+    if vocab is not None:
+        bad = next((i for i, t in enumerate(d.get("tokens", ())) if t >= vocab), None)
+        if bad is not None:
+            raise BufferError(f"{where}.tokens[{bad}]: {d['tokens'][bad]} is not below the "
+                              f"task's vocab_size {vocab}", param=f"{where}.tokens[{bad}]")
+    check_reward_bound(d.get("reward"), limits.max_abs_reward, f"{where}.reward")
+    try:
+        s = Sample.from_dict(d)
+        s.validate()
+    except (SampleInvariantError, TypeError, ValueError) as exc:
+        raise BufferError(f"{where}: {exc}", param=where) from None
+    return s
 
 
 class BufferError(RequestError):
@@ -93,6 +172,7 @@ class BufferState:
         if self.task is None:
             raise BufferError("no task: POST /start_rollout first", 409)
         check({"instances": items}, schemas.PROMPTS)
+        prompt_limits = dataclasses.replace(self.limits(), max_context_len=None)
         new: list[Instance] = []
         for i, item in enumerate(items):
             where = f"instances[{i}]"
@@ -102,7 +182,9 @@ class BufferState:
                                   f"{where}.instance_id")
             samples = item["samples"]
             for j, d in enumerate(samples):
-                self._sample(d, f"{where}.samples[{j}]")
+                # the trainer's prompts: no length cap here (a prompt that fills the context
+                # is the trainer's to refuse, before the model loads)
+                check_sample(d, f"{where}.samples[{j}]", prompt_limits)
             new.append(Instance(iid, copy.deepcopy(samples)))
         for inst in new:
             self.instances[inst.instance_id] = inst
@@ -175,14 +257,27 @@ class BufferState:
         return None
 
     def write(self, body: Any) -> dict[str, Any]:
+        """A whole write on the calling thread: :meth:`plan_write`, :func:`check_sample` for
+        each sample, :meth:`commit_write` (the service runs the middle step off its loop)."""
         try:
-            return self._write(body)
+            plan = self.plan_write(body)
+            limits = self.limits()
+            samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where)]
+            return self.commit_write(plan, samples, [sample_dict(x) for x in samples])
         except RequestError as exc:
-            self.stats["invalid_writes"] += 1
-            self.recent_errors.append(str(exc))
+            self.refused(exc)
             raise
 
-    def _write(self, body: Any) -> dict[str, Any]:
+    def refused(self, exc: RequestError) -> None:
+        """Count a refused write and keep its reason for the reports."""
+        self.stats["invalid_writes"] += 1
+        self.recent_errors.append(str(exc))
+
+    def limits(self) -> SampleLimits:
+        return SampleLimits.of(self.task)
+
+    def plan_write(self, body: Any) -> WritePlan:
+        """The cheap checks of a write (its shape, the instance, the slot), on the loop."""
         check(body, schemas.WRITE)
         iid, slot = body["instance_id"], body["slot"]
         inst = self.instances.get(iid)
@@ -200,7 +295,20 @@ class BufferState:
         key = "samples" if "samples" in body else "sample"
         raw = body["samples"] if key == "samples" else [body["sample"]]
         where = [f"samples[{j}]" if key == "samples" else "sample" for j in range(len(raw))]
-        samples = [self._sample(d, where[j]) for j, d in enumerate(raw)]
+        return WritePlan(iid, slot, raw, where, inst)
+
+    def commit_write(self, plan: WritePlan, samples: list[Sample],
+                     dicts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Store a planned write's checked samples (and their :func:`sample_dict`, made with
+        them off the loop), on the loop. The instance and slot are checked again: another
+        write may have taken them while the samples were checked."""
+        iid, slot, where = plan.instance_id, plan.slot, plan.where
+        inst = self.instances.get(iid)
+        if inst is None or inst is not plan.instance:
+            raise BufferError(f"instance_id: {iid!r} was delivered, or its task restarted, "
+                              "while this write was checked", 404, "instance_id")
+        if slot in inst.written:
+            raise BufferError(f"slot {slot} of {iid!r} is already written", 409, "slot")
         if all(s.status == Status.ABORTED for s in samples):
             self.leases.pop((iid, slot), None)
             self.queue.appendleft((iid, slot))
@@ -216,8 +324,7 @@ class BufferState:
                                   "nothing)", param=f"{where[j]}.response_length")
         own = inst.slots[slot]
         out = []
-        for s in samples:
-            d = s.to_dict()
+        for d in dicts:
             for key in ("group_index", "index", "rollout_id"):
                 d[key] = own.get(key, d[key])
             if d.get("label") is None:
@@ -233,22 +340,6 @@ class BufferState:
         if len(inst.written) == inst.size:
             self._complete(inst)
         return {"accepted": True, "group_complete": len(inst.written) == inst.size}
-
-    def _sample(self, d: dict[str, Any], where: str) -> Sample:
-        """A schema-checked sample dict as a :class:`Sample` with its invariants checked."""
-        check(d, schemas.SAMPLE, prefix=where)
-        vocab = (self.task or {}).get("vocab_size")
-        if vocab is not None:
-            bad = next((i for i, t in enumerate(d.get("tokens", ())) if t >= vocab), None)
-            if bad is not None:
-                raise BufferError(f"{where}.tokens[{bad}]: {d['tokens'][bad]} is not below the "
-                                  f"task's vocab_size {vocab}", param=f"{where}.tokens[{bad}]")
-        try:
-            s = Sample.from_dict(d)
-            s.validate()
-        except (SampleInvariantError, TypeError, ValueError) as exc:
-            raise BufferError(f"{where}: {exc}", param=where) from None
-        return s
 
     def _complete(self, inst: Instance) -> None:
         flat = [d for k in range(inst.size) for d in inst.written[k]]

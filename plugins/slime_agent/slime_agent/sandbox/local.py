@@ -10,6 +10,10 @@ that init gets SIGKILL (through a pidfd, so a recycled pid is never hit), which 
 kernel kill every process of the namespace, daemonized or not, and bwrap's session gets
 SIGKILL too. ``--die-with-parent`` covers the host process dying instead.
 
+Reaping: bwrap exits without waiting for the jail's init, which would stay a zombie of the
+host's PID 1 (and in the sandbox's ``pids`` cgroup) where PID 1 does not reap; this process
+becomes a child subreaper and reaps each init after its command (:mod:`.reaper`).
+
 Totals per sandbox: all commands of one sandbox share one cgroup (``memory_mb`` and
 ``max_processes`` over everything running in it, :mod:`slime_agent.sandbox.cgroup`) and, as
 root, a ``disk_mb`` tmpfs as the work directory (:mod:`slime_agent.sandbox.workfs`). Where the
@@ -34,6 +38,7 @@ from slime_hookspecs.protocols import ExecResult
 from slime_agent.sandbox import cgroup, jail, workdir, workfs
 from slime_agent.sandbox.nouserns import userns_filter
 from slime_agent.sandbox.process import CappedOutput, Running, read_json, write_id_map
+from slime_agent.sandbox.reaper import become_subreaper, reap_jail_init
 
 MISSING_BWRAP = (
     "bwrap not found on PATH; install it with `apt-get install bubblewrap` (Debian/Ubuntu) "
@@ -143,6 +148,8 @@ class LocalSandbox:
         self.output_cap_bytes = _positive("output_cap_bytes", output_cap_bytes)
         self.allow_network = bool(allow_network)
         self._python = jail.python_mounts(python)
+        # before any command: the jails' inits must be reparented here, not to PID 1
+        self.reaping = become_subreaper() or "each command's jail init is reaped"
         self._owner = (host_uid, host_uid) if os.geteuid() == 0 else None
         self._running: set[Running] = set()
         self._commands = 0  # started and not finished (the cgroup's process budget follows it)
@@ -345,6 +352,9 @@ class LocalSandbox:
         for task in readers:
             if not task.done():
                 task.cancel()
+        if run.proc.returncode is not None:  # bwrap is gone: its init is this process's child
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await reap_jail_init(run.pidfd, _DRAIN_AFTER_KILL_S)
         run.release()
         self._running.discard(run)
         self._commands -= 1

