@@ -4,7 +4,7 @@ One instance is one rank. Log-probs use the rollout temperature (the engine's co
 with one optimizer step per rollout the old policy equals the current one, so ``old_log_probs``
 are the detached current log-probs and no extra forward pass is spent on them.
 
-Mixture-of-experts models run their own transformers forward. With ``train.routing_replay =
+Mixture-of-experts models take the fused head too (``logprob_head.CAUSAL_LMS``). With ``train.routing_replay =
 "rollout"`` the policy's forwards (log-probs and training, the old-actor snapshot's
 too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (:mod:`slime_core.moe.routing`),
 checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
@@ -175,7 +175,9 @@ class TorchTrainer:
         # (the call with a cache; same values on the CPU, 116 s of compilation for a 2-layer
         # model) whose cost on a GPU run was not measured, so the two are not combined.
         compiled = t.compile is True
-        shared = fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
+        # (routing replay lays its ids out over the right-padded batch: one pass)
+        shared = (fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
+                  and self.routing is None)
         return {"fused_head": fused, "compile_head": fused and compiled,
                 "shared_prefix": shared, "head_kernel": str(t.head_kernel)}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -135,18 +136,19 @@ def response_log_probs(
     kernels (``train.head_kernel``). ``shared_prefix`` (with ``fused_head``):
     samples with identical prompts compute them once (:mod:`shared_prefix`), when any do.
 
-    ``routing`` with ``routes`` (rollout routing replay, a mixture-of-experts model; not with
-    ``fused_head``): sample i's first ``len(tokens[i]) - 1`` positions are routed to
+    ``routing`` with ``routes`` (rollout routing replay, a mixture-of-experts model; without
+    the shared-prefix forward): sample i's first ``len(tokens[i]) - 1`` positions are routed to
     ``routes[i]`` ``[len - 1, layers, top_k]`` (None: the router's own choice), its last
     position and the padding to the router's own choice (their outputs predict nothing).
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
-    if routes is not None and fused_head:
-        raise ValueError("response_log_probs: routing replay runs the model's own forward, "
-                         "not fused_head")
-    if fused_head and shared_prefix and (groups := prompt_groups(tokens, resp)) is not None:
+    replay = routing is not None and routes is not None
+    # (not with routing replay: the two-pass forward lays tokens out otherwise than the
+    # replayed ids of the right-padded batch)
+    if fused_head and shared_prefix and not replay and (
+            groups := prompt_groups(tokens, resp)) is not None:
         hidden, target = shared_prefix_hidden(model.model, tokens, resp, groups, pad_id)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
                      compile_head, head_kernel)
@@ -171,13 +173,13 @@ def response_log_probs(
         # cannot use its flash kernel (H200, 0.5B anchor: the masked kernel's forward and
         # backward were 48 ms of a 0.31 s training step); the padding rows' outputs are
         # never read.
-        hidden = model.model(input_ids=ids, use_cache=False)[0]
+        with (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
+              if replay else contextlib.nullcontext()):
+            hidden = model.model(input_ids=ids, use_cache=False)[0]
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
-    if routing is not None and routes is not None:
-        with routing.replaying(_replay_ids(routes, lengths, width, routing, device)):
-            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
-    else:
+    with (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
+          if replay else contextlib.nullcontext()):
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0

@@ -217,3 +217,38 @@ def test_a_deep_copy_routes_with_its_own_weights_under_the_same_replay():
     with torch.no_grad(), control.recording(), control.replaying(own):
         twin(input_ids=ids)
         assert torch.equal(control.take().long(), own)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_fused_head_equals_the_model_forward_with_and_without_replay(family):
+    """MoE models take the trainer's fused log-prob head; with routing replay too (values and
+    gradients as through the model's own forward, the replayed ids honoured in both)."""
+    from slime_core.trainkit.batching import response_log_probs
+    from slime_core.trainkit.logprob_head import unsupported
+
+    model = _model(FAMILIES[family])
+    assert unsupported(model) is None
+    control = RoutingControl(model)
+    g = torch.Generator().manual_seed(5)
+    tokens = [torch.randint(1, 128, (n,), generator=g) for n in (9, 5, 12)]
+    resp = [4, 2, 6]
+    tokens[1] = torch.cat([tokens[0][:5], tokens[1][:3]])  # a group: the shared-prefix pass
+    resp[1] = 3
+    routes = []
+    for t in tokens:
+        with torch.no_grad(), control.recording():
+            model(input_ids=t[None])
+            routes.append(_other_experts(control.take()[:-1].long(), control.shape.num_experts))
+    for extra in ({}, {"routing": control, "routes": routes}):
+        out = {}
+        for fused in (False, True):
+            model.zero_grad(set_to_none=True)
+            lps, _ = response_log_probs(model, tokens, resp, 0.8, 0, fused_head=fused,
+                                        shared_prefix=True, **extra)
+            sum(lp.sum() for lp in lps).backward()
+            out[fused] = (lps, {n: p.grad.clone() for n, p in model.named_parameters()
+                                if p.grad is not None})
+        for a, b in zip(out[False][0], out[True][0], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        for n, grad in out[False][1].items():
+            torch.testing.assert_close(grad, out[True][1][n], atol=1e-5, rtol=1e-4, msg=n)
