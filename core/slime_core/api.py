@@ -45,7 +45,10 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
   :func:`check_generate_inputs` (the input checks every engine's ``generate`` makes),
   :func:`rollout_engine_clients` (deprecated: the hook ``slime_rollout_engines_ready``),
-  :func:`run_agent_api` (deprecated: moved to ``slime_agent.run_agent_api`` with the agent API).
+  :func:`run_agent_api` (deprecated: moved to ``slime_agent.run_agent_api`` with the agent API);
+  routing replay (docs/moe.md): :func:`model_moe_shape` (an MoE model's layers, top-k and
+  experts, from its config), :func:`record_from_int32` (an engine's int32 expert ids checked
+  and turned into a ``RoutedExperts``).
 * **rewards**: :func:`reward_bound_error` (why a reward is refused under
   ``rollout.max_abs_reward``: every path that takes rewards from outside applies it).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
@@ -112,6 +115,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "check_generate_inputs": ("slime_core.engine.prompts", "check_generate_inputs"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.context", "run_agent_api"),
+    "model_moe_shape": ("slime_core.moe.preflight", "model_moe_shape"),
+    "record_from_int32": ("slime_core.moe.routing", "record_from_int32"),
     # errors
     # rewards
     "reward_bound_error": ("slime_core.rewards.validate", "reward_bound_error"),
@@ -138,6 +143,8 @@ if TYPE_CHECKING:
     from slime_core.engine.model_loading import load_tokenizer as load_tokenizer
     from slime_core.engine.model_loading import resolve_dtype as resolve_dtype
     from slime_core.engine.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.moe.preflight import model_moe_shape as model_moe_shape
+    from slime_core.moe.routing import record_from_int32 as record_from_int32
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError

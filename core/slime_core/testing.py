@@ -33,6 +33,23 @@ TINY_QWEN2: dict[str, Any] = {
 }
 """A ~50k-parameter Qwen2 built from config (``model.init_config``) for fast tests."""
 
+TINY_QWEN3_MOE: dict[str, Any] = {
+    "model_type": "qwen3_moe", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 64,
+    "moe_intermediate_size": 16, "num_experts": 8, "num_experts_per_tok": 2,
+    "norm_topk_prob": True, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 256,
+    "tie_word_embeddings": True,
+}
+"""A tiny Qwen3-MoE (8 experts, top-2, 2 MoE layers) for fast tests."""
+
+TINY_OLMOE: dict[str, Any] = {
+    "model_type": "olmoe", "vocab_size": 128, "hidden_size": 32, "intermediate_size": 16,
+    "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 256,
+    "tie_word_embeddings": True, "eos_token_id": 0, "pad_token_id": 1, "bos_token_id": None,
+}
+"""A tiny OLMoE (8 experts, top-2, unnormalised gates: ``norm_topk_prob`` false)."""
+
 
 def write_char_tokenizer(path: Path, extra_tokens: Sequence[str] = (),
                          chat_template: str | None = CHAT_TEMPLATE) -> Path:

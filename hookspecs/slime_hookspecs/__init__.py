@@ -47,6 +47,7 @@ from slime_hookspecs.records import (
     TrainerBackendRecord,
     WeightTransportRecord,
 )
+from slime_hookspecs.routing import RoutedExperts
 from slime_hookspecs.sample import Sample, SampleInvariantError, Status
 from slime_hookspecs.sampling import SamplingParams
 
@@ -83,6 +84,7 @@ __all__ = [
     "RolloutEngine",
     "RolloutEngineRecord",
     "RolloutResult",
+    "RoutedExperts",
     "Sample",
     "SampleInvariantError",
     "SamplingParams",

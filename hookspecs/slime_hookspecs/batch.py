@@ -52,6 +52,9 @@ class TrainBatch:
     sample_indices: list[int] = field(default_factory=list)  # Sample.index
     weight_versions: list[int] = field(default_factory=list)  # Sample.weight_versions[0] (-1: none)
     metadata: dict[str, Any] = field(default_factory=dict)  # per batch; metadata['metrics'] is logged
+    # train.routing_replay = "rollout": per sample an integer tensor [len(tokens) - 1, MoE
+    # layers, top_k] of the rollout's expert ids (Sample.rollout_routed_experts), or None
+    routed_experts: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.response_lengths)
@@ -107,3 +110,12 @@ class TrainBatch:
                     raise ValueError(
                         f"TrainBatch.{key}[{i}] has length {got}, response length is {want}"
                     )
+        if self.routed_experts is not None:
+            if len(self.routed_experts) != n:
+                raise ValueError(f"TrainBatch.routed_experts has {len(self.routed_experts)} "
+                                 f"samples, expected {n}")
+            for i, r in enumerate(self.routed_experts):
+                if r is not None and len(r) != len(self.tokens[i]) - 1:
+                    raise ValueError(
+                        f"TrainBatch.routed_experts[{i}] covers {len(r)} positions, expected "
+                        f"len(tokens) - 1 = {len(self.tokens[i]) - 1}")

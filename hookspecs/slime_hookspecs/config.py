@@ -158,6 +158,7 @@ class TrainConfig(Protocol):
     shared_prefix: bool
     head_kernel: str
     ref_update_interval: int
+    routing_replay: str
     keep_old_actor: bool
 
 

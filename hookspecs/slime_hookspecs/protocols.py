@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from slime_hookspecs.batch import TrainBatch
+from slime_hookspecs.routing import RoutedExperts
 from slime_hookspecs.sample import Sample
 from slime_hookspecs.sampling import SamplingParams
 
@@ -25,6 +26,9 @@ class GenerateOutput:
     finish_reason: str  # "stop" | "length" | "abort"
     weight_version: int
     text: str = ""
+    # the experts a mixture-of-experts model routed the prompt and the generated tokens to
+    # (all but the last), when the engine records them (train.routing_replay = "rollout")
+    routed_experts: RoutedExperts | None = None
 
 
 @runtime_checkable

@@ -86,10 +86,15 @@ class RolloutEngineRecord(Record):
         @records.register(RolloutEngineRecord, "echo", summary="answers with the prompt")
         def echo_engine(config, engine_index, accelerator):
             return EchoEngine(config)  # implements slime_hookspecs.RolloutEngine
+
+    ``routing_replay``: the engine records the experts a mixture-of-experts model routed each
+    token to (``GenerateOutput.routed_experts``) when ``train.routing_replay = "rollout"``; a
+    run asking for replay with an engine that does not fails before any model loads.
     """
 
     kind: ClassVar[str] = "rollout_engine"
     hook: ClassVar[str] = "slime_register_rollout_engines"
+    routing_replay: bool = False  # records GenerateOutput.routed_experts (MoE models)
 
 
 @dataclass
@@ -110,11 +115,17 @@ class TrainerBackendRecord(Record):
     :class:`~slime_hookspecs.protocols.CriticSpec`; it may ask
     ``slime_make_model(config, role="critic")`` first. ``None``: the backend offers no
     critic, and a run that needs one fails naming the backend.
+
+    ``routing_replay``: the backend's policy forward routes every token of a
+    mixture-of-experts model to ``TrainBatch.routed_experts`` when ``train.routing_replay =
+    "rollout"``; a run asking for replay with a backend that cannot fails before any model
+    loads.
     """
 
     kind: ClassVar[str] = "trainer_backend"
     hook: ClassVar[str] = "slime_register_trainer_backends"
     critic_factory: Callable[..., Any] | None = None  # (config, model, CriticSpec) -> CriticModel
+    routing_replay: bool = False  # replays TrainBatch.routed_experts (MoE models)
 
 
 @dataclass

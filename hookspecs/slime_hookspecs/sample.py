@@ -7,7 +7,10 @@ Invariants (checked by :meth:`Sample.validate`):
 * ``len(loss_mask) == response_length`` (1 = trained, 0 = masked, e.g. tool observations);
 * ``len(rollout_log_probs) == response_length`` when log-probs are present (masked tokens carry
   0.0, they are never trained);
-* ``response`` is for humans and rewards only: training always uses ``tokens``.
+* ``response`` is for humans and rewards only: training always uses ``tokens``;
+* ``rollout_routed_experts``, when present, covers ``len(tokens) - 1`` positions (the experts
+  a mixture-of-experts model routed every token but the last to; see
+  :mod:`slime_hookspecs.routing`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from slime_hookspecs.routing import RoutedExperts
 
 
 class Status(str, enum.Enum):
@@ -53,6 +58,9 @@ class Sample:
     train_metadata: dict[str, Any] = field(default_factory=dict)  # for training-side plugins
     session_id: str | None = None  # agent API session that produced it (multi-turn)
     error: str | None = None  # why it FAILED
+    # MoE models with train.routing_replay = "rollout": the engine's top-k expert ids of every
+    # token but the last, every MoE layer (slime_hookspecs.routing); None when not recorded
+    rollout_routed_experts: RoutedExperts | None = None
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -133,12 +141,20 @@ class Sample:
             )
         if any(m not in (0, 1) for m in self.loss_mask):
             raise SampleInvariantError(f"{where}: loss_mask values must be 0 or 1")
+        routed = self.rollout_routed_experts
+        if routed is not None and routed.shape[0] != len(self.tokens) - 1:
+            raise SampleInvariantError(
+                f"{where}: rollout_routed_experts covers {routed.shape[0]} positions, "
+                f"expected len(tokens) - 1 = {len(self.tokens) - 1}"
+            )
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (status as its string value)."""
         d = asdict(self)
         d["status"] = self.status.value
+        if self.rollout_routed_experts is not None:
+            d["rollout_routed_experts"] = self.rollout_routed_experts.to_dict()
         return d
 
     @classmethod
@@ -154,4 +170,7 @@ class Sample:
         for key in ("tokens", "loss_mask", "rollout_log_probs", "weight_versions"):
             if key in kwargs and kwargs[key] is not None:
                 kwargs[key] = list(kwargs[key])
+        routed = kwargs.get("rollout_routed_experts")
+        if isinstance(routed, dict):
+            kwargs["rollout_routed_experts"] = RoutedExperts.from_dict(routed)
         return cls(**kwargs)

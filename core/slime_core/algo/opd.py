@@ -53,11 +53,15 @@ def teacher_model_config(config: Any) -> Any:
 
 
 def teacher_config(config: Any) -> Any:
-    """A copy of ``config`` whose model is the teacher (to build a teacher engine)."""
+    """A copy of ``config`` whose model is the teacher (to build a teacher engine); routing
+    replay off (the teacher only scores tokens: nothing of its routing is replayed, and a
+    dense teacher of an MoE student must not be asked for routers)."""
     from slime_core.config.model import Config
 
     sections = {name: config.section(name) for name in config.sections()}
-    return Config({**sections, "model": teacher_model_config(config)}, config.source)
+    train = dataclasses.replace(config.train, routing_replay="off")
+    return Config({**sections, "model": teacher_model_config(config), "train": train},
+                  config.source)
 
 
 def zero_task_rewards(config: Any, batch: Any) -> None:

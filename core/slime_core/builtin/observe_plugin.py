@@ -87,7 +87,7 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     from slime_core.observe.replay import make_replay_engine
 
     return [RolloutEngineRecord(
-        name="replay", factory=make_replay_engine,
+        name="replay", factory=make_replay_engine, routing_replay=True,  # dumps keep records
         summary="no model: stands in for the engine while debug.replay_rollouts serves rollouts",
     )]
 

@@ -251,10 +251,11 @@ class TrainSection:
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_core.runner.fast_defaults)
-    fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
+    fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral and the MoE Qwen3-MoE/Qwen2-MoE/OLMoE/Mixtral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
     ref_update_interval: int = 0  # every N steps the reference model takes the policy's weights (slime's --ref-update-interval); 0: the reference stays fixed
+    routing_replay: str = "off"  # mixture-of-experts models: "rollout" routes the training forward of every sampled token to the experts the rollout engine chose (R3; gate weights recomputed from the trainer router's logits on those experts, slime_core.moe.routing); "off": the trainer's router picks its own. Needs a model with experts and an engine and backend that support it (local, torch)
     keep_old_actor: bool = False  # old_log_probs (the PPO ratio's denominator) from the weights that generated each sample, kept in the trainer, not the current policy (slime's --keep-old-actor; matters with run.async_rollout or weights.update_interval > 1)
 
     def __post_init__(self) -> None:
@@ -273,6 +274,8 @@ class TrainSection:
         _need(self.max_consecutive_skipped_steps >= 1, "train.max_consecutive_skipped_steps",
               "must be >= 1")
         _need(self.num_ranks >= 1, "train.num_ranks", "must be >= 1")
+        _need(self.routing_replay in ("off", "rollout"), "train.routing_replay",
+              f"{self.routing_replay!r} is not one of off, rollout")
         _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")
 
 

@@ -18,6 +18,11 @@ cache and one replayed CUDA graph per step; rows are then never dropped. Otherwi
 ``fused`` decoder (Llama-family models, ``rollout.fused_decoder``), the prefill and steps run
 through :mod:`slime_core.engine.fused_decoder` and its own KV buffers instead of the model's
 forward; rows are dropped the same way.
+
+With ``routing`` (a :class:`~slime_core.moe.routing.RoutingControl` recording, for a
+mixture-of-experts model under ``train.routing_replay = "rollout"``), every forward's expert
+ids are kept and each :class:`Result` carries those of its prompt and generated tokens but the
+last (``[len(prompt) + len(token_ids) - 1, layers, top_k]``, :mod:`slime_hookspecs.routing`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from slime_core.engine.kv_cache import buffer_layers
 from slime_core.engine.sampler import GroupSampler
 from slime_core.engine.static_decode import StaticDecoders
 from slime_core.engine.stopping import StopStrings
+from slime_core.moe.routing import RoutingControl
 
 RUNNING, STOP, LENGTH, ABORT = 0, 1, 2, 3
 SYNC_EVERY = 8  # decode steps between "is any row still running?" checks of a fixed batch
@@ -55,6 +61,7 @@ class Result:
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str
+    routes: torch.Tensor | None = None  # with routing: [positions, MoE layers, top_k]
 
 
 def prebuilt_mask_ok(config: Any) -> bool:
@@ -160,8 +167,10 @@ def decode(
     make_cache: Callable[[], Any],
     static: StaticDecoders | None = None,
     fused: FusedDecoder | None = None,
+    routing: RoutingControl | None = None,
 ) -> list[Result]:
-    """Generate for every request; one :class:`Result` each, in order."""
+    """Generate for every request; one :class:`Result` each, in order. ``routing`` (recording,
+    transformers forward only: no ``static`` or ``fused`` path) fills ``Result.routes``."""
     param = next(model.parameters())
     device = param.device
     n = len(requests)
@@ -183,6 +192,9 @@ def decode(
     batch = _Batch(requests, device, max_new)
     string_rows = any(r.stop_strings is not None for r in requests)
     results: dict[int, Result] = {}
+    routes = _RouteLog(routing, lens, width) if routing is not None else None
+    if routes is not None and (static is not None or fused is not None):
+        raise ValueError("decode: routing is recorded through the transformers forward only")
     fixed = None
     if static is not None and prebuilt_mask_ok(model.config):
         fixed = static.get(model, n, width, max_new, fused)
@@ -196,6 +208,8 @@ def decode(
         cache = make_cache()
         buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
         logits = _forward(model, ids, full_mask[:, :width] if padded else None, pos, cache)
+    if routes is not None:
+        routes.prefill()
     pos = lens_t.unsqueeze(1)  # next position of each row (padding does not count)
 
     for step in range(max_new):
@@ -242,13 +256,45 @@ def decode(
         else:
             mask = step_mask[..., : width + step + 1] if padded else None
             logits = _forward(model, next_ids, mask, pos, cache)
+            if routes is not None:
+                routes.step(batch.rows)
         pos = pos + 1
 
     del cache
     if fused is not None:
         fused.release()
     batch.finalise_all(results)
+    if routes is not None:
+        for i, res in results.items():
+            res.routes = routes.of(i, len(res.token_ids))
     return [results[i] for i in range(n)]
+
+
+class _RouteLog:
+    """The expert ids of a decode call's forwards, kept on the device until a row's are read."""
+
+    def __init__(self, control: RoutingControl, lens: list[int], width: int) -> None:
+        self.control, self.lens, self.width = control, lens, width
+        self.dtype = control.shape.dtype
+        self.prompt: torch.Tensor | None = None  # [n, width, layers, top_k]
+        self.steps: list[tuple[dict[int, int], torch.Tensor]] = []  # (row -> slot, ids)
+
+    def prefill(self) -> None:
+        ids = self.control.take().to(self.dtype)
+        self.prompt = ids.view(len(self.lens), self.width, *ids.shape[1:])
+
+    def step(self, rows: list[int]) -> None:
+        """After a decode step's forward over the batch rows ``rows`` (request indices)."""
+        self.steps.append(({r: j for j, r in enumerate(rows)}, self.control.take().to(self.dtype)))
+
+    def of(self, row: int, generated: int) -> torch.Tensor:
+        """Request ``row``'s ids: its prompt's, then the first ``generated - 1`` steps' (the
+        tokens it fed; a finished row still in the batch feeds unused tokens after them)."""
+        assert self.prompt is not None
+        parts = [self.prompt[row, self.width - self.lens[row]:]]
+        for slots, ids in self.steps[:max(generated - 1, 0)]:
+            parts.append(ids[slots[row]:slots[row] + 1])
+        return torch.cat(parts).cpu()
 
 
 def _fused_prefill(fused: FusedDecoder, requests: list[Request], ids: torch.Tensor,

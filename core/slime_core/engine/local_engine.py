@@ -24,6 +24,11 @@ tokenizer); generated text is never re-tokenized.
 the lock): unfinished requests keep their tokens so far and finish ``abort``, later chunks of
 the call come back empty. Calls made after it are not affected.
 
+Mixture-of-experts models (Qwen3-MoE, Qwen2-MoE, OLMoE, Mixtral) run through the transformers
+forward (no fused decoder, no CUDA graphs: their experts' dispatch is data-dependent). With
+``train.routing_replay = "rollout"`` the engine records the experts each token was routed to
+(``GenerateOutput.routed_experts``, :mod:`slime_core.moe.routing`).
+
 Thread safety: ``generate``, ``update_weights``, ``sleep``, ``wake_up`` and ``shutdown`` take
 one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
 """
@@ -49,6 +54,7 @@ from slime_core.engine.prompts import check_generate_inputs
 from slime_core.engine.sampler import GroupSampler, SamplingKey
 from slime_core.engine.static_decode import StaticDecoders, compile_options
 from slime_core.engine.stopping import StopStrings
+from slime_core.moe.routing import RoutingControl, config_moe_shape, to_record
 
 
 def _engine_device(accelerator: Any, engine_index: int) -> torch.device:
@@ -100,7 +106,15 @@ class LocalEngine:
         # (`is True`: an unresolved "auto", in an engine built outside the driver that resolves
         # it in runner/fast_defaults.py, stays off)
         self._static: StaticDecoders | None = None
-        if config.rollout.cuda_graphs is True and self.device.type == "cuda":
+        # MoE: routing replay records through the transformers forward; a captured graph
+        # would also freeze the experts' data-dependent dispatch
+        # (read from the config: a router of a family replay does not know is no error here)
+        self._moe = config_moe_shape(model.config)
+        self._routing: RoutingControl | None = None
+        if config.train.routing_replay == "rollout":
+            self._routing = RoutingControl(model)  # a model without routers fails here
+        if (config.rollout.cuda_graphs is True and self.device.type == "cuda"
+                and self._moe is None):
             setting = str(config.rollout.decode_attention)
             triton = kernels.choose(setting, self.device, "rollout.decode_attention")
             compile_step = config.rollout.compile_decode is True
@@ -175,15 +189,27 @@ class LocalEngine:
                     chunk = order[start:start + cap]
                     if aborted():
                         for i in chunk:
-                            results[i] = ([], [], "abort")
+                            results[i] = ([], [], "abort", None)
                         continue
-                    outs = decode(model, [requests[i] for i in chunk], self.pad_token_id,
-                                  aborted, self._new_cache, self._static, self._fused)
+                    outs = self._decode(model, [requests[i] for i in chunk], aborted)
                     for i, out in zip(chunk, outs, strict=True):
-                        results[i] = (out.token_ids, out.log_probs, out.finish_reason)
+                        routed = (to_record(out.routes, self._routing.shape)
+                                  if out.routes is not None and self._routing is not None
+                                  else None)
+                        results[i] = (out.token_ids, out.log_probs, out.finish_reason, routed)
         return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
-                               weight_version=version, text=self._text(ids))
-                for ids, lps, reason in results]
+                               weight_version=version, text=self._text(ids),
+                               routed_experts=routed)
+                for ids, lps, reason, routed in results]
+
+    def _decode(self, model: torch.nn.Module, requests: list[Request],
+                aborted: Any) -> list[Any]:
+        if self._routing is None:
+            return decode(model, requests, self.pad_token_id, aborted, self._new_cache,
+                          self._static, self._fused)
+        with self._routing.recording():
+            return decode(model, requests, self.pad_token_id, aborted, self._new_cache,
+                          None, None, routing=self._routing)
 
     def score_tokens(self, sequences: list[list[int]], response_lengths: list[int],
                      temperature: float = 1.0) -> list[list[float]]:

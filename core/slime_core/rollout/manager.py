@@ -92,6 +92,8 @@ async def default_generate(
     sample.append_response_tokens(
         out.token_ids, out.log_probs, text=out.text, weight_version=out.weight_version
     )
+    # the call read the whole sample so far (a continued one included): its record covers it
+    sample.rollout_routed_experts = getattr(out, "routed_experts", None)
     sample.status = {
         "stop": Status.COMPLETED, "length": Status.TRUNCATED, "abort": Status.ABORTED,
     }.get(out.finish_reason, Status.COMPLETED)

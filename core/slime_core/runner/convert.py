@@ -3,6 +3,11 @@
 Conventions: a sample with ``remove_sample`` or status FAILED / ABORTED keeps its place (and,
 for FAILED, the mean reward of its group's other samples, so it does not move the group
 baseline) but its loss mask is all zeros, so it contributes no gradient.
+
+With ``train.routing_replay = "rollout"`` every sample's ``rollout_routed_experts`` becomes
+``TrainBatch.routed_experts`` (a trained sample without one is refused, naming it; a masked
+one may lack it and is then routed by the trainer's own router), and the record's mean size
+per sample is logged as ``rollout/routing_record_bytes``.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import Any
 
 from slime_core.algo.opd import TEACHER_KEY
 from slime_core.context import get_manager
+from slime_core.moe.routing import from_record
 from slime_core.rewards.scalar import scalar_reward
 from slime_hookspecs import Sample, Status, TrainBatch
 
@@ -70,5 +76,34 @@ def default_convert(config: Any, samples: list[Sample]) -> TrainBatch:
     batch.raw_rewards = [float(x) for x in raw]
     batch.rewards = [float(x) for x in shaped]
     batch.metadata["n_samples_per_prompt"] = config.rollout.n_samples_per_prompt
+    if config.train.routing_replay == "rollout":
+        batch.routed_experts = routing_records(samples)
+        sizes = [s.rollout_routed_experts.nbytes for s in samples
+                 if s.rollout_routed_experts is not None]
+        if sizes:
+            batch.metadata.setdefault("metrics", {})["rollout/routing_record_bytes"] = (
+                sum(sizes) / len(sizes))
     batch.validate()
     return batch
+
+
+def routing_records(samples: list[Sample]) -> list[Any]:
+    """Each sample's routing record as a tensor ``[len(tokens) - 1, layers, top_k]`` (None
+    for a masked sample without one); a trained sample without a fitting record fails naming
+    it and the field."""
+    out: list[Any] = []
+    for s in samples:
+        rec = s.rollout_routed_experts
+        where = f"sample group={s.group_index} index={s.index}: rollout_routed_experts"
+        masked = s.remove_sample or s.status in (Status.FAILED, Status.ABORTED)
+        if rec is None:
+            if not masked:
+                raise ValueError(f"{where} is missing, and train.routing_replay = 'rollout' "
+                                 "replays it (an engine that records routing: local, sglang)")
+            out.append(None)
+            continue
+        if rec.shape[0] != len(s.tokens) - 1:
+            raise ValueError(f"{where} covers {rec.shape[0]} positions, expected "
+                             f"len(tokens) - 1 = {len(s.tokens) - 1}")
+        out.append(from_record(rec))
+    return out

@@ -31,6 +31,7 @@ from slime_core.config.sections import rollout_mode
 from slime_core.context import set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
+from slime_core.moe.preflight import check_routing_replay
 from slime_core.observe.rollout_metrics import rollout_metrics
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
@@ -60,6 +61,7 @@ class Driver:
         # again here for records of plugins registered after resolve() (in-memory ones):
         # a wrong name fails before a run directory or a model exists
         check_record_names(manager, config)
+        check_routing_replay(manager, config)  # a dense model or a backend that cannot
         # the fast path's "auto" keys take their values for this accelerator before
         # config.toml is written (or compared, on resume): the file records what ran
         self.accel_record = select_accelerator(manager, config.run.accelerator)

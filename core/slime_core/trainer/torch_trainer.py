@@ -3,6 +3,12 @@
 One instance is one rank. Log-probs use the rollout temperature (the engine's convention);
 with one optimizer step per rollout the old policy equals the current one, so ``old_log_probs``
 are the detached current log-probs and no extra forward pass is spent on them.
+
+Mixture-of-experts models take the fused head too (``logprob_head.CAUSAL_LMS``). With ``train.routing_replay =
+"rollout"`` the policy's forwards (log-probs and training, the old-actor snapshot's
+too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (:mod:`slime_core.moe.routing`),
+checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
+replayed expert choices the trainer's routers would have made themselves.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from slime_hookspecs.batch import TENSOR_KEYS
 from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.moe.routing import RoutingControl, check_routes
 from slime_core.trainer.old_actor import OldActor, synced_at_start
 from slime_core.trainkit import data_parallel, logprob_head
 from slime_core.trainkit.accumulate import Accumulation, rollout_optimizer_steps
@@ -56,6 +63,9 @@ class TorchTrainer:
         torch.manual_seed(config.run.seed)
         self.model = self._build("actor")
         self.model.train()
+        # train.routing_replay: the policy's routers follow the rollout's recorded experts
+        self.routing = (RoutingControl(self.model) if config.train.routing_replay == "rollout"
+                        else None)
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             self.model.gradient_checkpointing_enable()
         # the response log-probs' head step (logprob_head) for the models that allow it
@@ -137,15 +147,26 @@ class TorchTrainer:
         lengths = [batch.response_lengths[i] for i in idx]
         out: list[torch.Tensor | None] = [None] * len(idx)
         options = self._head_options(model)
+        # the policy and its old-actor snapshot (a deep copy: the routers' hooks came with
+        # it) replay; the reference and a teacher route on their own
+        routes = batch.routed_experts if role in ("actor", "old_actor") else None
         with torch.no_grad():
             for mb in self._plan(tokens, lengths, options["shared_prefix"]):
                 lps, _ = response_log_probs(
                     model, [tokens[i] for i in mb], [lengths[i] for i in mb],
                     self.config.rollout.temperature, self.pad_id, **options,
+                    **self._replay([idx[i] for i in mb], routes),
                 )
                 for i, lp in zip(mb, lps, strict=True):
                     out[i] = lp.float().cpu()
         return out  # type: ignore[return-value]
+
+    def _replay(self, idx: list[int], routes: list[Any] | None) -> dict[str, Any]:
+        """``response_log_probs``' routing arguments for the samples ``idx`` of a batch whose
+        records are ``routes`` (none without train.routing_replay or without records)."""
+        if self.routing is None or routes is None:
+            return {}
+        return {"routing": self.routing, "routes": [routes[i] for i in idx]}
 
     def _head_options(self, model: torch.nn.Module) -> dict[str, Any]:
         t = self.config.train
@@ -155,7 +176,9 @@ class TorchTrainer:
         # (the call with a cache; same values on the CPU, 116 s of compilation for a 2-layer
         # model) whose cost on a GPU run was not measured, so the two are not combined.
         compiled = t.compile is True
-        shared = fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
+        # (routing replay lays its ids out over the right-padded batch: one pass)
+        shared = (fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
+                  and self.routing is None)
         return {"fused_head": fused, "compile_head": fused and compiled,
                 "shared_prefix": shared, "head_kernel": str(t.head_kernel)}
 
@@ -173,7 +196,26 @@ class TorchTrainer:
     # -- training --------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
         """Tensors, ref/teacher/old log-probs and advantages for a step's batch."""
+        if self.routing is not None:
+            self._check_routes(batch)
         prepare_batch(self.config, batch, self.compute_log_probs)
+
+    def _check_routes(self, batch: TrainBatch) -> None:
+        """Refuse routing records that do not fit the policy, naming the sample and field."""
+        assert self.routing is not None
+        if batch.routed_experts is None:
+            if len(batch):
+                raise ValueError("train.routing_replay = 'rollout' but the batch has no "
+                                 "routed_experts (a custom slime_convert_samples_to_train_data "
+                                 "must set TrainBatch.routed_experts)")
+            return
+        for i, ids in enumerate(batch.routed_experts):
+            if ids is None:
+                continue
+            where = (f"sample group={batch.group_indices[i] if batch.group_indices else '?'} "
+                     f"index={batch.sample_indices[i] if batch.sample_indices else i}: "
+                     "TrainBatch.routed_experts")
+            check_routes(ids, self.routing.shape, len(batch.tokens[i]) - 1, where)
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
@@ -189,6 +231,8 @@ class TorchTrainer:
                                           self._optimizer_step, model=self.model,
                                           optimizer=self.optimizer, scheduler=self.scheduler,
                                           started=t0, health=self._health())
+        if self.routing is not None and (agree := self.routing.agreement()) is not None:
+            metrics["train/routing_replay_agreement"] = agree
         if self.old_actor is not None:
             metrics["train/old_actor_missing"] = float(self.old_actor.missing)
         if ref_update_due(self.config, rollout_id) and needs_ref(self.config):
@@ -215,6 +259,7 @@ class TorchTrainer:
             lps, ents = response_log_probs(
                 self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
                 self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad, **options,
+                **self._replay(list(range(len(mb))), mb.routed_experts),
             )
             if ents is not None and not want_entropy_grad:
                 ents = [e.detach() for e in ents]

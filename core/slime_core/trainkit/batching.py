@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
+from slime_core.moe.routing import RoutingControl
 from slime_core.trainkit.logprob_head import head_log_probs
 from slime_core.trainkit.shared_prefix import prompt_groups, shared_prefix_hidden
 
@@ -112,6 +114,8 @@ def response_log_probs(
     compile_head: bool = False,
     shared_prefix: bool = False,
     head_kernel: str = "torch",
+    routing: RoutingControl | None = None,
+    routes: list[torch.Tensor | None] | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
@@ -131,11 +135,20 @@ def response_log_probs(
     ``compile_head`` compiles its per-chunk functions; ``head_kernel`` picks its statistics
     kernels (``train.head_kernel``). ``shared_prefix`` (with ``fused_head``):
     samples with identical prompts compute them once (:mod:`shared_prefix`), when any do.
+
+    ``routing`` with ``routes`` (rollout routing replay, a mixture-of-experts model; without
+    the shared-prefix forward): sample i's first ``len(tokens[i]) - 1`` positions are routed to
+    ``routes[i]`` ``[len - 1, layers, top_k]`` (None: the router's own choice), its last
+    position and the padding to the router's own choice (their outputs predict nothing).
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
-    if fused_head and shared_prefix and (groups := prompt_groups(tokens, resp)) is not None:
+    replay = routing is not None and routes is not None
+    # (not with routing replay: the two-pass forward lays tokens out otherwise than the
+    # replayed ids of the right-padded batch)
+    if fused_head and shared_prefix and not replay and (
+            groups := prompt_groups(tokens, resp)) is not None:
         hidden, target = shared_prefix_hidden(model.model, tokens, resp, groups, pad_id)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
                      compile_head, head_kernel)
@@ -160,10 +173,14 @@ def response_log_probs(
         # cannot use its flash kernel (H200, 0.5B anchor: the masked kernel's forward and
         # backward were 48 ms of a 0.31 s training step); the padding rows' outputs are
         # never read.
-        hidden = model.model(input_ids=ids, use_cache=False)[0]
+        with (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
+              if replay else contextlib.nullcontext()):
+            hidden = model.model(input_ids=ids, use_cache=False)[0]
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    with (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
+          if replay else contextlib.nullcontext()):
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
     if temp != 1.0:
@@ -177,6 +194,18 @@ def response_log_probs(
             ent = -(logp.exp() * logp).sum(-1)
         ents = list(ent.split(resp))
     return out, ents
+
+
+def _replay_ids(routes: list[torch.Tensor | None], lengths: list[int], width: int,
+                routing: RoutingControl, device: torch.device) -> torch.Tensor:
+    """The right-padded batch's replayed ids ``[rows x width, layers, top_k]``, -1 where the
+    router keeps its own choice."""
+    shape = routing.shape
+    out = torch.full((len(lengths), width, shape.layers, shape.top_k), -1, dtype=torch.long)
+    for row, (r, n) in enumerate(zip(routes, lengths, strict=True)):
+        if r is not None:
+            out[row, : n - 1] = r.long()
+    return out.view(-1, shape.layers, shape.top_k).to(device)
 
 
 def _head(model: torch.nn.Module, hidden: torch.Tensor, target: torch.Tensor, resp: list[int],

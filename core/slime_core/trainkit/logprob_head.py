@@ -20,8 +20,10 @@ float rounding. ``compile=True`` runs the per-chunk functions through ``torch.co
 chunk is one or two fused kernels; eagerly, each chunk takes about four fused ATen passes each
 way.
 
-Used for ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` and
-``MistralForCausalLM`` (their ``forward`` is ``lm_head(model(...))`` and nothing else);
+Used for ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
+``MistralForCausalLM`` and the mixture-of-experts ``Qwen3MoeForCausalLM``,
+``Qwen2MoeForCausalLM``, ``OlmoeForCausalLM`` and ``MixtralForCausalLM`` (their ``forward``
+is ``lm_head(model(...))`` and, with ``output_router_logits`` off, nothing else);
 :func:`unsupported` says why another model keeps its own forward.
 """
 
@@ -35,7 +37,9 @@ import torch.nn.functional as F
 
 from slime_core import kernels
 
-CAUSAL_LMS = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
+CAUSAL_LMS = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
+              "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM",
+              "MixtralForCausalLM"}
 CHUNK_BYTES = 1 << 28  # fp32 bytes of one chunk's [rows, V] temporaries (eager)
 
 
@@ -52,6 +56,8 @@ def unsupported(model: Any) -> str | None:
         return "the output head is not a torch.nn.Linear"
     if getattr(model.config, "final_logit_softcapping", None):
         return "final logit soft-capping is not implemented"
+    if getattr(model.config, "output_router_logits", False):
+        return "output_router_logits: the forward adds a router loss the head would drop"
     return None
 
 

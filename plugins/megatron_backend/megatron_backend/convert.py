@@ -10,6 +10,10 @@ Megatron's layout, per decoder layer (local spec):
   ``[gate_r; up_r]`` (its slice of gate, then its slice of up), because the GLU chunks the
   local output in two.
 * ``linear_proj`` and ``linear_fc2``: row-parallel (split along the input dimension).
+* Qwen3-MoE: ``mlp.router.weight`` (HF ``mlp.gate.weight``, ``[experts, hidden]``) and
+  ``mlp.experts.local_experts.{e}.linear_fc1`` / ``linear_fc2`` (HF ``mlp.experts.gate_up_proj[e]``,
+  ``[gate; up]`` as Megatron's GLU chunks it, and ``down_proj[e]``), all replicated (tensor
+  parallelism 1, every expert on every rank);
 * ``embedding.word_embeddings`` / ``output_layer``: vocabulary-parallel, padded to
   ``layout.padded_vocab`` rows with zeros (the padding is dropped on the way back).
 * norms (input, pre-MLP, final, Qwen3's q/k): replicated.
@@ -62,6 +66,12 @@ def megatron_names(layout: Layout, stage: int = 0, stages: int = 1) -> dict[str,
             names[p + "self_attention.k_layernorm.weight"] = None
         names[p + "self_attention.linear_proj.weight"] = ROW
         names[p + "pre_mlp_layernorm.weight"] = None
+        if layout.num_experts:
+            names[p + "mlp.router.weight"] = None
+            for e in range(layout.num_experts):
+                names[p + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = None
+                names[p + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = None
+            continue
         names[p + "mlp.linear_fc1.weight"] = COLUMN
         names[p + "mlp.linear_fc2.weight"] = ROW
     if last:
@@ -130,6 +140,13 @@ def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
             put(m + "self_attention.k_layernorm.weight", hf[a + "k_norm.weight"], None)
         put(m + "self_attention.linear_proj.weight", hf[a + "o_proj.weight"], ROW)
         put(m + "pre_mlp_layernorm.weight", hf[h + "post_attention_layernorm.weight"], None)
+        if layout.num_experts:
+            put(m + "mlp.router.weight", hf[h + "mlp.gate.weight"], None)
+            for e in range(layout.num_experts):
+                x = m + f"mlp.experts.local_experts.{e}."
+                put(x + "linear_fc1.weight", hf[h + "mlp.experts.gate_up_proj"][e], None)
+                put(x + "linear_fc2.weight", hf[h + "mlp.experts.down_proj"][e], None)
+            continue
         gate = _chunk(hf[h + "mlp.gate_proj.weight"], 0, tp_rank, tp_size)
         up = _chunk(hf[h + "mlp.up_proj.weight"], 0, tp_rank, tp_size)
         out[m + "mlp.linear_fc1.weight"] = torch.cat([gate, up]).contiguous()
@@ -174,13 +191,21 @@ def to_hf(shards: dict[str, list[torch.Tensor]], layout: Layout, stage: int = 0,
         if layout.qk_norm:
             out[a + "q_norm.weight"] = full(m + "self_attention.q_layernorm.weight")
             out[a + "k_norm.weight"] = full(m + "self_attention.k_layernorm.weight")
+        out[h + "input_layernorm.weight"] = full(m + "input_layernorm.weight")
+        out[h + "post_attention_layernorm.weight"] = full(m + "pre_mlp_layernorm.weight")
+        if layout.num_experts:
+            x = m + "mlp.experts.local_experts.{}."
+            out[h + "mlp.gate.weight"] = full(m + "mlp.router.weight")
+            out[h + "mlp.experts.gate_up_proj"] = torch.stack(
+                [full(x.format(e) + "linear_fc1.weight") for e in range(layout.num_experts)])
+            out[h + "mlp.experts.down_proj"] = torch.stack(
+                [full(x.format(e) + "linear_fc2.weight") for e in range(layout.num_experts)])
+            continue
         gates, ups = zip(*(torch.chunk(s, 2, dim=0) for s in shards[m + "mlp.linear_fc1.weight"]),
                          strict=True)
         out[h + "mlp.gate_proj.weight"] = torch.cat(gates)
         out[h + "mlp.up_proj.weight"] = torch.cat(ups)
         out[h + "mlp.down_proj.weight"] = full(m + "mlp.linear_fc2.weight")
-        out[h + "input_layernorm.weight"] = full(m + "input_layernorm.weight")
-        out[h + "post_attention_layernorm.weight"] = full(m + "pre_mlp_layernorm.weight")
     if last:
         out["model.norm.weight"] = full("decoder.final_layernorm.weight")
         if not layout.tied:

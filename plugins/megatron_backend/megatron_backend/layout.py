@@ -1,8 +1,9 @@
 """What the converters and the model builder need to know of a Hugging Face decoder config.
 
-Supported families: Llama (and Mistral-shaped Llamas), Qwen2 / Qwen2.5 (bias on q, k, v) and
-Qwen3 (RMSNorm on each head's queries and keys). Everything else fails here, before any
-weight is read, with the reason.
+Supported families: Llama (and Mistral-shaped Llamas), Qwen2 / Qwen2.5 (bias on q, k, v),
+Qwen3 (RMSNorm on each head's queries and keys) and Qwen3-MoE (Qwen3's attention, every
+layer's MLP a mixture of experts; tensor parallelism 1, experts not split over ranks yet).
+Everything else fails here, before any weight is read, with the reason.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+            "qwen3_moe": "qwen3_moe"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ class Layout:
     norm_eps: float
     rope_theta: float
     max_positions: int
+    # mixture of experts (qwen3_moe): experts per layer, experts per token, each expert's
+    # hidden size, whether the top-k gate weights are renormalised (0: a dense model)
+    num_experts: int = 0
+    top_k: int = 0
+    moe_ffn: int = 0
+    norm_topk: bool = True
 
     @property
     def heads_per_group(self) -> int:
@@ -79,6 +87,16 @@ def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128) -> Layout:
     if kv % tp or heads % tp:
         raise ValueError(f"megatron.tensor_model_parallel_size = {tp} must divide the attention "
                          f"heads ({heads}) and key/value heads ({kv})")
+    moe: dict[str, Any] = {}
+    if family == "qwen3_moe":
+        if tp != 1:
+            raise ValueError("megatron backend: a mixture-of-experts model needs "
+                             "megatron.tensor_model_parallel_size = 1 (experts are not split)")
+        if getattr(hf, "mlp_only_layers", None) or int(getattr(hf, "decoder_sparse_step", 1)) != 1:
+            raise ValueError("megatron backend: Qwen3-MoE with dense layers (mlp_only_layers, "
+                             "decoder_sparse_step) is not supported: every layer must be MoE")
+        moe = {"num_experts": int(hf.num_experts), "top_k": int(hf.num_experts_per_tok),
+               "moe_ffn": int(hf.moe_intermediate_size), "norm_topk": bool(hf.norm_topk_prob)}
     if int(hf.intermediate_size) % tp:
         raise ValueError(f"megatron.tensor_model_parallel_size = {tp} must divide "
                          f"intermediate_size ({hf.intermediate_size})")
@@ -94,8 +112,9 @@ def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128) -> Layout:
         padded_vocab=padded_vocab(int(hf.vocab_size), divisible_by, tp),
         tied=bool(getattr(hf, "tie_word_embeddings", False)),
         qkv_bias=family == "qwen2",
-        qk_norm=family == "qwen3",
+        qk_norm=family in ("qwen3", "qwen3_moe"),
         norm_eps=float(hf.rms_norm_eps),
         rope_theta=rope_theta(hf),
         max_positions=int(getattr(hf, "max_position_embeddings", 4096)),
+        **moe,
     )

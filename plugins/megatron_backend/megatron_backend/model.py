@@ -25,6 +25,21 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
     from megatron.core.transformer import TransformerConfig
 
     recompute = dict(RECOMPUTE[mg.recompute])
+    moe: dict[str, Any] = {}
+    if layout.num_experts:
+        moe = dict(
+            num_moe_experts=layout.num_experts, moe_router_topk=layout.top_k,
+            moe_ffn_hidden_size=layout.moe_ffn,
+            # Qwen3-MoE's gate: softmax over every expert, top-k, renormalised when
+            # norm_topk_prob. Megatron's default (top-k of the logits, then a softmax over
+            # them) is the renormalised one; pre-softmax (softmax over all, then top-k) the
+            # other.
+            moe_router_pre_softmax=not layout.norm_topk,
+            moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+            # the allgather dispatcher: the alltoall one allocates CUDA streams
+            moe_token_dispatcher_type="allgather", moe_grouped_gemm=False,
+            moe_permute_fusion=False,
+        )
     if mg.recompute == "full":
         recompute["recompute_num_layers"] = mg.recompute_num_layers
     return TransformerConfig(
@@ -61,6 +76,7 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
         gradient_accumulation_fusion=False,
         attention_softmax_in_fp32=True,
         **recompute,
+        **moe,
     )
 
 
@@ -72,7 +88,16 @@ def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     cfg = transformer_config(layout, dtype, mg)
-    spec = get_gpt_layer_local_spec(qk_layernorm=layout.qk_norm, normalization="RMSNorm")
+    if layout.num_experts:
+        import megatron.core.transformer.moe.moe_utils as moe_utils
+
+        # megatron-core 0.16 reads this TransformerEngine symbol in the router's linear even
+        # when TransformerEngine is absent (a NameError): absent means None, as it intends
+        if not hasattr(moe_utils, "te_general_gemm"):
+            moe_utils.te_general_gemm = None
+    spec = get_gpt_layer_local_spec(qk_layernorm=layout.qk_norm, normalization="RMSNorm",
+                                    num_experts=layout.num_experts or None,
+                                    moe_grouped_gemm=False)
     model = GPTModel(
         config=cfg, transformer_layer_spec=spec, vocab_size=layout.padded_vocab,
         max_sequence_length=layout.max_positions, position_embedding_type="rope",

@@ -54,6 +54,15 @@ def tiny_qwen3(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny(tmp_path_factory.mktemp("qwen3"), "qwen3", tie_word_embeddings=True)
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen3-MoE: 8 experts of 32, top-2, renormalised gates; the router at a spread that
+    routes tokens to several experts."""
+    return write_tiny(tmp_path_factory.mktemp("qwen3_moe"), "qwen3_moe", tie_word_embeddings=True,
+                      num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      norm_topk_prob=True, initializer_range=0.2)
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """One intra-op thread, as the spawned ranks have (``mg_support._worker``): a comparison

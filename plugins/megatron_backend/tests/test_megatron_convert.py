@@ -64,3 +64,30 @@ def test_unsupported_configs_fail_before_loading() -> None:
     gpt2 = AutoConfig.for_model("gpt2")
     with pytest.raises(ValueError, match="model_type 'gpt2' is not supported"):
         layout_of(gpt2)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_moe_round_trips_and_refuses_tp(pp: int, tiny_qwen3_moe: Path) -> None:
+    """Qwen3-MoE: router and experts convert to Megatron's MoE layer names and back exactly;
+    tensor parallelism is refused (experts are not split)."""
+    from megatron_backend.convert import megatron_names, to_hf, to_megatron
+    from megatron_backend.layout import layout_of
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen3_moe)
+    sd = model.state_dict()
+    layout = layout_of(model.config)
+    assert (layout.num_experts, layout.top_k, layout.moe_ffn) == (8, 2, 32) and layout.qk_norm
+    merged: dict[str, torch.Tensor] = {}
+    for stage in range(pp):
+        shard = to_megatron(sd, layout, 0, 1, stage, pp)
+        names = megatron_names(layout, stage, pp)
+        assert set(shard) == set(names)
+        assert shard["decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"].shape == (64, 64)
+        merged.update(to_hf({k: [shard[k]] for k in names}, layout, stage, pp))
+    assert sorted(merged) == sorted(sd)
+    for k, v in sd.items():
+        assert torch.equal(merged[k], v), k
+    with pytest.raises(ValueError, match="mixture-of-experts model needs "
+                                         "megatron.tensor_model_parallel_size = 1"):
+        layout_of(model.config, 2)

@@ -8,7 +8,11 @@ response shapes of ``sglang.srt.managers.tokenizer_manager`` (read for SGLang 0.
 ``finish_reason`` (``{"type": "stop", "matched": ...}``, ``{"type": "length", "length": n}``,
 ``{"type": "abort", "message", "status_code", "err_type"}``), ``weight_version`` (a string),
 ``prompt_tokens``, ``completion_tokens``, ``cached_tokens`` and, with ``return_logprob``,
-``output_token_logprobs``: one ``[logprob, token_id, text_or_null]`` per generated token.
+``output_token_logprobs``: one ``[logprob, token_id, text_or_null]`` per generated token;
+with ``return_routed_experts`` (a server started with ``--enable-return-routed-experts``),
+``routed_experts``: base64 of little-endian int32 expert ids, ``(len(prompt) + generated - 1)
+x MoE layers x top_k`` in that order (what THUDM/slime reshapes; slime's routing replay,
+docs/moe.md).
 
 Log-probs: SGLang's sampler returns ``log_softmax(logits / temperature)`` before top-k/top-p
 filtering (greedy: temperature 1), which is the :class:`~slime_hookspecs.SamplingParams`
@@ -22,6 +26,8 @@ SGLang still has and which is used when ``/model_info`` answers 404).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -87,13 +93,18 @@ def sampling_params_body(params: SamplingParams, skip_special_tokens: bool = Tru
 
 
 def generate_body(prompt_ids: list[int], params: SamplingParams,
-                  skip_special_tokens: bool = True) -> dict[str, Any]:
-    """``POST /generate`` for one prompt given as token ids (never text: no re-tokenization)."""
-    return {
+                  skip_special_tokens: bool = True,
+                  routed_experts: bool = False) -> dict[str, Any]:
+    """``POST /generate`` for one prompt given as token ids (never text: no re-tokenization);
+    ``routed_experts``: ask for the experts of every token (routing replay)."""
+    body: dict[str, Any] = {
         "input_ids": [int(t) for t in prompt_ids],
         "sampling_params": sampling_params_body(params, skip_special_tokens),
         "return_logprob": True,
     }
+    if routed_experts:
+        body["return_routed_experts"] = True
+    return body
 
 
 def version_str(version: int) -> str:
@@ -188,6 +199,7 @@ class Generation:
     text: str
     abort_message: str = ""
     abort_status: int | None = None  # set when SGLang aborted the request itself (an error)
+    routed_experts: bytes | None = None  # meta_info.routed_experts, base64-decoded int32 ids
 
 
 def parse_weight_version(where: str, value: Any) -> int:
@@ -260,6 +272,15 @@ def parse_generate(where: str, data: Any) -> Generation:
     text = data.get("text")
     gen = Generation(token_ids=ids, log_probs=lps, finish_reason=kind, weight_version=parsed,
                      text=text if isinstance(text, str) else "")
+    routed = meta.get("routed_experts")
+    if routed is not None:
+        try:
+            if not isinstance(routed, str):
+                raise TypeError(type(routed).__name__)
+            gen.routed_experts = base64.b64decode(routed.encode("ascii"), validate=True)
+        except (TypeError, ValueError, binascii.Error) as exc:
+            raise _bad(where, f"meta_info.routed_experts is not base64 text ({exc})",
+                       data) from None
     if kind == "abort":
         gen.abort_message = str(reason.get("message") or "")
         status = reason.get("status_code")

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from slime_core.api import check_generate_inputs
+from slime_core.api import check_generate_inputs, model_moe_shape, record_from_int32
 from slime_hookspecs import GenerateOutput, SamplingParams
 
 from sglang_rollout import api
@@ -60,6 +60,15 @@ class SGLangEngine:
         self._abort_epoch = 0
         self._asleep = False
         self._closed = False
+        # train.routing_replay: ask every /generate for the experts it routed to, read with
+        # the model's MoE shape (from its config: the weights are the server's)
+        self._moe = None
+        if config.train.routing_replay == "rollout":
+            self._moe = model_moe_shape(config.model)
+            if self._moe is None:
+                raise ValueError("sglang engine: train.routing_replay = 'rollout' needs "
+                                 "model.path (or model.init_config) of a mixture-of-experts "
+                                 "model to read the server's routed experts")
         self._version_endpoint = "/model_info"
         self._can_check = True  # until the server cannot answer /get_weights_by_name
         self.weights_checked = 0  # updates whose tensors were read back and matched
@@ -103,7 +112,8 @@ class SGLangEngine:
         async with sem:
             if self._abort_epoch != epoch:  # aborted before it was sent
                 return GenerateOutput([], [], "abort", self._version, "")
-            body = api.generate_body(prompt, sp, self.sec.skip_special_tokens)
+            body = api.generate_body(prompt, sp, self.sec.skip_special_tokens,
+                                     routed_experts=self._moe is not None)
             _, data = await self.generator.call("POST", "/generate", body,
                                                 self.sec.request_timeout_s)
         where = f"SGLang server {self.generator.url}: POST /generate"
@@ -114,7 +124,18 @@ class SGLangEngine:
                 f"{gen.abort_message or '(no message)'}"
             )
         version = self._version if gen.weight_version is None else gen.weight_version
-        return GenerateOutput(gen.token_ids, gen.log_probs, gen.finish_reason, version, gen.text)
+        routed = None
+        if self._moe is not None and gen.token_ids:
+            if gen.routed_experts is None:
+                raise api.SGLangResponseError(
+                    f"{where}: no meta_info.routed_experts although return_routed_experts was "
+                    "set (start the server with --enable-return-routed-experts)")
+            routed = record_from_int32(
+                gen.routed_experts, len(prompt) + len(gen.token_ids) - 1, self._moe,
+                f"{where}: meta_info.routed_experts (prompt of {len(prompt)} tokens, "
+                f"{len(gen.token_ids)} generated)")
+        return GenerateOutput(gen.token_ids, gen.log_probs, gen.finish_reason, version, gen.text,
+                              routed_experts=routed)
 
     async def _re_abort(self, tasks: list[asyncio.Future[Any]], epoch: int) -> None:
         while self._abort_epoch == epoch:

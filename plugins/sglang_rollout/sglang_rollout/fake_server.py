@@ -270,6 +270,8 @@ class FakeSGLangServer:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in
                                              zip(out.log_probs, out.token_ids, strict=True)]
             meta["output_token_logprobs_length"] = len(out.token_ids)
+        if body.get("return_routed_experts") and out.routed_experts is not None:
+            meta["routed_experts"] = _int32_base64(out.routed_experts)
         return web.json_response({"text": out.text, "output_ids": list(out.token_ids),
                                   "meta_info": meta})
 
@@ -412,3 +414,17 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _int32_base64(record: Any) -> str:
+    """A ``RoutedExperts`` (uint8 / int16 ids) as SGLang sends routed experts: base64 of
+    little-endian int32."""
+    import array
+    import base64
+    import sys
+
+    small = array.array("B" if record.dtype == "uint8" else "h", record.data)
+    wide = array.array("i", small)
+    if sys.byteorder != "little":
+        wide.byteswap()
+    return base64.b64encode(wide.tobytes()).decode("ascii")

@@ -53,7 +53,7 @@ def make_engine(config: Config, engine_index: int = 0, accelerator: Any = None) 
 def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     return [RolloutEngineRecord(
         name=ENGINE_NAME, factory=make_engine, probe=probe,
-        library="sglang",
+        library="sglang", routing_replay=True,  # meta_info.routed_experts (docs/moe.md)
         summary="SGLang servers (launched here or sglang.urls), native /generate with "
                 "input_ids and log-probs; weights from disk, tensors or NCCL",
     )]

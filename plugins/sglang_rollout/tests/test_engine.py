@@ -291,3 +291,61 @@ def test_router_url_takes_generation_and_servers_keep_control(fake_server, make_
     eng.abort()
     assert "/generate" in router.paths() and "/generate" not in server.paths()
     assert "/abort_request" in server.paths() and "/abort_request" not in router.paths()
+
+
+def test_routed_experts_come_back_as_the_serving_engine_routed(fake_server, resolve,
+                                                               tmp_path) -> None:
+    """train.routing_replay: every /generate asks for routed experts; SGLang's int32 array
+    becomes the compact record, covering the prompt and the generated tokens but the last;
+    a wrong array is refused naming the server, the request and the field."""
+    import base64
+
+    import torch
+    from sglang_rollout.engine import SGLangEngine
+    from slime_core.engine.local_engine import LocalEngine
+    from slime_core.testing import TINY_QWEN3_MOE, build_test_config
+
+    model = {"init_config": dict(TINY_QWEN3_MOE, initializer_range=0.2)}
+    served = LocalEngine(build_test_config(model=model, train={"routing_replay": "rollout"}))
+    srv = fake_server(served)
+    _, config = resolve({
+        "run": {"run_dir": str(tmp_path / "run")}, "model": model,
+        "train": {"routing_replay": "rollout"},
+        "rollout": {"engine": "sglang", "num_engines": 1}, "sglang": {"urls": [srv.url]},
+    })
+    eng = SGLangEngine(config, 0)
+    try:
+        prompt = [5, 6, 7, 8]
+        (out,) = eng.generate([prompt], [SamplingParams(max_new_tokens=5, ignore_eos=True,
+                                                        seed=3)])
+        assert all(r.body.get("return_routed_experts") is True
+                   for r in srv.requests if r.path == "/generate")
+        rec = out.routed_experts
+        assert rec is not None and rec.shape == (len(prompt) + 5 - 1, 2, 2)
+        control = served._routing
+        with torch.no_grad(), control.recording():
+            served._model(input_ids=torch.tensor([prompt + out.token_ids]))
+            full = control.take()[:-1]
+        got = torch.frombuffer(bytearray(rec.data), dtype=torch.uint8).view(rec.shape)
+        assert torch.equal(got.long(), full.long())
+
+        bad = base64.b64encode(torch.full((8 * 4,), 9, dtype=torch.int32).numpy().tobytes())
+        srv.fail["/generate"] = (200, json.dumps({"text": "", "output_ids": [1, 2], "meta_info": {
+            "finish_reason": {"type": "length", "length": 2},
+            "output_token_logprobs": [[-0.1, 1, None], [-0.2, 2, None]],
+            "routed_experts": bad.decode()}}))
+        with pytest.raises(ValueError, match=r"POST /generate: meta_info.routed_experts \(prompt "
+                                             r"of 4 tokens, 2 generated\): 128 bytes of int32 "
+                                             r"expert ids, expected 80"):
+            eng.generate([prompt], [SamplingParams(max_new_tokens=2)])
+        srv.fail["/generate"] = (200, json.dumps({"text": "", "output_ids": [1], "meta_info": {
+            "finish_reason": {"type": "length", "length": 1},
+            "output_token_logprobs": [[-0.1, 1, None]],
+            "routed_experts": base64.b64encode(
+                torch.full((4 * 4,), 9, dtype=torch.int32).numpy().tobytes()).decode()}}))
+        with pytest.raises(ValueError, match="expert ids span \\[9, 9\\], the model has experts "
+                                             "0..7"):
+            eng.generate([prompt], [SamplingParams(max_new_tokens=1)])
+    finally:
+        eng.shutdown()
+        served.shutdown()

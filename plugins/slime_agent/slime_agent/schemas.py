@@ -50,6 +50,16 @@ SAMPLE: dict[str, Any] = {
         "train_metadata": {"type": "object"},
         "session_id": {"type": ["string", "null"], "maxLength": 1024},
         "error": {"type": ["string", "null"]},
+        # slime_hookspecs.RoutedExperts.to_dict(): routing replay's record (docs/moe.md); its
+        # byte count is checked against the shape by the type, its length against the tokens
+        # by Sample.validate, its ids against the model by the trainer
+        "rollout_routed_experts": {"anyOf": [{"type": "null"}, {
+            "type": "object", "additionalProperties": False,
+            "required": ["shape", "dtype", "data"],
+            "properties": {"shape": {"type": "array", "items": NAT, "minItems": 3,
+                                     "maxItems": 3},
+                           "dtype": {"enum": ["uint8", "int16"]},
+                           "data": {"type": "string"}}}]},
     },
 }
 

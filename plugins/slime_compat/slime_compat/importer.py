@@ -253,6 +253,8 @@ RULES: dict[str, Apply] = {
     "ref-load": _ref_load,
     "ref-update-interval": _set("train.ref_update_interval", _int),
     "keep-old-actor": _set("train.keep_old_actor", _true),
+    # R3: the rollout's experts replayed in training (docs/moe.md)
+    "use-rollout-routing-replay": _set("train.routing_replay", lambda v: "rollout"),
     "kl-coef": _set("algorithm.kl_in_reward_coef", _float),
     "entropy-coef": _set("algorithm.entropy_coef", _float),
     "eps-clip": _set("algorithm.eps_clip", _float),

@@ -333,6 +333,11 @@ def test_ref_load_ref_update_interval_and_keep_old_actor(tmp_path: Path) -> None
     assert "ref_path" not in tr.config.get("model", {})
 
 
+def test_use_rollout_routing_replay() -> None:
+    assert to_config([("use-rollout-routing-replay", None)]).config["train"]["routing_replay"] \
+        == "rollout"
+
+
 def test_delta_weight_sync_flags_map_onto_the_disk_transport() -> None:
     """slime's --update-weight-mode delta (disk only) is weights.delta with the encoding,
     whichever flag comes first; the post-write path stays slime's function, called from

@@ -90,6 +90,8 @@ def sample_dict(s: Sample) -> dict[str, Any]:
         else:
             out[f.name] = copy.deepcopy(value)
     out["status"] = s.status.value
+    if s.rollout_routed_experts is not None:  # routing replay's record, JSON-ready as to_dict
+        out["rollout_routed_experts"] = s.rollout_routed_experts.to_dict()
     return out
 
 

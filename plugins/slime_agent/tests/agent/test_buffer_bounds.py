@@ -255,3 +255,9 @@ def test_the_stored_dict_of_a_sample_is_its_to_dict():
     d["tokens"].append(9)
     d["metadata"]["m"]["n"] = 5
     assert s.tokens == [1, 2, 3, 4] and s.metadata == {"m": {"n": 1}}  # copies, not views
+    # routing replay's record (docs/moe.md): stored JSON-ready, as to_dict writes it
+    from slime_hookspecs import RoutedExperts
+
+    s.rollout_routed_experts = RoutedExperts(shape=(3, 1, 2), dtype="uint8", data=bytes(6))
+    assert sample_dict(s) == s.to_dict()
+    json.dumps(sample_dict(s))

@@ -120,6 +120,14 @@ BAD_FIELDS = [
     ("remove_sample", 1, "samples[0].remove_sample: 1 is not of type 'boolean'"),
     ("group_index", 2**70, "samples[0].group_index"),
     ("weight_versions", [False], "samples[0].weight_versions[0]: False is not an integer"),
+    # routing replay's record (5 tokens: 4 positions)
+    ("rollout_routed_experts", {"shape": [4, 1, 1], "dtype": "int32", "data": ""},
+     "samples[0].rollout_routed_experts"),
+    ("rollout_routed_experts", {"shape": [3, 1, 1], "dtype": "uint8", "data": "AAAA"},
+     "samples[0]: sample group=0 index=0: rollout_routed_experts covers 3 positions, expected "
+     "len(tokens) - 1 = 4"),
+    ("rollout_routed_experts", {"shape": [4, 1, 1], "dtype": "uint8", "data": "AAAA"},
+     "samples[0]: RoutedExperts of shape (4, 1, 1) and dtype uint8 needs 4 bytes, got 3"),
 ]
 
 

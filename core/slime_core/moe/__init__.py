@@ -1,0 +1,1 @@
+"""Mixture-of-experts support: routers, routing records and rollout routing replay."""

@@ -1,0 +1,66 @@
+"""``train.routing_replay`` checked before any model loads.
+
+Replay needs three things: a model with experts (read from its transformers config: the
+``model.path`` directory's ``config.json`` or ``model.init_config``, no weights), an engine
+whose record says it records routing and a trainer backend whose record says it replays
+(``RolloutEngineRecord.routing_replay``, ``TrainerBackendRecord.routing_replay``). Each
+missing one fails here, naming the key and the record, so a misconfigured run stops before a
+run directory or a model exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_core.moe.routing import MoeShape, config_moe_shape
+
+
+def hf_config(model_cfg: Any) -> Any:
+    """The transformers config ``config.model`` names (``model.path`` or ``init_config``)."""
+    from transformers import AutoConfig
+
+    if model_cfg.path:
+        return AutoConfig.from_pretrained(model_cfg.path,
+                                          trust_remote_code=bool(model_cfg.trust_remote_code))
+    init = dict(model_cfg.init_config or {})
+    model_type = init.pop("model_type", None)
+    if not model_type:
+        raise ValueError("model.init_config needs a 'model_type' key")
+    return AutoConfig.for_model(model_type, **init)
+
+
+def model_moe_shape(model_cfg: Any) -> MoeShape | None:
+    """The MoE shape of the model ``config.model`` names, from its config alone (None for a
+    dense model or one a plugin builds): what an engine serving it elsewhere needs to read
+    its routing."""
+    if not (model_cfg.path or model_cfg.init_config):
+        return None
+    return config_moe_shape(hf_config(model_cfg))
+
+
+def check_routing_replay(manager: Any, config: Any) -> MoeShape | None:
+    """Raise ``ValueError`` when ``train.routing_replay = "rollout"`` cannot run; the model's
+    MoE shape when it can (None when replay is off)."""
+    if config.train.routing_replay == "off":
+        return None
+    key = f"train.routing_replay = {config.train.routing_replay!r}"
+    reg = manager.registries
+    backend = reg.trainer_backend.get(config.train.backend, require_available=False)
+    if not backend.routing_replay:
+        raise ValueError(f"{key}: trainer backend {backend.name!r} (plugin {backend.owner}) "
+                         "cannot replay routing; use train.backend = 'torch' or "
+                         "train.routing_replay = 'off'")
+    engine = reg.rollout_engine.get(config.rollout.engine, require_available=False)
+    if not engine.routing_replay:
+        raise ValueError(f"{key}: rollout engine {engine.name!r} (plugin {engine.owner}) does "
+                         "not record routing; use rollout.engine = 'local' or 'sglang', or "
+                         "train.routing_replay = 'off'")
+    if not (config.model.path or config.model.init_config):
+        return None  # a plugin builds the model (slime_make_model): its trainer checks it
+    shape = config_moe_shape(hf_config(config.model))
+    if shape is None:
+        where = config.model.path or f"model.init_config (model_type {config.model.init_config.get('model_type')!r})"
+        raise ValueError(f"{key}: the model {where} has no mixture-of-experts layers (no "
+                         "num_experts / num_local_experts with num_experts_per_tok); routing "
+                         "replay is for MoE models, set train.routing_replay = 'off'")
+    return shape
