@@ -58,13 +58,16 @@ def resolve_config() -> Callable[..., Any]:
 
 @pytest.fixture
 def run_slime() -> Callable[..., Path]:
-    """``run_slime(config_dict, resume=None)`` -> run dir (local executor)."""
+    """``run_slime(config_dict, resume=None, plugins=[obj, ...])`` -> run dir (local
+    executor)."""
     from slime_core.pluginmgr import PluginSelection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
 
-    def run(data: dict[str, Any], resume: str | None = None) -> Path:
+    def run(data: dict[str, Any], resume: str | None = None, plugins: list[Any] = ()) -> Path:
         manager, config = resolve(PluginSelection(plugins=list(PLUGINS)), None, (), data)
+        for i, p in enumerate(plugins):
+            manager.register_object(p, f"test_plugin_{i}")
         return run_training(manager, config, resume_dir=resume)
 
     return run
