@@ -6,6 +6,8 @@ state and bytes per weight sync, each run in a fresh process of its own (issue 3
     python bench/smollm2_lora.py --shape qwen2.5-1.5b --steps 5 --out /tmp/lora-shape
     python bench/smollm2_lora.py --prompts 2 --group 4 --steps 2 --new 8 \\
         --eval-interval 1 --eval-prompts 8 --out /tmp/plumbing             # a CPU plumbing check
+    python bench/smollm2_lora.py --shape tiny --frameworks slime_full,slime_lora \\
+        --prompts 2 --group 4 --steps 2 --new 8 --out /tmp/plumbing-shape  # the same, --shape
 
 Frameworks (``--frameworks``, comma-separated): ``slime_full`` (every weight, ``--lr``),
 ``slime_lora`` (``--plugins slime_grpo,slime_lora``, ``--lora-lr``), ``trl_lora``
@@ -53,6 +55,9 @@ SHAPES = {
     "qwen2.5-1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
                      "num_attention_heads": 12, "num_key_value_heads": 2,
                      "tie_word_embeddings": True},
+    # the plumbing check of --shape on a CPU
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True},
     "qwen2.5-7b": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
                    "num_attention_heads": 28, "num_key_value_heads": 4,
                    "tie_word_embeddings": False},
