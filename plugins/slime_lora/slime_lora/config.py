@@ -24,6 +24,7 @@ PRESETS: dict[str, list[str]] = {
 }
 ALL_LINEAR = "all_linear"
 BACKENDS = ("torch",)  # trainer backends that train adapters
+ENGINES = ("local",)  # rollout engines that merge the synced adapters
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -90,6 +91,11 @@ def check_combinations(config: Any) -> None:
         }.get(backend, f"slime_lora wraps the torch backend's Hugging Face model only")
         raise ValueError(f"lora.enabled with train.backend = {backend!r}: {reason}. Use "
                          f"train.backend = 'torch' or turn lora.enabled off")
+    if config.rollout.engine not in ENGINES:
+        raise ValueError(f"lora.enabled with rollout.engine = {config.rollout.engine!r}: the "
+                         "engines get adapter tensors, which only the local engine merges "
+                         "(slime_engine_weights fires in its update_weights); use "
+                         "rollout.engine = 'local'")
     if config.train.ref_update_interval:
         raise ValueError("lora.enabled with train.ref_update_interval: the reference is the base "
                          "model with the adapters turned off, there is no separate copy to move; "
@@ -101,7 +107,3 @@ def check_combinations(config: Any) -> None:
         raise ValueError("lora.enabled with weights.verify: the check compares the engine's "
                          "tensors with the sent ones by name, and the engines receive adapters "
                          "they merge into other tensors; set weights.verify = false")
-    if getattr(config.model, "ref_path", ""):
-        # a separate reference model is a second copy, exactly what LoRA avoids; allowed, but
-        # then it is loaded as usual
-        pass

@@ -98,6 +98,7 @@ def test_dora_adapter_is_refused(lora_config, resolve_config, tmp_path: Path) ->
 @pytest.mark.parametrize("section,key,value,match", [
     ("train", "ref_update_interval", 2, "there is no separate copy to move"),
     ("weights", "verify", True, "set weights.verify = false"),
+    ("rollout", "engine", "vllm", "only the local engine merges"),
     ("lora", "rank", 0, "lora.rank: must be > 0"),
 ])
 def test_settings_lora_cannot_honour(lora_config, resolve_config, section, key, value,
