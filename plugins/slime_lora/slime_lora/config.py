@@ -88,7 +88,7 @@ def check_combinations(config: Any) -> None:
             "megatron": "megatron-core's GPTModel is not a Hugging Face module peft can wrap, "
                         "and its tensor-parallel shards would need LoRA layers split the same "
                         "way (Megatron-Bridge's LoRA); not built yet",
-        }.get(backend, f"slime_lora wraps the torch backend's Hugging Face model only")
+        }.get(backend, "slime_lora wraps the torch backend's Hugging Face model only")
         raise ValueError(f"lora.enabled with train.backend = {backend!r}: {reason}. Use "
                          f"train.backend = 'torch' or turn lora.enabled off")
     if config.rollout.engine not in ENGINES:
