@@ -63,7 +63,10 @@ def _score(response: str, label: str) -> float:
 
 
 # -- slime --------------------------------------------------------------------------------------
-def run_slime(a: argparse.Namespace, model: Path, emit: Any) -> None:
+def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "slime",
+              plugins: tuple[str, ...] = (), extra_set: tuple[str, ...] = ()) -> None:
+    """``framework`` names the curve; ``plugins`` and ``extra_set`` (``-o`` overrides) add to
+    the run (bench/smollm2_lora.py: ``slime_lora``)."""
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
     from slime_hookspecs import hookimpl
@@ -83,7 +86,7 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any) -> None:
         f"train.lr={a.lr}", f"eval.interval={a.eval_interval}",
         f"model.dtype={json.dumps('float32' if a.precision == 'fp32' else 'bfloat16')}",
         f"eval.max_prompts={a.eval_prompts}",
-        *a.slime_set,
+        *a.slime_set, *extra_set,
     ]
     evals: list[float] = []
 
@@ -92,19 +95,23 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any) -> None:
         def slime_log_eval(self, config: Any, rollout_id: int, samples: Any,
                            metrics: dict[str, float]) -> None:
             evals.append(float(metrics["perf/eval_time"]))
-            emit(framework=a.label, step=rollout_id, accuracy=float(metrics["eval/accuracy"]),
+            emit(framework=framework, step=rollout_id, accuracy=float(metrics["eval/accuracy"]),
                  n=int(metrics.get("eval/samples", 0)),
                  seconds=time.time() - started - sum(evals))
 
-    extra = tuple(x for x in a.slime_plugins.split(",") if x)
-    manager, config = resolve(plugin_selection(extra), EXAMPLE / "grpo.toml", overrides)
+    manager, config = resolve(plugin_selection(plugins), EXAMPLE / "grpo.toml", overrides)
     manager.register_object(Clock(), "bench_smollm2_clock")
     run_training(manager, config)
     rows = _rows(run_dir / "metrics.jsonl")
     first = next(r for r in rows if "perf/startup_time" in r)
-    emit(framework=a.label, what="startup", startup_time=first["perf/startup_time"],
+    emit(framework=framework, what="startup", startup_time=first["perf/startup_time"],
          setup_time=first["perf/setup_time"],
          step_time_median=_median([r["perf/step_time"] for r in rows if "perf/step_time" in r]),
+         peak_memory_gb=max((r.get("perf/peak_memory_gb", 0.0) for r in rows), default=0.0),
+         optimizer_state_mb=max((r.get("train/optimizer_state_mb", 0.0) for r in rows),
+                                default=0.0),
+         weight_sync_bytes=_median([r["perf/weight_sync_bytes"] for r in rows
+                                    if "perf/weight_sync_bytes" in r]),
          **{f"{key.split('/')[1]}_median": _median([r[key] for r in rows if key in r])
             for key in ("perf/rollout_time", "perf/train_time", "perf/weight_sync_time",
                         "perf/rollout_tokens_per_s", "train/mismatch_abs_logprob_diff")
@@ -112,7 +119,9 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any) -> None:
 
 
 # -- TRL ----------------------------------------------------------------------------------------
-def run_trl(a: argparse.Namespace, model: Path, emit: Any) -> None:
+def run_trl(a: argparse.Namespace, model: Path, emit: Any, framework: str = "trl",
+            peft_config: Any = None) -> None:
+    """``peft_config``: a peft ``LoraConfig`` handed to ``GRPOTrainer`` (bench/smollm2_lora.py)."""
     started = _process_start()
     import torch
     from datasets import Dataset
@@ -157,16 +166,25 @@ def run_trl(a: argparse.Namespace, model: Path, emit: Any) -> None:
         if cuda:
             torch.cuda.synchronize()
         evals.append(time.perf_counter() - t)
-        emit(framework="trl", step=step, accuracy=right / len(texts), n=len(texts),
+        emit(framework=framework, step=step, accuracy=right / len(texts), n=len(texts),
              seconds=time.time() - started - sum(evals))
 
+    step_times: list[float] = []
+    step_began = [0.0]
+
     class Clock(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            step_began[0] = time.perf_counter()
+
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                            **kw: Any) -> None:
             evaluate(model, 0)
 
         def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None,
                         **kw: Any) -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            step_times.append(time.perf_counter() - step_began[0])  # generation + update
             if state.global_step % a.eval_interval == 0 or state.global_step == a.steps:
                 evaluate(model, state.global_step)
 
@@ -182,8 +200,13 @@ def run_trl(a: argparse.Namespace, model: Path, emit: Any) -> None:
         gradient_checkpointing=False,  # TRL's default is True; slime does not recompute
         save_strategy="no", seed=a.seed, dataloader_num_workers=0, disable_tqdm=True)
     trainer = GRPOTrainer(model=lm, reward_funcs=reward, args=args, train_dataset=ds,
-                          processing_class=tok, callbacks=[Clock()])
+                          processing_class=tok, callbacks=[Clock()], peft_config=peft_config)
     trainer.train()
+    state = trainer.optimizer.state.values() if trainer.optimizer is not None else []
+    emit(framework=framework, what="startup", step_time_median=_median(step_times),
+         peak_memory_gb=(torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0),
+         optimizer_state_mb=sum(int(v.numel()) * int(v.element_size()) for st in state
+                                for v in st.values() if torch.is_tensor(v)) / 2**20)
 
 
 # -- comparison ---------------------------------------------------------------------------------
@@ -249,7 +272,11 @@ def main() -> None:
                 print(line, flush=True)
                 f.write(line + "\n")
                 f.flush()
-            (run_slime if a.worker == "slime" else run_trl)(a, model, emit)
+            if a.worker == "slime":
+                run_slime(a, model, emit, framework=a.label,
+                          plugins=tuple(x for x in a.slime_plugins.split(",") if x))
+            else:
+                run_trl(a, model, emit)
         return
 
     curves.unlink(missing_ok=True)

@@ -413,3 +413,30 @@ def test_trainer_save_and_load_hooks(base_config, run_slime) -> None:
     base_config["run"]["num_rollouts"] = 3
     run_slime(base_config, [State()], resume=str(run_dir))
     assert events == [("save", True), ("save", True), ("load", True), ("save", True)]
+
+
+def test_trainer_and_engine_weights_hooks(base_config, run_slime) -> None:
+    """A plugin that trains part of the model syncs and saves only that part
+    (``slime_trainer_weights``), and the engine's hook sees every delivered version
+    (``slime_engine_weights``) before it copies them in."""
+    from safetensors.torch import load_file
+
+    seen: list[tuple[int, list[str]]] = []
+
+    class Partial:
+        @hookimpl
+        def slime_trainer_weights(self, config, model):
+            return {"model.norm.weight": model.state_dict()["model.norm.weight"]}
+
+        @hookimpl
+        def slime_engine_weights(self, config, model, weights, version):
+            seen.append((version, sorted(weights)))
+            return {name: t * 1 for name, t in weights.items()}  # a new mapping, same values
+
+    run_dir = run_slime(base_config, [Partial()])
+    assert seen == [(0, ["model.norm.weight"]), (1, ["model.norm.weight"]),
+                    (2, ["model.norm.weight"])]
+    hidden = base_config["model"]["init_config"]["hidden_size"]
+    assert read_metrics(run_dir)[-1]["perf/weight_sync_bytes"] == hidden * 4  # fp32
+    saved = load_file(run_dir / "checkpoints" / "step_000002" / "trainer" / "model.safetensors")
+    assert list(saved) == ["model.norm.weight"]

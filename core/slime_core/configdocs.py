@@ -17,7 +17,7 @@ from typing import Any
 
 # the first-party plugins that contribute sections (load without their optional backends)
 FIRST_PARTY = ["slime_grpo", "slime_ppo", "vllm_rollout", "sglang_rollout", "megatron_backend",
-               "slime_compat", "rlve", "mcp_tools", "slime_agent", "sandbox_e2b"]
+               "slime_compat", "rlve", "mcp_tools", "slime_agent", "sandbox_e2b", "slime_lora"]
 
 
 def field_comments(cls: type) -> dict[str, str]:

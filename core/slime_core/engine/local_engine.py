@@ -64,6 +64,22 @@ def _engine_device(accelerator: Any, engine_index: int) -> torch.device:
     return torch.device(accelerator.device(engine_index % count))
 
 
+def _engine_weights(config: Config, model: torch.nn.Module, weights: Mapping[str, Any],
+                    version: int) -> Mapping[str, Any]:
+    """``weights`` as the engine's own tensors: ``slime_engine_weights`` (a LoRA plugin merges
+    adapters into the base), else as delivered. An engine built outside a run (no plugin
+    manager in the process) takes them as delivered."""
+    from slime_core.context import get_manager
+
+    try:
+        pm = get_manager()
+    except RuntimeError:
+        return weights
+    out = pm.hook.slime_engine_weights(config=config, model=model, weights=weights,
+                                      version=int(version))
+    return weights if out is None else out
+
+
 def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
     ids: list[int] = []
     if tokenizer is not None and tokenizer.eos_token_id is not None:
@@ -321,6 +337,7 @@ class LocalEngine:
             if self._model is None:
                 raise RuntimeError(f"local engine {self.engine_index} was shut down")
             model = self._model
+            weights = _engine_weights(self.config, model, weights, version)
             state = model.state_dict(keep_vars=True)
             tensors = {}
             for name, value in weights.items():

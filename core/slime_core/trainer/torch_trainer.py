@@ -27,6 +27,7 @@ from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
 from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.moe.routing import RoutingControl, check_routes
+from slime_core.trainer.memory import memory_metrics
 from slime_core.trainer.old_actor import OldActor, synced_at_start
 from slime_core.trainkit import data_parallel, logprob_head
 from slime_core.trainkit.accumulate import Accumulation, rollout_optimizer_steps
@@ -83,8 +84,10 @@ class TorchTrainer:
         tok = load_tokenizer(config.model)
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
         t = config.train
+        # only what trains: a frozen parameter (a LoRA run's base) gets no AdamW state and
+        # no fp32 master copy
         self.optimizer = make_adamw(
-            self.model.parameters(), t.master_weights, lr=t.lr, betas=tuple(t.adam_betas),
+            [p for p in self.model.parameters() if p.requires_grad], t.master_weights, lr=t.lr, betas=tuple(t.adam_betas),
             eps=t.adam_eps, weight_decay=t.weight_decay,
             # one kernel over every parameter instead of a dozen multi-tensor passes, where
             # the accelerator says torch has it
@@ -235,6 +238,7 @@ class TorchTrainer:
             metrics["train/routing_replay_agreement"] = agree
         if self.old_actor is not None:
             metrics["train/old_actor_missing"] = float(self.old_actor.missing)
+        metrics.update(memory_metrics(self.optimizer, self.device))
         if ref_update_due(self.config, rollout_id) and needs_ref(self.config):
             self._ref().load_state_dict(self.model.state_dict())
             metrics["train/ref_updated"] = 1.0
@@ -277,15 +281,19 @@ class TorchTrainer:
 
     # -- weights and checkpoints -----------------------------------------------------------
     def export_weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach() for k, v in self.model.state_dict().items()}
+        """What the engines get: ``slime_trainer_weights`` (e.g. LoRA adapters only), else the
+        whole state dict."""
+        chosen = self.pm.hook.slime_trainer_weights(config=self.config, model=self.model)
+        state = self.model.state_dict() if chosen is None else chosen
+        return {k: v.detach() for k, v in state.items()}
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
         if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
-            _save_weights(self.model, os.path.join(path, "model.safetensors"))
+            _save_weights(self.export_weights(), os.path.join(path, "model.safetensors"))
             if self.config.train.ref_update_interval and self.ref_model is not None:
                 # a moved reference is no longer what a resumed run would rebuild
-                _save_weights(self.ref_model, os.path.join(path, REF_FILE))
+                _save_weights(self.ref_model.state_dict(), os.path.join(path, REF_FILE))
             torch.save({
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -347,12 +355,12 @@ def _to_device(batch: TrainBatch, device: torch.device) -> None:
         setattr(batch, key, list(packed.split([t.numel() for t in tensors])))
 
 
-def _save_weights(model: torch.nn.Module, file: str) -> None:
-    """``model``'s state as one safetensors file (tied tensors given their own copies)."""
+def _save_weights(tensors: dict[str, torch.Tensor], file: str) -> None:
+    """A model's tensors as one safetensors file (tied tensors given their own copies)."""
     from safetensors.torch import save_file
 
     from slime_core.weights.tensors import untie
 
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     check_finite_weights(state.items(), file)
     save_file(untie(state), file)

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from slime_hookspecs.markers import hookspec
@@ -393,6 +393,55 @@ def slime_trainer_load(config: Config, path: str, rank: int) -> None:
     **When**: inside ``Trainer.load``, after the backend restored its own state (``megatron``
     backend: this rank's shard, optimizer, scheduler and RNG).
     **Process**: each trainer rank. **Returns**: nothing.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_trainer_weights(config: Config, model: Any) -> dict[str, Any] | None:
+    """Choose the tensors a trainer exports to the engines and writes to its checkpoints.
+
+    For a model of which only part trains (LoRA adapters on a frozen base): the rest stays
+    as the ``[model]`` section loads it, in the engines as in the trainer, so only the trained
+    part has to travel and be saved.
+
+    **When**: at every weight sync (``Trainer.export_weights``, the run's first sync
+    included) and at every checkpoint (``Trainer.save``); first result wins.
+    **Process**: each trainer rank (rank 0's answer is what the engines get).
+    **Args**: ``model`` -- the ``torch`` backend's module (what ``slime_make_model`` returned).
+    **Returns**: a mapping name -> tensor, every name one of ``model.state_dict()``'s (a
+    checkpoint is loaded back with ``load_state_dict(strict=False)``): the transports send
+    exactly these (``perf/weight_sync_bytes`` counts them) and the checkpoint's
+    ``model.safetensors`` holds exactly these. The engines receive names their base model
+    lacks, so a plugin that answers here also implements :func:`slime_engine_weights`.
+    ``None``: the whole state dict (every built-in model).
+    The ``megatron`` backend does not call it (it exports HF-named full weights).
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_engine_weights(config: Config, model: Any, weights: Mapping[str, Any],
+                         version: int) -> Mapping[str, Any] | None:
+    """Turn the tensors a weight sync delivered into weights of the engine's own model.
+
+    The counterpart of :func:`slime_trainer_weights` (adapter tensors in, the merged
+    ``base + delta`` of each adapted layer out).
+
+    **When**: inside the ``local`` engine's ``update_weights``, under its lock, before any
+    name or shape is checked and before anything is copied, once per delivered version
+    (every transport ends in ``update_weights``; a disk delta is applied to the transported
+    tensors first, so ``weights`` is always the full set of that version).
+    **Process**: the engine's process (the driver under the local executor, the engine actor
+    under Ray). **Args**: ``model`` -- the engine's ``torch.nn.Module`` (its
+    ``state_dict()`` names are what the result must use); ``weights`` -- name -> tensor as
+    sent, not to be modified (the disk transport keeps them as the base of the next delta);
+    ``version`` -- the weight version being applied.
+    **Returns**: name -> tensor with the engine model's own names and shapes, which the engine
+    then checks and copies in as usual; ``None``: ``weights`` as they are (every built-in
+    transport's full weights). An exception fails the sync naming the engine and version.
 
     .. versionadded:: 0.1
     """
