@@ -202,14 +202,19 @@ def test_async_rollouts_get_their_own_track(run_slime, base_config: dict) -> Non
 
 
 class FailInTraining:
+    """Fails the second step's training: a run that fails before its first step completes
+    leaves no run directory at all (docs/run_directory.md), so the trace is checked on a run
+    that trained once."""
+
     @hookimpl
     def slime_before_train_step(self, config, rollout_id, step_id, model, optimizer, scheduler):
-        raise RuntimeError("injected failure")
+        if rollout_id >= 1:
+            raise RuntimeError("injected failure")
 
 
 def test_a_failing_run_still_writes_its_trace(run_slime, base_config: dict) -> None:
     cfg = copy.deepcopy(base_config)
-    cfg["run"]["num_rollouts"] = 1
+    cfg["run"]["num_rollouts"] = 2
     with pytest.raises(RuntimeError, match="injected failure"):
         run_slime(cfg, plugins=[FailInTraining()])
     run = Path(cfg["run"]["run_dir"])

@@ -129,8 +129,11 @@ def test_run_reports_bad_inputs_in_one_line(tmp_path: Path) -> None:
     """A missing model directory, an existing run directory and a configuration a plugin
     refuses end with ``Error: ...`` naming the key or path, not a traceback."""
     cfg = tmp_path / "run.toml"
+    data = Path(__file__).resolve().parents[2] / "examples" / "tiny_arith" / "train.jsonl"
+    # the data is valid: data sources are built (and checked) before the model loads
     cfg.write_text(f'[run]\nrun_dir = "{tmp_path / "run"}"\n'
-                   f'[model]\npath = "{tmp_path / "no_model"}"\n')
+                   f'[model]\npath = "{tmp_path / "no_model"}"\n'
+                   f'[data]\npath = "{data}"\n')
     res = CliRunner().invoke(cli, ["run", "--config", str(cfg), "--plugins", "slime_grpo"])
     assert res.exit_code == 1, res.output
     assert "Error: FileNotFoundError: model.path:" in res.output and "no_model" in res.output

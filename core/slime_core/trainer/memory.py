@@ -34,8 +34,10 @@ def memory_metrics(optimizer: torch.optim.Optimizer, device: torch.device) -> di
         stepped = [p for g in optimizer.param_groups for p in g["params"]]
     out = {"train/optimizer_state_mb": state / 2**20,
            "train/trainable_params": float(sum(int(p.numel()) for p in stepped))}
-    if device.type == "cuda":
-        out["perf/peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    # an accelerator's torch module (torch.cuda, torch.npu, ...) keeps its allocator's peak
+    peak = getattr(getattr(torch, device.type, None), "max_memory_allocated", None)
+    if device.type != "cpu" and callable(peak):
+        out["perf/peak_memory_gb"] = peak(device) / 2**30
     elif device.type == "cpu":
         # ru_maxrss is KiB on Linux, bytes on macOS
         scale = 1 if sys.platform == "darwin" else 1024

@@ -120,7 +120,7 @@ def test_no_checkpoint_file_holds_a_nan_weight(tmp_path: Path) -> None:
     with torch.no_grad():
         model.bias.fill_(float("inf"))
     with pytest.raises(NonFiniteWeightsError, match="bias"):
-        _save_weights(model, where)
+        _save_weights(model.state_dict(), where)
     assert not os.path.exists(where)
 
 

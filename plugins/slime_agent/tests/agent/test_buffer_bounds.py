@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import select
+import time
 import socket
 import urllib.error
 import urllib.request
@@ -171,7 +172,7 @@ def test_a_streamed_body_is_refused_once_it_grows_past_the_limit():
             sock.sendall(head("/buffer/write", chunked=True))  # no Content-Length
             for sent in range(1, 41):  # up to 10 MiB, until the service answers
                 sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
-                if select.select([sock], [], [], 0.05)[0]:
+                if readable(sock, 0.05):
                     break
             status, body = status_of(sock)
         assert status == 413 and "rollout_buffer.max_body_mb = 1" in body["message"], body
@@ -180,6 +181,14 @@ def test_a_streamed_body_is_refused_once_it_grows_past_the_limit():
         assert health(srv)
     finally:
         srv.stop()
+
+
+def readable(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether ``sock`` has something to read within ``timeout_s`` (poll, not select: a long
+    test session's descriptors can pass select()'s limit of 1024)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
 
 
 def unread_bytes(server_port: int, client_port: int) -> int:
@@ -208,13 +217,12 @@ def test_health_answers_while_a_large_body_is_in_flight_and_while_it_is_checked(
         for _ in range(6000):  # until the service has read all it got (at most a minute)
             if unread_bytes(port, slow.getsockname()[1]) == 0:
                 break
-            select.select([], [], [], 0.01)
+            time.sleep(0.01)
         # the last byte: the service parses and checks 300k tokens now, off its loop, so
         # /health is answered before the write is
         slow.sendall(data[-1:])
         assert health(server)
-        ready, _, _ = select.select([slow], [], [], 0)
-        assert not ready, "the write was answered before /health: was it checked on the loop?"
+        assert not readable(slow, 0), "the write was answered before /health: was it checked on the loop?"
         status, body = status_of(slow)
     assert status == 200 and body["accepted"] is True, body
     (group,) = c.get_rollout_data(1)["groups"]

@@ -43,6 +43,9 @@ def zombie_children() -> list[str]:
 
 def test_three_times_max_processes_commands_in_a_row_leave_no_zombie():
     limit = 4
+    # the subreaper is process-wide: orphans of earlier tests in this process may already be
+    # zombies here (docs/agentic.md); only the sandbox's own (bwrap) zombies are counted
+    before = set(zombie_children())
 
     async def go() -> list[tuple[int, str, str]]:
         out = []
@@ -60,4 +63,4 @@ def test_three_times_max_processes_commands_in_a_row_leave_no_zombie():
 
     results = asyncio.run(go())
     assert results == [(0, f"run-{k}", "") for k in range(3 * limit)]
-    assert zombie_children() == []
+    assert [z for z in zombie_children() if z not in before and z.endswith("bwrap")] == []
