@@ -112,22 +112,30 @@ class PromptDataSource:
         key, max_len = (("data.max_prompt_len", self.config.data.max_prompt_len)
                         if self.split == "train"
                         else ("eval.max_prompt_len", self.config.eval.max_prompt_len))
+        lengths: dict[int, int] = {}  # each prompt is templated and tokenized once for both
+
+        def length(i: int) -> int:
+            if i not in lengths:
+                lengths[i] = len(self._encode_row(self._row(i))[1])
+            return lengths[i]
+
         if max_len > 0:
             from slime_core.data.length_filter import describe, rows_within
 
             n = self._num_rows()
-            kept = rows_within(n, lambda i: self._encode_row(self._row(i))[1], max_len,
-                               describe(self), key)
+            kept = rows_within(n, length, max_len, describe(self), key)
             self.dropped_long_prompts = n - len(kept)
             self._kept = kept if self.dropped_long_prompts else None
-        self.check_context(max_len)
+        self.check_context(max_len, length)
 
-    def check_context(self, max_len: int = 0) -> None:
+    def check_context(self, max_len: int = 0,
+                      length: Callable[[int], int] | None = None) -> None:
         """Rows whose prompt has at least as many tokens (after templating) as the context
         (:func:`~slime_core.data.length_filter.context_limit`) are bad rows: one error naming
         them (``file:line``), or, with ``data.skip_bad_rows``, dropped with a warning. Skipped
         when the rows were already cut below the context (``max_len``), and for SFT (no
-        response is generated)."""
+        response is generated). ``length(i)``: row ``i``'s prompt tokens (default: templated
+        and tokenized here)."""
         from slime_core.data.length_filter import context_limit, describe
         from slime_core.data.rowcheck import BadRows
 
@@ -142,7 +150,7 @@ class PromptDataSource:
         bad = BadRows(key, str(getattr(self, "path", None) or describe(self)))
         kept: list[int] = []
         for i in rows:
-            n = len(self._encode_row(self._row(i))[1])
+            n = length(i) if length is not None else len(self._encode_row(self._row(i))[1])
             if n >= tokens:
                 bad.add(self._row_ref(i), f"prompt of {n} tokens after templating leaves no "
                                           f"room for a response within {what}")

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def rows_within(num_rows: int, row_ids: Callable[[int], Sequence[int]], max_len: int,
+def rows_within(num_rows: int, row_len: Callable[[int], int], max_len: int,
                 what: str, key: str = "data.max_prompt_len") -> list[int]:
-    """Indices ``i`` in ``range(num_rows)`` whose ``row_ids(i)`` has at most ``max_len`` ids.
+    """Indices ``i`` in ``range(num_rows)`` whose prompt has at most ``max_len`` tokens
+    (``row_len(i)``).
 
     ``what`` names the data in the messages (``"data.path file 'x.jsonl'"``), ``key`` the
     setting.
@@ -39,7 +40,7 @@ def rows_within(num_rows: int, row_ids: Callable[[int], Sequence[int]], max_len:
     shortest: int | None = None
     longest_dropped = 0
     for i in range(num_rows):
-        n = len(row_ids(i))
+        n = row_len(i)
         if n <= max_len:
             kept.append(i)
         else:
