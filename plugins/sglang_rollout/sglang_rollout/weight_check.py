@@ -38,8 +38,11 @@ def pick_names(names: Iterable[str]) -> list[str]:
     if layers:
         wanted += [f"model.layers.{layers[0]}.self_attn.q_proj.weight",
                    f"model.layers.{layers[-1]}.mlp.down_proj.weight"]
-    chosen = [n for n in wanted if n in set(every)]
-    return chosen or sorted({every[0], every[-1]}) if every else []
+    present = set(every)
+    chosen = [n for n in wanted if n in present]
+    if chosen or not every:
+        return chosen
+    return sorted({every[0], every[-1]})
 
 
 def expected_rows(tensor: Any) -> list[Any]:
@@ -74,9 +77,10 @@ def _head(rows: Any) -> str:
     return repr(flat[:3])
 
 
-def tensors_from_dir(version_dir: str, names: list[str] | None = None) -> dict[str, Any]:
-    """The tensors of a version directory's ``*.safetensors`` (``names`` only, when given),
-    read lazily: only the tensors compared are loaded."""
+def tensors_from_dir(version_dir: str) -> dict[str, Any]:
+    """The heads of the compared tensors of a version directory's ``*.safetensors``: their
+    first ``ROWS`` rows (a vector: its first ``VALUES`` values), read as slices, so a sync
+    reads a few KB back, not whole embedding matrices."""
     import glob
     import os
 
@@ -85,10 +89,8 @@ def tensors_from_dir(version_dir: str, names: list[str] | None = None) -> dict[s
     out: dict[str, Any] = {}
     for path in sorted(glob.glob(os.path.join(version_dir, "*.safetensors"))):
         with safe_open(path, framework="pt") as f:
-            keys = list(f.keys())
-            chosen = pick_names(keys) if names is None else [k for k in names if k in keys]
-            for key in chosen:
-                out[key] = f.get_tensor(key)
-    if names is None and len(out) > 4:
-        out = {k: out[k] for k in pick_names(out)}
-    return out
+            for key in pick_names(f.keys()):
+                part = f.get_slice(key)
+                out[key] = part[:ROWS] if len(part.get_shape()) >= 2 else part[:VALUES]
+    # several files: each offered its own picks; keep the model-wide ones
+    return {k: out[k] for k in pick_names(out)} if len(out) > 4 else out
