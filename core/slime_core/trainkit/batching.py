@@ -166,6 +166,8 @@ def response_log_probs(
     cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
     rows, cols = rows.to(device), cols.to(device)
     target = ids[rows, cols + 1]
+    routed = (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
+              if replay else contextlib.nullcontext())
     if fused_head:
         # No padding mask: the batch is right-padded, so under the causal mask no real token
         # sees padding, and the model (a Llama-family decoder, which fused_head requires)
@@ -173,13 +175,11 @@ def response_log_probs(
         # cannot use its flash kernel (H200, 0.5B anchor: the masked kernel's forward and
         # backward were 48 ms of a 0.31 s training step); the padding rows' outputs are
         # never read.
-        with (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
-              if replay else contextlib.nullcontext()):
+        with routed:
             hidden = model.model(input_ids=ids, use_cache=False)[0]
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
-    with (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
-          if replay else contextlib.nullcontext()):
+    with routed:
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
     lg = logits[rows, cols].float()
     temp = temperature if temperature > 0 else 1.0
