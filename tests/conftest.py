@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from slime_core.testing import TINY_QWEN2, write_char_tokenizer
+from slime_hookspecs import hookimpl
 
 ARITH = Path(__file__).resolve().parents[1] / "examples" / "tiny_arith"
 
@@ -29,6 +30,18 @@ def base_config(tokenizer_dir: Path, tmp_path: Path) -> dict[str, dict[str, Any]
         "rollout": {"batch_size": 2, "n_samples_per_prompt": 4, "max_new_tokens": 6},
         "train": {"lr": 1e-3},
     }
+
+
+class ModelProbe:
+    """Records every model the run builds (``slime_make_model`` fires before each): tests that
+    bad data fails before any model loads register one."""
+
+    def __init__(self) -> None:
+        self.roles: list[str] = []
+
+    @hookimpl
+    def slime_make_model(self, config: Any, role: str) -> None:
+        self.roles.append(role)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from slime_hookspecs import hookimpl
 
 from tests.cli_support import core, tiny_run, write_toml
+from tests.conftest import ModelProbe
 
 GOOD = [{"prompt": f"{a}+{a}=", "label": str(2 * a)} for a in range(1, 9)]
 
@@ -63,17 +63,6 @@ def test_label_is_not_required_by_a_reward_hook(tmp_path, tokenizer_dir) -> None
     res = core("run", "--config", str(cfg), "--plugins", "slime_grpo",
                env={"PYTHONPATH": str(tmp_path)})
     assert res.returncode == 0, res.stderr[-3000:]
-
-
-class ModelProbe:
-    """Records every model the run builds (``slime_make_model`` fires before each)."""
-
-    def __init__(self) -> None:
-        self.roles: list[str] = []
-
-    @hookimpl
-    def slime_make_model(self, config, role):
-        self.roles.append(role)
 
 
 @pytest.mark.parametrize("split", ["path", "eval_path"])

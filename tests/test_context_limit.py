@@ -7,18 +7,7 @@ from __future__ import annotations
 import pytest
 from slime_hookspecs import Status, hookimpl
 
-from tests.conftest import read_metrics
-
-
-class ModelProbe:
-    """Records every model the run builds (``slime_make_model`` fires before each)."""
-
-    def __init__(self) -> None:
-        self.roles: list[str] = []
-
-    @hookimpl
-    def slime_make_model(self, config, role):
-        self.roles.append(role)
+from tests.conftest import ModelProbe, read_metrics
 
 
 class Lengths:

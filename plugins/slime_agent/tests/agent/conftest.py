@@ -18,6 +18,30 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 
 
 @pytest.fixture(scope="session")
+def tiny_local_engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``tiny_local_engine(rollout)`` -> ``(engine, config, manager)``: a real local engine
+    over a tiny random Qwen2 and a character tokenizer, with the agent plugins' sections and
+    the ``rollout`` keys given."""
+    return lambda rollout: _tiny_local_engine(tmp_path_factory, rollout)
+
+
+def _tiny_local_engine(tmp_path_factory: pytest.TempPathFactory,
+                       rollout: dict[str, Any]) -> tuple[Any, Any, Any]:
+    from slime_core.config import load_config
+    from slime_core.config.schema import build_schema
+    from slime_core.engine.local_engine import LocalEngine
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+    from slime_core.testing import TINY_QWEN2
+
+    tok_dir = write_char_tokenizer(tmp_path_factory.mktemp("api_tok"))
+    m = SlimePluginManager(PluginSelection(plugins=["core_tools", "core_sandbox"])).load()
+    cfg = load_config(build_schema(m), data={
+        "model": {"tokenizer": str(tok_dir), "init_config": dict(TINY_QWEN2)},
+        "rollout": rollout})
+    return LocalEngine(cfg, 0, None), cfg, m
+
+
+@pytest.fixture(scope="session")
 def manager():
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager

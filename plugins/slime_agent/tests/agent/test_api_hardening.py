@@ -17,25 +17,13 @@ from typing import Any
 import pytest
 from slime_agent.api import AgentApiServer
 from slime_agent.http import HttpError, JsonClient
-from slime_core.testing import TINY_QWEN2
 
 REPO = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture(scope="module")
-def engine_and_config(tmp_path_factory):
-    from slime_core.config import load_config
-    from slime_core.config.schema import build_schema
-    from slime_core.engine.local_engine import LocalEngine
-    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.testing import write_char_tokenizer
-
-    tok_dir = write_char_tokenizer(tmp_path_factory.mktemp("api_tok"))
-    m = SlimePluginManager(PluginSelection(plugins=["core_tools", "core_sandbox"])).load()
-    cfg = load_config(build_schema(m), data={
-        "model": {"tokenizer": str(tok_dir), "init_config": dict(TINY_QWEN2)},
-        "rollout": {"max_new_tokens": 4, "max_abs_reward": 100.0}})
-    return LocalEngine(cfg, 0, None), cfg, m
+def engine_and_config(tiny_local_engine):
+    return tiny_local_engine({"max_new_tokens": 4, "max_abs_reward": 100.0})
 
 
 @pytest.fixture

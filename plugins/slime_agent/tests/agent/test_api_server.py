@@ -16,24 +16,13 @@ from slime_agent import chat
 from slime_agent.api import AgentApiServer
 from slime_agent.http import HttpError, JsonClient
 from slime_agent.parsers import HermesParser
-from slime_core.testing import TINY_QWEN2
 from slime_hookspecs import Sample, Status
 
 
 @pytest.fixture(scope="module")
-def engine_and_config(tmp_path_factory):
-    from slime_core.config import load_config
-    from slime_core.config.schema import build_schema
-    from slime_core.engine.local_engine import LocalEngine
-    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
-    from slime_core.testing import write_char_tokenizer
-
-    tok_dir = write_char_tokenizer(tmp_path_factory.mktemp("api_tok"))
-    m = SlimePluginManager(PluginSelection(plugins=["core_tools", "core_sandbox"])).load()
-    cfg = load_config(build_schema(m), data={
-        "model": {"tokenizer": str(tok_dir), "init_config": dict(TINY_QWEN2)},
-        "rollout": {"max_new_tokens": 12}})
-    return LocalEngine(cfg, 0, None), cfg
+def engine_and_config(tiny_local_engine):
+    engine, cfg, _ = tiny_local_engine({"max_new_tokens": 12})
+    return engine, cfg
 
 
 @pytest.fixture
