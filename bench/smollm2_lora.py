@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -154,27 +151,10 @@ def main() -> None:
     ap.add_argument("--model", default=str(workload.EXAMPLE / "model"))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    curves = out / "curves.jsonl"
-    model = Path(a.model)
-    if not (model / "config.json").exists():
-        raise SystemExit(f"{model} is missing: run python examples/smollm2/convert.py first")
-    if a.worker:
-        with curves.open("a") as f:
-            def emit(**kw: Any) -> None:
-                line = json.dumps(kw)
-                print(line, flush=True)
-                f.write(line + "\n")
-                f.flush()
-            run_worker(a, model, emit)
+    curves = workload.run_frameworks(a, __file__, run_worker)
+    if curves is None:
         return
-    curves.unlink(missing_ok=True)
-    for fw in a.frameworks.split(","):
-        cmd = [sys.executable, __file__, "--worker", fw, *sys.argv[1:]]
-        t = time.perf_counter()
-        rc = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        print(f"{fw}: exit {rc} after {time.perf_counter() - t:.1f} s", flush=True)
+    out = Path(a.out)
     summary = summarize([json.loads(x) for x in curves.read_text().splitlines() if x.strip()]
                         if curves.exists() else [])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,36 @@ def compare(points: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def run_frameworks(a: argparse.Namespace, script: str,
+                   worker: Callable[[argparse.Namespace, Path, Any], None]) -> Path | None:
+    """The process layout of the learning benchmarks: with ``--worker FW`` (a child), run
+    ``worker(a, model, emit)``, each ``emit(**row)`` one JSON line printed and appended to
+    ``OUT/curves.jsonl``, and return ``None``; else start ``script --worker FW`` in a fresh
+    process for each of ``--frameworks`` in turn and return the curves file they wrote."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    curves = out / "curves.jsonl"
+    model = Path(a.model)
+    if not (model / "config.json").exists():
+        raise SystemExit(f"{model} is missing: run python examples/smollm2/convert.py first")
+    if a.worker:
+        with curves.open("a") as f:
+            def emit(**kw: Any) -> None:
+                line = json.dumps(kw)
+                print(line, flush=True)
+                f.write(line + "\n")
+                f.flush()
+            worker(a, model, emit)
+        return None
+    curves.unlink(missing_ok=True)
+    for fw in a.frameworks.split(","):
+        cmd = [sys.executable, script, "--worker", fw, *sys.argv[1:]]
+        t = time.perf_counter()
+        rc = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        print(f"{fw}: exit {rc} after {time.perf_counter() - t:.1f} s", flush=True)
+    return curves
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for curves.jsonl and summary.json")
@@ -258,33 +289,18 @@ def main() -> None:
     ap.add_argument("--model", default=str(EXAMPLE / "model"))
     ap.add_argument("--worker", choices=["slime", "trl"], help=argparse.SUPPRESS)
     a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    curves = out / "curves.jsonl"
-    model = Path(a.model)
-    if not (model / "config.json").exists():
-        raise SystemExit(f"{model} is missing: run python examples/smollm2/convert.py first")
 
-    if a.worker:
-        with curves.open("a") as f:
-            def emit(**kw: Any) -> None:
-                line = json.dumps(kw)
-                print(line, flush=True)
-                f.write(line + "\n")
-                f.flush()
-            if a.worker == "slime":
-                run_slime(a, model, emit, framework=a.label,
-                          plugins=tuple(x for x in a.slime_plugins.split(",") if x))
-            else:
-                run_trl(a, model, emit)
+    def worker(a: argparse.Namespace, model: Path, emit: Any) -> None:
+        if a.worker == "slime":
+            run_slime(a, model, emit, framework=a.label,
+                      plugins=tuple(x for x in a.slime_plugins.split(",") if x))
+        else:
+            run_trl(a, model, emit)
+
+    curves = run_frameworks(a, __file__, worker)
+    if curves is None:
         return
-
-    curves.unlink(missing_ok=True)
-    for fw in a.frameworks.split(","):
-        cmd = [sys.executable, __file__, "--worker", fw, *sys.argv[1:]]
-        t = time.perf_counter()
-        rc = subprocess.call(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        print(f"{fw}: exit {rc} after {time.perf_counter() - t:.1f} s", flush=True)
+    out = Path(a.out)
     summary = compare(_rows(curves))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     for fw, c in summary["curves"].items():
