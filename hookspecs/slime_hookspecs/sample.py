@@ -15,8 +15,9 @@ Invariants (checked by :meth:`Sample.validate`):
 
 from __future__ import annotations
 
+import copy
 import enum
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from slime_hookspecs.routing import RoutedExperts
@@ -150,11 +151,19 @@ class Sample:
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (status as its string value)."""
-        d = asdict(self)
+        """A JSON-ready dict (status as its string value); a copy that shares nothing with the
+        sample, as ``dataclasses.asdict`` makes it, but the id and log-prob lists are copied
+        whole rather than element by element (``asdict`` took 5 s for a 1.3M-token sample)."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _FLAT_LISTS and type(value) is list:
+                d[f.name] = list(value)  # ints and floats: nothing inside to copy
+            elif f.name == "rollout_routed_experts":
+                d[f.name] = None if value is None else value.to_dict()
+            else:
+                d[f.name] = _plain(value)
         d["status"] = self.status.value
-        if self.rollout_routed_experts is not None:
-            d["rollout_routed_experts"] = self.rollout_routed_experts.to_dict()
         return d
 
     @classmethod
@@ -167,10 +176,28 @@ class Sample:
         kwargs = dict(data)
         if "status" in kwargs:
             kwargs["status"] = Status(kwargs["status"])
-        for key in ("tokens", "loss_mask", "rollout_log_probs", "weight_versions"):
+        for key in _FLAT_LISTS:
             if key in kwargs and kwargs[key] is not None:
                 kwargs[key] = list(kwargs[key])
         routed = kwargs.get("rollout_routed_experts")
         if isinstance(routed, dict):
             kwargs["rollout_routed_experts"] = RoutedExperts.from_dict(routed)
         return cls(**kwargs)
+
+
+#: the per-token lists of a sample: numbers only
+_FLAT_LISTS = ("tokens", "loss_mask", "rollout_log_probs", "weight_versions")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as ``dataclasses.asdict`` copies a field's value: dataclasses as dicts,
+    lists, tuples and dicts rebuilt, everything else deep-copied."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*[_plain(v) for v in value])
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((_plain(k), _plain(v)) for k, v in value.items())
+    return copy.deepcopy(value)

@@ -116,3 +116,28 @@ def test_import_does_not_pull_torch() -> None:
     code = "import sys, slime_hookspecs, slime_hookspecs.specs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_to_dict_is_asdict_with_whole_list_copies():
+    """``to_dict`` copies as ``dataclasses.asdict`` does (nothing shared with the sample), with
+    the per-token lists copied whole (the rollout buffer stores every written sample's)."""
+    import json
+    from dataclasses import asdict
+
+    from slime_hookspecs import RoutedExperts
+
+    s = Sample(group_index=1, index=2, prompt=[{"role": "user", "content": "hi"}],
+               tokens=[1, 2], label={"a": [1]}, metadata={"m": {"n": 1}}, rollout_id=0)
+    s.append_response_tokens([3, 4], [-0.5, -0.25], text="ok", weight_version=2)
+    s.status, s.reward = Status.TRUNCATED, {"acc": 1.0}
+    d = s.to_dict()
+    assert d == {**asdict(s), "status": s.status.value}
+    d["tokens"].append(9)
+    d["metadata"]["m"]["n"] = 5
+    assert s.tokens == [1, 2, 3, 4] and s.metadata == {"m": {"n": 1}}  # copies, not views
+    # routing replay's record (docs/moe.md): JSON-ready
+    s.rollout_routed_experts = RoutedExperts(shape=(3, 1, 2), dtype="uint8", data=bytes(6))
+    d = s.to_dict()
+    assert d["rollout_routed_experts"] == s.rollout_routed_experts.to_dict()
+    assert Sample.from_dict(json.loads(json.dumps(d))).rollout_routed_experts == \
+        s.rollout_routed_experts

@@ -49,7 +49,6 @@ from slime_agent.buffer.state import (
     SampleLimits,
     WritePlan,
     check_sample,
-    sample_dict,
 )
 from slime_agent.http import ServerThread, bearer_auth, errors_middleware, new_token, read_body
 from slime_agent.sections import check_bind
@@ -243,5 +242,5 @@ class RolloutBufferServer:
 
 def _checked(plan: WritePlan, limits: SampleLimits) -> tuple[list[Sample], list[dict[str, Any]]]:
     """A planned write's samples checked (:func:`check_sample`) and as stored dicts."""
-    samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where)]
-    return samples, [sample_dict(s) for s in samples]
+    samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where, strict=True)]
+    return samples, [s.to_dict() for s in samples]

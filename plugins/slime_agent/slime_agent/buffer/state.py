@@ -75,26 +75,6 @@ class WritePlan:
     instance: Instance | None = None  # the Instance planned for (a restarted task makes a new one)
 
 
-_ID_LISTS = ("tokens", "loss_mask", "rollout_log_probs", "weight_versions")
-
-
-def sample_dict(s: Sample) -> dict[str, Any]:
-    """``s.to_dict()`` without ``dataclasses.asdict``'s copy of every list element (5 s for a
-    1.3M-token sample, here): the id and log-prob lists are copied whole, the rest (prompt
-    messages, label, metadata) deep-copied as ``asdict`` does."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(s):
-        value = getattr(s, f.name)
-        if f.name in _ID_LISTS and isinstance(value, list):
-            out[f.name] = list(value)
-        else:
-            out[f.name] = copy.deepcopy(value)
-    out["status"] = s.status.value
-    if s.rollout_routed_experts is not None:  # routing replay's record, JSON-ready as to_dict
-        out["rollout_routed_experts"] = s.rollout_routed_experts.to_dict()
-    return out
-
-
 def check_sample(d: dict[str, Any], where: str, limits: SampleLimits) -> Sample:
     """A written sample dict as a :class:`Sample`, or :class:`BufferError` (422) naming the
     field: the length cap first (cheap, and it spares the schema walk of a huge sample), the
@@ -264,8 +244,8 @@ class BufferState:
         try:
             plan = self.plan_write(body)
             limits = self.limits()
-            samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where)]
-            return self.commit_write(plan, samples, [sample_dict(x) for x in samples])
+            samples = [check_sample(d, w, limits) for d, w in zip(plan.raw, plan.where, strict=True)]
+            return self.commit_write(plan, samples, [x.to_dict() for x in samples])
         except RequestError as exc:
             self.refused(exc)
             raise
@@ -301,7 +281,7 @@ class BufferState:
 
     def commit_write(self, plan: WritePlan, samples: list[Sample],
                      dicts: list[dict[str, Any]]) -> dict[str, Any]:
-        """Store a planned write's checked samples (and their :func:`sample_dict`, made with
+        """Store a planned write's checked samples (and their ``to_dict()``, made with
         them off the loop), on the loop. The instance and slot are checked again: another
         write may have taken them while the samples were checked."""
         iid, slot, where = plan.instance_id, plan.slot, plan.where

@@ -12,8 +12,8 @@ from __future__ import annotations
 import http.client
 import json
 import select
-import time
 import socket
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -249,23 +249,3 @@ def test_body_settings_are_checked(agent_config):
         agent_config(rollout_buffer={"max_body_mb": 0})
     with pytest.raises(ValueError, match="rollout_buffer.header_timeout_s"):
         agent_config(rollout_buffer={"header_timeout_s": 0})
-
-
-def test_the_stored_dict_of_a_sample_is_its_to_dict():
-    from slime_agent.buffer.state import sample_dict
-
-    s = Sample(group_index=1, index=2, prompt=[{"role": "user", "content": "hi"}],
-               tokens=[1, 2], label={"a": [1]}, metadata={"m": {"n": 1}}, rollout_id=0)
-    s.append_response_tokens([3, 4], [-0.5, -0.25], text="ok", weight_version=2)
-    s.status, s.reward = Status.TRUNCATED, {"acc": 1.0}
-    d = sample_dict(s)
-    assert d == s.to_dict()
-    d["tokens"].append(9)
-    d["metadata"]["m"]["n"] = 5
-    assert s.tokens == [1, 2, 3, 4] and s.metadata == {"m": {"n": 1}}  # copies, not views
-    # routing replay's record (docs/moe.md): stored JSON-ready, as to_dict writes it
-    from slime_hookspecs import RoutedExperts
-
-    s.rollout_routed_experts = RoutedExperts(shape=(3, 1, 2), dtype="uint8", data=bytes(6))
-    assert sample_dict(s) == s.to_dict()
-    json.dumps(sample_dict(s))
