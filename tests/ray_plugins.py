@@ -12,12 +12,17 @@
 * ``[ray_test] node_dir``: every trainer rank (``slime_trainer_init``), ``slow_local`` engine
   and rollout manager (building ``digit_fraction``) writes ``node-<role>-<Ray node id>-<pid>``
   there, so a multi-node test sees where each process really ran; each trainer step writes
-  ``train-<rollout id>-<pid>`` and then waits ``train_delay_s``.
+  ``train-<rollout id>-<pid>`` and then waits ``train_delay_s``;
+* ``[ray_test] agent_waits_for_update``: ``tests.held_agent`` episodes of every group but the
+  first wait after their first answer until the rollout manager has released its rollouts
+  after a weight update (``slime_release_rollouts``, counted in ``RELEASES``), so an episode
+  spans an update whatever the machine's speed.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +39,11 @@ class RayTestSection:
     crash_marker: str = ""  # created when the crash happens, so a resumed run does not crash
     node_dir: str = ""  # where each process writes node-<role>-<node id>-<pid>
     train_delay_s: float = 0.0  # pause at each trainer step (after its train-<id>-<pid> marker)
+    agent_waits_for_update: bool = False  # held_agent episodes (group >= 1) span an update
+
+
+AGENT_WAITS = False  # this process's [ray_test] agent_waits_for_update, once engines are ready
+RELEASES = threading.Semaphore(0)  # one per slime_release_rollouts(end=False) in this process
 
 
 def _announce(config: Any, role: str) -> None:
@@ -82,6 +92,26 @@ def _slow_engine(config: Any, engine_index: int = 0, accelerator: Any = None) ->
 
     _announce(config, "engine")
     return SlowLocalEngine(config, engine_index, accelerator)
+
+
+@hookimpl
+def slime_rollout_engines_ready(config: Any, clients: list[Any]) -> None:
+    global AGENT_WAITS
+    AGENT_WAITS = config.ray_test.agent_waits_for_update
+
+
+@hookimpl
+def slime_release_rollouts(config: Any, end: bool) -> None:
+    if not end:
+        RELEASES.release()
+
+
+def released_once() -> bool:
+    """Whether a release after a weight update has happened here (it stays counted)."""
+    if RELEASES.acquire(blocking=False):
+        RELEASES.release()
+        return True
+    return False
 
 
 @hookimpl

@@ -230,13 +230,14 @@ def test_fully_async_agent_episodes_are_held_in_the_rollout_manager_actor(  # no
     suspends the episodes it catches and they go on with the new weights (two versions in a
     sample; unheld, the pause would wait for them: this engine sleeps before it generates,
     so the aborts miss its calls and each sample has one version), none restarts.
-    Episodes (three calls of at least 0.25 s) outlast a step (0.3 s of training)."""
+    Episodes of the later groups wait after their first answer for the resume that follows
+    an update (``agent_waits_for_update``), so one spans it however slow the machine is."""
     cfg = ray_config(base_config, run={"num_rollouts": 3, "rollout_mode": "fully_async",
                                        "max_staleness": 3, "async_buffer_groups": 2,
                                        "save_interval": 2},
                      rollout={"engine": "slow_local", "batch_size": 1,
                               "n_samples_per_prompt": 2},
-                     ray_test={"delay_s": 0.25, "train_delay_s": 0.3},
+                     ray_test={"delay_s": 0.25, "agent_waits_for_update": True},
                      data={"eval_path": ""}, algorithm={"is_correction": "tis"},
                      agent={"entrypoint": "tests.held_agent:rollout", "timeout_s": 120})
     trained: list[Any] = []
