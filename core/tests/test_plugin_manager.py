@@ -42,8 +42,12 @@ def _ep(name: str, module: str, dist: str = "slime-x", version: str = "1.0") -> 
 
 @pytest.fixture
 def fake_eps(monkeypatch: pytest.MonkeyPatch):
+    """The entry points of group ``slime`` are the list returned (the default plugins stay
+    the installed ones)."""
     eps: list[EntryPoint] = []
-    monkeypatch.setattr(manager_mod, "entry_points", lambda group: list(eps))
+    real = manager_mod.entry_points
+    monkeypatch.setattr(manager_mod, "entry_points",
+                        lambda group: list(eps) if group == "slime" else real(group=group))
     return eps
 
 

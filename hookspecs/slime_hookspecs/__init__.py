@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from slime_hookspecs.batch import TrainBatch
 from slime_hookspecs.config import Config
-from slime_hookspecs.markers import ENTRY_POINT_GROUP, PROJECT_NAME, hookimpl, hookspec
+from slime_hookspecs.markers import (
+    DEFAULT_ENTRY_POINT_GROUP,
+    ENTRY_POINT_GROUP,
+    PROJECT_NAME,
+    hookimpl,
+    hookspec,
+)
 from slime_hookspecs.protocols import (
     Accelerator,
     CriticLossFn,
@@ -54,6 +60,7 @@ from slime_hookspecs.sampling import SamplingParams
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_ENTRY_POINT_GROUP",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
     "Accelerator",

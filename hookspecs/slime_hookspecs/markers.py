@@ -13,5 +13,11 @@ PROJECT_NAME = "slime"
 
 ENTRY_POINT_GROUP = PROJECT_NAME
 
+DEFAULT_ENTRY_POINT_GROUP = PROJECT_NAME + ".defaults"
+"""Entry-point group of default plugins: loaded in every process whatever ``--plugins``
+selects and with autoload off (as pytest's default plugins), unless ``--disable-plugin``
+names one. slime-std ships the built-in records (local engine, torch trainer, rewards, ...)
+this way, so a user can turn one off and register a replacement."""
+
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)

@@ -56,7 +56,7 @@ def plugin_libraries(manager: SlimePluginManager, info: PluginInfo) -> dict[str,
 def describe_plugins(manager: SlimePluginManager, include_builtin: bool) -> list[dict[str, Any]]:
     out = []
     for info in manager.infos.values():
-        if info.source == "builtin" and not include_builtin:
+        if info.source in ("builtin", "default") and not include_builtin:
             continue
         status, reason = plugin_status(manager, info)
         d = info.to_dict()
@@ -67,7 +67,7 @@ def describe_plugins(manager: SlimePluginManager, include_builtin: bool) -> list
 
 
 @click.group("plugins", invoke_without_command=True)
-@click.option("--all", "include_all", is_flag=True, help="Include the core's built-in plugins.")
+@click.option("--all", "include_all", is_flag=True, help="Include the built-in and default plugins.")
 @click.option("--hook", "hook", default=None, metavar="NAME", help="Only plugins implementing NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--requirements", is_flag=True, help="Show each plugin's declared requirements.")

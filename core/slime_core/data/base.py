@@ -4,9 +4,8 @@ A source holds ``N`` prompts (rows). ``get_samples(k)`` hands out ``k`` groups:
 
 1. first, groups returned with ``add_samples`` (the return buffer); which ones is decided by
    the buffer filter: the callable given to :meth:`PromptDataSource.set_buffer_filter` (the
-   lead wires ``slime_buffer_filter`` there), else the built-in filter named by
-   ``rollout.buffer_filter`` (``fifo`` / ``lifo``), else first-in first-out; a filter that
-   answers ``None`` means first-in first-out. Buffered groups are handed out as they were
+   executors wire ``slime_buffer_filter`` and the record named by ``rollout.buffer_filter``
+   there), else first-in first-out; a filter that answers ``None`` means first-in first-out. Buffered groups are handed out as they were
    returned (the rollout resets or keeps partial responses before returning them);
 2. then fresh groups, one per row, in the order of the current epoch: rows ``0..N-1``
    permuted by ``random.Random(seed + epoch).shuffle`` (train split with ``data.shuffle``),
@@ -281,35 +280,19 @@ class PromptDataSource:
         """Use ``fn(config, rollout_id, buffer, num_groups)`` to pick buffered groups.
 
         ``fn`` removes the groups it returns from ``buffer`` (a list it may mutate) and returns
-        at most ``num_groups`` of them, or ``None`` for first-in first-out. Overrides
-        ``rollout.buffer_filter``; ``None`` restores it.
+        at most ``num_groups`` of them, or ``None`` for first-in first-out; ``None`` as ``fn``
+        restores first-in first-out.
         """
         self._buffer_filter = fn
 
-    def _resolve_buffer_filter(self) -> BufferFilter:
-        if self._buffer_filter is not None:
-            return self._buffer_filter
-        from slime_core.filters.buffer import BUFFER_FILTERS, fifo
-
-        name = self.config.rollout.buffer_filter
-        if not name:
-            return fifo
-        if name not in BUFFER_FILTERS:
-            raise ValueError(
-                f"rollout.buffer_filter = {name!r} is not a built-in buffer filter (choose one of: "
-                f"{', '.join(sorted(BUFFER_FILTERS))}); a filter from a plugin is wired with "
-                "data_source.set_buffer_filter(record.factory)"
-            )
-        return BUFFER_FILTERS[name]
-
     def _take_buffered(self, num_groups: int, rollout_id: int) -> list[list[Sample]]:
-        from slime_core.filters.buffer import fifo
-
         want = min(num_groups, len(self.buffer))
-        fn = self._resolve_buffer_filter()
-        taken = fn(self.config, rollout_id, self.buffer, want)
-        if taken is None:
-            taken = fifo(self.config, rollout_id, self.buffer, want)
+        taken = None
+        if self._buffer_filter is not None:
+            taken = self._buffer_filter(self.config, rollout_id, self.buffer, want)
+        if taken is None:  # first in, first out (the executors wire rollout.buffer_filter)
+            taken = self.buffer[:want]
+            del self.buffer[:want]
         taken = list(taken)
         if len(taken) > want:
             raise ValueError(

@@ -15,10 +15,25 @@ BUILTIN_PLUGINS: tuple[tuple[str, str, bool], ...] = (
     ("torch_trainer", "slime_core.builtin.torch_trainer_plugin", False),
     ("core_data", "slime_core.builtin.data_plugin", False),
     ("core_rewards", "slime_core.builtin.rewards_plugin", False),
-    ("core_filters", "slime_core.builtin.filters_plugin", False),
     ("core_sft", "slime_core.builtin.sft_plugin", False),
     ("core_weights", "slime_core.builtin.weights_plugin", False),
     ("core_observe", "slime_core.builtin.observe_plugin", False),
 )
 
 ESSENTIAL = frozenset(name for name, _, essential in BUILTIN_PLUGINS if essential)
+
+
+def default_plugin_names() -> list[str]:
+    """The plugins a run has unless it disables them: the non-essential built-ins and the
+    default plugins installed (entry-point group ``slime.defaults``)."""
+    import sys
+
+    if sys.version_info >= (3, 10):
+        from importlib.metadata import entry_points
+    else:  # pragma: no cover
+        from importlib_metadata import entry_points
+
+    from slime_hookspecs import DEFAULT_ENTRY_POINT_GROUP
+
+    names = [name for name, _, essential in BUILTIN_PLUGINS if not essential]
+    return names + sorted({ep.name for ep in entry_points(group=DEFAULT_ENTRY_POINT_GROUP)})

@@ -1,4 +1,5 @@
-"""The plugin manager: built-ins first, then entry points of group ``slime``, one at a time.
+"""The plugin manager: built-ins first, then the default plugins (entry-point group
+``slime.defaults``, slime-std's records), then entry points of group ``slime``, one at a time.
 
 A plugin that fails to import or to register is reported as ``failed`` and the others still
 load (as conda does), with one warning on stderr naming it and the error; unless it was
@@ -22,7 +23,7 @@ from typing import Any
 import pluggy
 
 from slime_core.pluginmgr.builtins import BUILTIN_PLUGINS, ESSENTIAL
-from slime_hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME
+from slime_hookspecs import DEFAULT_ENTRY_POINT_GROUP, ENTRY_POINT_GROUP, PROJECT_NAME
 from slime_hookspecs.specs import SPEC_MODULES, hook_names
 
 if sys.version_info >= (3, 10):
@@ -109,7 +110,7 @@ class PluginInfo:
     """What ``core plugins`` shows for one plugin."""
 
     name: str
-    source: str  # "builtin" | "entry point" | "module"
+    source: str  # "builtin" | "default" | "entry point" | "module"
     module: str
     distribution: str | None = None
     version: str | None = None
@@ -219,6 +220,7 @@ class SlimePluginManager:
                 continue
             module = importlib.import_module(modname)
             self._register(module, name)
+        self._load_defaults()
         self._load_entry_points()
         self._check_disabled_names()
         for modname in sel.modules:
@@ -236,6 +238,33 @@ class SlimePluginManager:
                 f"{', '.join(sorted(self.infos)) or 'none'}"
             )
         return self
+
+    def _load_defaults(self) -> None:
+        """Default plugins load whatever ``--plugins`` or autoload say; ``--disable-plugin``
+        blocks one. One that fails to load stops the load: it is part of the installation,
+        and a run without it would fail later on a missing record instead of on its cause."""
+        for ep in sorted(entry_points(group=DEFAULT_ENTRY_POINT_GROUP), key=lambda e: e.name):
+            dist, version = _ep_dist(ep)
+            if ep.name in self.infos:
+                other = self.infos[ep.name]
+                raise PluginLoadError(
+                    f'Error loading plugin "{ep.name}" from {dist} {version}: plugin name '
+                    f"{ep.name!r} is provided by both {other.distribution or other.source} "
+                    f"and {dist}")
+            info = PluginInfo(name=ep.name, source="default", module=ep.value,
+                              distribution=dist, version=version, requirements=_requirements(dist))
+            self.infos[ep.name] = info
+            if ep.name in self.selection.disabled:
+                info.status, info.reason = "blocked", "disabled by --disable-plugin"
+                continue
+            try:
+                self._register(ep.load(), ep.name)
+            except PluginLoadError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-raised naming the plugin
+                raise PluginLoadError(
+                    f'Error loading default plugin "{ep.name}" from {dist} {version}: '
+                    f"{_reason(exc)} (turn it off with --disable-plugin {ep.name})") from exc
 
     def _load_entry_points(self) -> None:
         sel = self.selection
@@ -259,7 +288,7 @@ class SlimePluginManager:
                     f"plugin name {ep.name!r} is provided by both "
                     f"{other.distribution or other.source} and {dist}"
                 )
-                if ep.name in requested or other.source == "builtin":
+                if ep.name in requested or other.source in ("builtin", "default"):
                     raise PluginLoadError(f'Error loading plugin "{ep.name}" from {dist} {version}: {err}')
                 continue
             info = PluginInfo(

@@ -120,7 +120,7 @@ def resume_selection(run_dir: str | Path, selection: Any) -> tuple[Any, str]:
     naming it. ``run.plugin_modules`` comes back with the resolved config."""
     from dataclasses import replace
 
-    from slime_core.pluginmgr.builtins import BUILTIN_PLUGINS, ESSENTIAL
+    from slime_core.pluginmgr.builtins import default_plugin_names
 
     if selection.plugins is not None:
         return selection, (f"resume: using the plugins selected on the command line "
@@ -137,7 +137,7 @@ def resume_selection(run_dir: str | Path, selection: Any) -> tuple[Any, str]:
             f"{'them' if len(missing) > 1 else 'it'}, or choose the plugin set with --plugins"
         )
     names = {p["name"] for p in recorded}
-    off = [n for n, _, _ in BUILTIN_PLUGINS if n not in names and n not in ESSENTIAL]
+    off = [n for n in default_plugin_names() if n not in names]
     chosen = replace(selection, plugins=[p["name"] for p in eps],
                      disabled=sorted(set(selection.disabled) | set(off)))
     line = (f"resume: reusing the plugin set recorded in {Path(run_dir) / 'plugins.json'}: "

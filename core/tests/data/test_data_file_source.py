@@ -124,8 +124,13 @@ def test_buffer_is_handed_out_first(cfg):
 
 
 def test_lifo_buffer_filter_and_custom_filter(cfg):
+    from slime_core.pluginmgr import SlimePluginManager, UnknownRecordError
+    from slime_core.rollout.components import attach_buffer_filter
+
+    manager = SlimePluginManager().load()
     src = make_jsonl_source(cfg(), "train")
-    src.config.rollout.buffer_filter = "lifo"
+    src.config.rollout.buffer_filter = "lifo"  # a record of slime-std's core_filters
+    attach_buffer_filter(manager, src.config, src)
     a, b, c = src.get_samples(3)
     src.add_samples([a, b, c])
     out = src.get_samples(2)
@@ -141,11 +146,13 @@ def test_lifo_buffer_filter_and_custom_filter(cfg):
     out = src.get_samples(1, rollout_id=42)
     assert out[0] == a and calls == [(42, 1, 1)]
 
+    src.set_buffer_filter(None)  # first in, first out again
+    src.add_samples([b, c])
+    assert src.get_samples(1) == [b]
+
     src.config.rollout.buffer_filter = "nope"
-    src.set_buffer_filter(None)
-    src.add_samples([a])
-    with pytest.raises(ValueError, match="rollout.buffer_filter = 'nope'.*fifo, lifo"):
-        src.get_samples(1)
+    with pytest.raises(UnknownRecordError, match="nope.*fifo.*lifo"):
+        attach_buffer_filter(manager, src.config, src)
 
 
 def test_eval_split_reads_eval_path_in_order_and_all_at_once(make_config, tiny_tokenizer_dir, tmp_path):

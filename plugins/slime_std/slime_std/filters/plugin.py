@@ -13,7 +13,7 @@ from typing import Any
 
 from slime_hookspecs import Config, FilterRecord, Records
 
-from slime_core.filters import drop_truncated, fifo, lifo, nonzero_std
+from slime_std.filters import drop_truncated, fifo, lifo, nonzero_std
 
 records = Records()
 

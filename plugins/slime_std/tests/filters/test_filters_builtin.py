@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slime_core.filters import drop_truncated, fifo, lifo, nonzero_std
+from slime_std.filters import drop_truncated, fifo, lifo, nonzero_std
 from slime_hookspecs import FilterResult, Sample, Status
 
 

@@ -3,8 +3,8 @@ sample (``drop_truncated``). A ``FilterRecord``'s ``factory`` is the filter func
 
 from __future__ import annotations
 
-from slime_core.filters.buffer import BUFFER_FILTERS, fifo, lifo
-from slime_core.filters.dynamic import group_rewards, nonzero_std
-from slime_core.filters.sample import drop_truncated
+from slime_std.filters.buffer import BUFFER_FILTERS, fifo, lifo
+from slime_std.filters.dynamic import group_rewards, nonzero_std
+from slime_std.filters.sample import drop_truncated
 
 __all__ = ["BUFFER_FILTERS", "drop_truncated", "fifo", "group_rewards", "lifo", "nonzero_std"]
