@@ -64,7 +64,6 @@ def main() -> None:
     from slime_core.context import set_manager
     from slime_core.engine.local_engine import LocalEngine
     from slime_core.moe.routing import from_record
-    from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
     from slime_core.testing import write_char_tokenizer
     from slime_core.trainer.torch_trainer import TorchTrainer
@@ -98,7 +97,9 @@ def main() -> None:
         "rollout": {"temperature": 1.0, "n_samples_per_prompt": args.n},
         "run": {"executor": "local"},
     }
-    manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), None, (), data)
+    from bench_plugin import plugin_selection
+
+    manager, config = resolve(plugin_selection(), None, (), data)
     set_manager(manager)
     accel = None
     if torch.cuda.is_available():
