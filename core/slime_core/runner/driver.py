@@ -4,12 +4,11 @@ rollout -> reward/filters -> convert -> log-probs/advantages -> train -> sync we
 -> log the step's metrics row -> save, with lifecycle hooks around each phase (the row before
 the checkpoint: see ``docs/run_directory.md`` for what a crash at any instant leaves). Metrics go to every configured logger;
 ``slime_on_error`` and ``slime_run_end(status="failed")`` fire before an error propagates,
-and checkpoints already written are never touched by a failing step. With
-``run.async_rollout`` the rollout of step k+1 is generated while step k trains
-(:mod:`slime_core.runner.pipeline`); with ``run.rollout_mode = "fully_async"`` the engines
-generate continuously into a bounded buffer the steps take from
-(:mod:`slime_core.runner.fully_async`); ``run.max_staleness`` bounds how old a trained-on sample
-may be (:mod:`slime_core.runner.staleness`).
+and checkpoints already written are never touched by a failing step. Where each step's
+rollout comes from is the rollout schedule's business (:mod:`slime_core.runner.schedule`:
+generated now, one step ahead while step k trains, or continuously into a bounded buffer),
+the same five calls whatever ``run.rollout_mode`` says; ``run.max_staleness`` bounds how old
+a trained-on sample may be (:mod:`slime_core.runner.staleness`).
 """
 
 from __future__ import annotations
@@ -38,16 +37,14 @@ from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import fast_defaults, staleness, startup
 from slime_core.runner.convert import samples_to_batch
-from slime_core.runner.fully_async import STATE_FILE as FULLY_ASYNC_FILE
 from slime_core.runner.fully_async import FullyAsync
 from slime_core.runner.health import SkippedSteps, applied
 from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
+from slime_core.runner.schedule import RolloutSchedule, SyncSchedule
 from slime_core.runtime import process_settings
 from slime_core.runtime.accelerator import select_accelerator
 from slime_core.runtime.durable import fault_point
-
-INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of an async run's in-flight rollout
 
 
 class Driver:
@@ -119,27 +116,33 @@ class Driver:
             self.synced_version = -1  # version the engines hold
             # steps skipped for non-finite values (runner/health.py)
             self.skips = SkippedSteps(config.train.max_consecutive_skipped_steps)
-            mode = rollout_mode(config.run)
-
-            def before(step: int) -> None:
-                self.pm.slime_before_rollout(config=config, rollout_id=step)
-
-            def after(step: int, result: RolloutResult) -> None:
-                self.pm.slime_after_rollout(config=config, rollout_id=step, result=result)
-
-            self._async = OneStepOff(
-                submit=ex.submit_rollout, prepare=self._prepare_rollout,
-                source_state=self.train_source.state_dict, before=before, after=after,
-                num_rollouts=config.run.num_rollouts,
-            ) if mode == "one_step_off" else None
-            self._stream = FullyAsync(
-                ex.streaming(), batch_size=config.rollout.batch_size, before=before, after=after,
-            ) if mode == "fully_async" else None
+            self.schedule = self._make_schedule()
             if resume_dir:
                 self._resume()
         except BaseException:
             ex.shutdown()
             raise
+
+    def _make_schedule(self) -> RolloutSchedule:
+        config, ex = self.config, self.executor
+
+        def before(step: int) -> None:
+            self.pm.slime_before_rollout(config=config, rollout_id=step)
+
+        def after(step: int, result: RolloutResult) -> None:
+            self.pm.slime_after_rollout(config=config, rollout_id=step, result=result)
+
+        source_state = self.train_source.state_dict
+        mode = rollout_mode(config.run)
+        if mode == "one_step_off":
+            return OneStepOff(submit=ex.submit_rollout, prepare=self._prepare_rollout,
+                              source_state=source_state, before=before, after=after,
+                              num_rollouts=config.run.num_rollouts)
+        if mode == "fully_async":
+            return FullyAsync(ex.streaming(), batch_size=config.rollout.batch_size,
+                              before=before, after=after, source_state=source_state)
+        return SyncSchedule(rollout=self.rollouts.rollout, prepare=self._prepare_rollout,
+                            source_state=source_state, before=before, after=after)
 
     # -- state -----------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -170,68 +173,31 @@ class Driver:
         # read every file first: a damaged one fails before any state is replaced
         state = ckpt.read_driver_state(last)
         source = ckpt.read_json(last / "data_source.json")
-        inflight = state.get("inflight_rollout")
-        result = None
-        if inflight is not None and self._async is not None:
-            from slime_core.observe.dumps import dump_path, read_dump
-
-            where = dump_path(last / INFLIGHT_DIR, inflight, evaluation=False)
-            try:
-                _, result = read_dump(where)
-            except Exception as exc:  # noqa: BLE001 - name the file, whatever broke
-                raise ckpt.CheckpointError(f"{where}: unreadable ({type(exc).__name__}: "
-                                           f"{exc})") from exc
-        stream_state = None
-        if self._stream is not None and (last / FULLY_ASYNC_FILE).is_file():
-            stream_state = ckpt.read_json(last / FULLY_ASYNC_FILE)
+        restore_schedule = self.schedule.read_checkpoint(last, state)
         self.trainer.load(str(last / "trainer"))
         self.train_source.load_state_dict(source)
-        if stream_state is not None:
-            assert self._stream is not None
-            self._stream.restore(stream_state)
         random.setstate(_tuple_state(state["python_rng"]))
         self.step, self.version = state["step"], state["version"]
-        if result is not None:
-            assert self._async is not None and inflight is not None
-            self._async.restore(int(inflight), result)
+        restore_schedule()
         return state
 
     def save(self) -> None:
         path = self.run_dir / "checkpoints" / ckpt.step_name(self.step)
         self.pm.slime_before_save(config=self.config, rollout_id=self.step, path=str(path))
 
-        inflight = None
-        if self._async is not None:  # keep the in-flight rollout (see runner/pipeline.py)
-            self._async.drain()
-            inflight = self._async.finished()
-        stream_state = None
-        if self._stream is not None:
-            # paused: the buffer, the groups in generation and the data source are one instant
-            self._stream.pause()
-            stream_state = self._stream.snapshot()
+        held = self.schedule.checkpoint()
 
         def write(tmp: Path) -> None:
             self.trainer.save(str(tmp / "trainer"))
-            if stream_state is not None:
-                (tmp / FULLY_ASYNC_FILE).write_text(json.dumps(stream_state))
-            if inflight is not None:
-                from slime_core.observe.dumps import write_dump
-
-                write_dump(tmp / INFLIGHT_DIR, inflight[0], inflight[1])
-                source = self.train_source.state_dict()  # after the in-flight rollout
-            else:  # none, or it failed: the source as it was before it was submitted
-                source = self._async.source_state() if self._async is not None else None
-                if source is None:
-                    source = self.train_source.state_dict()
+            source = held.write(tmp)
             (tmp / "data_source.json").write_text(json.dumps(source))
 
         state = {"step": self.step, "version": self.version, "python_rng": random.getstate(),
-                 "inflight_rollout": inflight[0] if inflight is not None else None}
+                 **held.state}
         # engines get re-synced from the trainer at resume, so synced_version is not saved
         final = ckpt.save_checkpoint(self.run_dir, self.step, write, state,
                                      self.config.run.keep_checkpoints)
-        if self._stream is not None and self.step < self.config.run.num_rollouts:
-            self._stream.resume(self.synced_version)
+        self.schedule.after_save(self.synced_version, self.step < self.config.run.num_rollouts)
         self.pm.slime_after_save(config=self.config, rollout_id=self.step, path=str(final))
 
     # -- phases ----------------------------------------------------------------------------
@@ -240,10 +206,7 @@ class Driver:
         spent waiting for (one-step-off) or aborting (fully-async) the generation in flight,
         which a step's ``perf/weight_sync_time`` leaves out."""
         t = time.perf_counter()
-        if self._async is not None:
-            self._async.drain()  # never change weights in the middle of a generation
-        if self._stream is not None:
-            self._stream.pause()  # aborts the calls in flight; their partials go on after it
+        self.schedule.before_weight_sync()  # never change weights under a generation
         drained = time.perf_counter() - t
         self.pm.slime_before_weight_sync(config=self.config, version=self.version)
         stats = self.executor.send_weights(self.version)
@@ -255,10 +218,9 @@ class Driver:
                     f"version {self.version}"
                 )
         self.pm.slime_after_weight_sync(config=self.config, version=self.version, stats=stats)
-        if self._stream is not None and self.step < self.config.run.num_rollouts:
-            self._stream.resume(self.version)
+        self.schedule.after_weight_sync(self.version, self.step < self.config.run.num_rollouts)
         out = {f"perf/weight_sync_{k}": float(v) for k, v in stats.items()}
-        if self._async is not None or self._stream is not None:
+        if self.schedule.overlaps:
             out["perf/rollout_drain_time"] = drained
         return out
 
@@ -283,10 +245,9 @@ class Driver:
 
     def evaluate(self) -> dict[str, float]:
         assert self.eval_source is not None and self.eval_start is not None
-        if self._async is not None:
-            self._async.drain()  # the engines serve one rollout at a time
+        reseed = self.schedule.before_eval()
         self.eval_source.load_state_dict(self.eval_start)
-        if self._stream is None:  # fully async: the generator draws from the engines meanwhile
+        if reseed:
             self._reseed(-1 - self.step)
         t0 = time.perf_counter()
         result = self.rollouts.rollout(self.step, evaluation=True)
@@ -299,18 +260,7 @@ class Driver:
 
     def train_one(self) -> dict[str, float]:
         cfg, step = self.config, self.step
-        timings: dict[str, float] = {}
-        if self._async is not None:  # submitted during the previous step
-            result, timings["perf/rollout_wait_time"] = self._async.take(step)
-        elif self._stream is not None:  # generated meanwhile, into the buffer
-            result, timings["perf/rollout_wait_time"] = self._stream.take(step, self.version)
-        else:
-            self._prepare_rollout(step)
-            t = time.perf_counter()
-            self.pm.slime_before_rollout(config=cfg, rollout_id=step)
-            result = self.rollouts.rollout(step)
-            self.pm.slime_after_rollout(config=cfg, rollout_id=step, result=result)
-            timings["perf/rollout_time"] = time.perf_counter() - t
+        result, timings = self.schedule.take(step, self.version)
         samples = list(result.samples())
         if samples and all(s.status.value == "failed" for s in samples):
             errors = sorted({s.error or "?" for s in samples})[:3]
@@ -430,8 +380,7 @@ class Driver:
             raise
         finally:
             self.pm.slime_run_end(config=cfg, run_dir=str(self.run_dir), status=status)
-            if self._stream is not None:
-                self._stream.stop()  # before the engines go
+            self.schedule.stop()  # before the engines go
             for lg in self.loggers:
                 lg.close()
             for e in self.engines:

@@ -20,31 +20,41 @@ manager runs and fills a bounded buffer of completed groups; the driver:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from slime_hookspecs import RolloutResult
+
+from slime_core.runner.schedule import ScheduleCheckpoint
 
 STATE_FILE = "fully_async.json"  # checkpoint file of the generator's buffer and partials
 
 
 class FullyAsync:
-    """``stream``: the executor's generator handle (``resume``, ``pause``, ``take``,
-    ``snapshot``, ``restore``, ``stop``, ``state``)."""
+    """The :class:`~slime_core.runner.schedule.RolloutSchedule` of ``fully_async``.
+    ``stream``: the executor's generator handle (``resume``, ``pause``, ``take``,
+    ``snapshot``, ``restore``, ``stop``, ``state``); ``source_state()``: the train data
+    source's state."""
+
+    overlaps = True
 
     def __init__(self, stream: Any, *, batch_size: int, before: Callable[[int], None],
-                 after: Callable[[int, RolloutResult], None]) -> None:
+                 after: Callable[[int, RolloutResult], None],
+                 source_state: Callable[[], dict[str, Any]]) -> None:
         self.stream, self.batch_size = stream, batch_size
-        self._before, self._after = before, after
+        self._before, self._after, self._source_state = before, after, source_state
         self.stopped = False
 
-    def take(self, step: int, version: int) -> tuple[RolloutResult, float]:
+    def take(self, step: int, version: int) -> tuple[RolloutResult, dict[str, float]]:
         self._before(step)
         result, waited = self.stream.take(self.batch_size, version, step)
         self._after(step, result)
-        return result, waited
+        return result, {"perf/rollout_wait_time": waited}
 
     def pause(self) -> None:
+        """Aborts the calls in flight; their partials go on after :meth:`resume`."""
         if not self.stopped:
             self.stream.pause()
 
@@ -52,11 +62,37 @@ class FullyAsync:
         if not self.stopped:
             self.stream.resume(version)
 
-    def snapshot(self) -> dict[str, Any]:
-        return dict(self.stream.snapshot())
+    before_weight_sync = pause
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.stream.restore(state)
+    def after_weight_sync(self, version: int, more: bool) -> None:
+        if more:
+            self.resume(version)
+
+    def before_eval(self) -> bool:
+        return False  # the generator draws from the engines meanwhile: no reseed
+
+    def checkpoint(self) -> ScheduleCheckpoint:
+        """Paused: the buffer, the groups in generation and the data source are one instant."""
+        self.pause()
+        held = dict(self.stream.snapshot())
+
+        def write(directory: Path) -> dict[str, Any]:
+            (directory / STATE_FILE).write_text(json.dumps(held))
+            return self._source_state()
+
+        return ScheduleCheckpoint(write=write)
+
+    def after_save(self, version: int, more: bool) -> None:
+        if more:
+            self.resume(version)
+
+    def read_checkpoint(self, directory: Path, state: dict[str, Any]) -> Callable[[], None]:
+        if not (directory / STATE_FILE).is_file():
+            return lambda: None
+        from slime_core.runner.checkpoint import read_json
+
+        held = read_json(directory / STATE_FILE)
+        return lambda: self.stream.restore(held)
 
     def stop(self) -> None:
         if not self.stopped:
