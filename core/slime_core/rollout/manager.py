@@ -239,16 +239,39 @@ class RolloutManager:
                 t_score = time.perf_counter()
                 await score_with_teacher(self, self._teacher, kept)
                 metrics["perf/opd_teacher_time"] = time.perf_counter() - t_score
-            if self._sample_filter is not None:
-                self._sample_filter(kept)
-            self.manager.hook.slime_rollout_sample_filter(config=cfg, groups=kept)
-            self.manager.hook.slime_rollout_all_samples(config=cfg, groups=all_groups, data_source=source)
+            self.finish_batch(kept, all_groups, source)
         metrics["perf/rollout_time"] = time.perf_counter() - t0
         what = f"eval at step {rollout_id}" if evaluation else f"rollout {rollout_id}"
         failures = summarise_failures((s for g in all_groups for s in g), what)
         if failures:  # the metrics count them; the log says why (trace.json is not read)
             print(f"warning: {failures}", file=sys.stderr, flush=True)
         return RolloutResult(groups=kept, metrics=metrics)
+
+    # -- the per-group pipeline (the batch rollout here and the fully-async generator) ----
+    @property
+    def has_teacher_engine(self) -> bool:
+        """``[opd] mode = "engine"``: a teacher engine scores each rollout after it is made."""
+        return self._teacher is not None
+
+    def finish_batch(self, kept: list[list[Sample]], all_groups: list[list[Sample]],
+                     source: DataSource) -> None:
+        """A training batch is complete: ``rollout.sample_filter``, then the hooks
+        ``slime_rollout_sample_filter`` (on ``kept``) and ``slime_rollout_all_samples`` (on
+        every group generated for it, dropped ones too)."""
+        if self._sample_filter is not None:
+            self._sample_filter(kept)
+        hook = self.manager.hook
+        hook.slime_rollout_sample_filter(config=self.config, groups=kept)
+        hook.slime_rollout_all_samples(config=self.config, groups=all_groups, data_source=source)
+
+    async def score_group(self, group: list[Sample], rollout_id: int, evaluation: bool,
+                          unscored_only: bool = False) -> None:
+        """Reward a generated group (only its samples without a reward with
+        ``unscored_only``: a worker may have scored them) and fire ``slime_after_generate``
+        for each sample."""
+        await self.reward([s for s in group if s.reward is None] if unscored_only else group,
+                          evaluation)
+        self.after_generate(group, rollout_id, evaluation)
 
     async def _train_groups(self, rollout_id: int, source: DataSource, params: SamplingParams,
                             metrics: dict[str, float]) -> tuple[list[list[Sample]], list[list[Sample]]]:
@@ -283,14 +306,14 @@ class RolloutManager:
                 for task in done:
                     group = task.result()
                     everything.append(group)
-                    if self._sort(group, dropped):
+                    if self.keep_group(group, dropped):
                         (kept if len(kept) < target else surplus).append(group)
             if pending:
                 aborted += await self._abort(pending, source)
         if surplus:
             # Finished after the batch was full: the prompts go back, the generation is
             # discarded so the next step stays on-policy.
-            source.add_samples([[self._reset_for_buffer(s, fresh=True) for s in g] for g in surplus])
+            source.add_samples([[self.reset_for_buffer(s, fresh=True) for s in g] for g in surplus])
             metrics["rollout/surplus_groups"] = float(len(surplus))
         if aborted:
             metrics["rollout/aborted_groups"] = float(aborted)
@@ -317,10 +340,9 @@ class RolloutManager:
             for group in source.get_samples(target - len(kept)):
                 for s in group:
                     s.rollout_id = rollout_id
-                await self._reward([s for s in group if s.reward is None], False)
-                self._after_generate(group, rollout_id, False)
+                await self.score_group(group, rollout_id, False, unscored_only=True)
                 everything.append(group)
-                if self._sort(group, dropped):
+                if self.keep_group(group, dropped):
                     kept.append(group)
         source_metrics = getattr(source, "metrics", None)
         if source_metrics is not None:
@@ -328,7 +350,7 @@ class RolloutManager:
         _count(metrics, rounds, everything, dropped)
         return kept, everything
 
-    def _sort(self, group: list[Sample], dropped: dict[str, int]) -> bool:
+    def keep_group(self, group: list[Sample], dropped: dict[str, int]) -> bool:
         """Whether the dynamic-sampling filters keep ``group``; a dropped group is counted in
         ``dropped`` and its samples carry ``metadata["dropped_reason"]``."""
         keep, reason = self._keep(group)
@@ -348,14 +370,15 @@ class RolloutManager:
         for res in results:
             if isinstance(res, BaseException) or res is None:
                 continue
-            back.append([self._reset_for_buffer(s) for s in res])
+            back.append([self.reset_for_buffer(s) for s in res])
         if back:
             source.add_samples(back)
         return len(back)
 
-    def _reset_for_buffer(self, s: Sample, fresh: bool = False) -> Sample:
-        """Aborted samples keep their partial response with ``rollout.partial_rollout``
-        (continued next step with the remaining budget); everything else restarts."""
+    def reset_for_buffer(self, s: Sample, fresh: bool = False) -> Sample:
+        """The sample as it goes back to the data source: aborted samples keep their partial
+        response with ``rollout.partial_rollout`` (continued next step with the remaining
+        budget) unless ``fresh``; everything else restarts from its prompt."""
         if not fresh and self.config.rollout.partial_rollout and s.status == Status.ABORTED:
             s.status = Status.PENDING
             if self.config.rollout.mask_offpolicy_in_partial_rollout:
@@ -384,24 +407,25 @@ class RolloutManager:
     async def _run_group(self, group: list[Sample], params: SamplingParams, rollout_id: int,
                          evaluation: bool) -> list[Sample]:
         client = self.client_for(group[0].group_index)
-        outs = await asyncio.gather(*(self._generate(s, params, client) for s in group))
+        outs = await asyncio.gather(*(self.generate(s, params, client) for s in group))
         samples: list[Sample] = []
         for out in outs:
             samples.extend(out if isinstance(out, list) else [out])
         if any(s.status == Status.ABORTED for s in samples):
             return samples
-        await self._reward(samples, evaluation)
-        self._after_generate(samples, rollout_id, evaluation)
+        await self.score_group(samples, rollout_id, evaluation)
         return samples
 
-    def _after_generate(self, samples: list[Sample], rollout_id: int, evaluation: bool) -> None:
+    def after_generate(self, samples: list[Sample], rollout_id: int, evaluation: bool) -> None:
         for s in samples:
             self.manager.hook.slime_after_generate(
                 config=self.config, sample=s, rollout_id=rollout_id, evaluation=evaluation
             )
 
-    async def _generate(self, sample: Sample, params: SamplingParams,
-                        client: EngineClient) -> Sample | list[Sample]:
+    async def generate(self, sample: Sample, params: SamplingParams,
+                       client: EngineClient) -> Sample | list[Sample]:
+        """One sample through ``slime_generate`` (or an eval dataset's own ``generate``) on
+        ``client``; an exception fails the sample (a lost engine stops the rollout)."""
         try:
             custom = self._eval_sets.generate_fn(sample)  # an eval dataset's own `generate`
             call = custom or self.manager.hook.slime_generate
@@ -418,7 +442,7 @@ class RolloutManager:
             s.validate()
         return res
 
-    async def _reward(self, samples: list[Sample], evaluation: bool) -> None:
+    async def reward(self, samples: list[Sample], evaluation: bool) -> None:
         """Score ``samples``; every value is checked (:mod:`slime_core.rewards.validate`) and a
         bad one or an exception fails its sample (or the group) with a reason that names the
         plugin, the hook or reward function, and the sample."""

@@ -140,7 +140,7 @@ class StreamingRollout:
                 f"finished groups but has no {', '.join(missing)} (slime_hookspecs."
                 "FinishedGroupSource), which this mode calls; implement them in the source or "
                 "use run.rollout_mode = \"one_step_off\"")
-        if manager._teacher is not None:
+        if manager.has_teacher_engine:
             raise ValueError(
                 "run.rollout_mode = \"fully_async\" with [opd] mode = \"engine\" (a teacher "
                 "engine scoring each rollout) is not supported yet; use \"one_step_off\"")
@@ -254,7 +254,7 @@ class StreamingRollout:
                     group = self.buffer.popleft()
                     if self._too_stale(group, version):
                         stale += len(group)
-                        self.source.add_samples([[self.m._reset_for_buffer(s, fresh=True)
+                        self.source.add_samples([[self.m.reset_for_buffer(s, fresh=True)
                                                   for s in group]])
                         continue
                     out.append(group)
@@ -290,13 +290,8 @@ class StreamingRollout:
             source_metrics = getattr(self.source, "metrics", None)
             if self.finished and source_metrics is not None:
                 metrics.update(source_metrics())  # e.g. rollout_buffer/*, as in the sync modes
-            if self.m._sample_filter is not None:
-                self.m._sample_filter(out)
-            hook = self.m.manager.hook
-            hook.slime_rollout_sample_filter(config=self.config, groups=out)
             # under the lock: a plugin that edits the data source here races no generator
-            hook.slime_rollout_all_samples(config=self.config, groups=out + filtered,
-                                           data_source=self.source)
+            self.m.finish_batch(out, out + filtered, self.source)
         return RolloutResult(groups=out, metrics=metrics), waited
 
     def snapshot(self) -> dict[str, Any]:
@@ -481,8 +476,8 @@ class StreamingRollout:
             self._restart_stale(group)
         before = {(key, i): groups[key][i].response_length for key, i in todo}
         outs = await asyncio.gather(*(
-            self.m._generate(groups[key][i], self._params(groups[key][i]),
-                             self.clients[groups[key][0].group_index % len(self.clients)])
+            self.m.generate(groups[key][i], self._params(groups[key][i]),
+                            self.clients[groups[key][0].group_index % len(self.clients)])
             for key, i in todo))
         results: dict[int, dict[int, Sample | list[Sample]]] = {}
         for (key, i), out in zip(todo, outs, strict=True):
@@ -498,11 +493,9 @@ class StreamingRollout:
         with self._cond:
             group = self.inflight[key]
         # a worker may have scored its samples already (the agent's own reward)
-        await self.m._reward([s for s in group if s.reward is None] if self.finished else group,
-                             False)
-        self.m._after_generate(group, self._step, False)
+        await self.m.score_group(group, self._step, False, unscored_only=self.finished)
         dropped: dict[str, int] = {}
-        keep = self.m._sort(group, dropped)
+        keep = self.m.keep_group(group, dropped)
         with self._cond:
             del self.inflight[key]
             if keep:
@@ -527,7 +520,7 @@ class StreamingRollout:
         for i, s in enumerate(group):
             if (s.status == Status.PENDING and s.weight_versions
                     and self._version - s.weight_versions[0] > self.max_staleness):
-                group[i] = self.m._reset_for_buffer(s, fresh=True)
+                group[i] = self.m.reset_for_buffer(s, fresh=True)
                 self._stats["stale_restarted"] += 1
 
     def _merge(self, group: list[Sample], results: dict[int, Sample | list[Sample]],
