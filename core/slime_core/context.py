@@ -61,13 +61,15 @@ def rollout_engine_clients() -> list[Any]:
 def run_agent_api(config: Any) -> Any:
     """Deprecated, removed in slime-core 0.2: the agent API moved with the agentic wing to the
     slime-agent distribution; call :func:`slime_agent.run_agent_api` (same arguments, same
-    server)."""
+    server). Found through the loaded plugin ``slime_agent`` (the core imports no plugin)."""
+    import sys
+
     warnings.warn("slime_core.api.run_agent_api() is deprecated and goes in slime-core 0.2: "
                   "the agent API is slime-agent's, call slime_agent.run_agent_api(config)",
                   DeprecationWarning, stacklevel=2)
-    try:
-        import slime_agent
-    except ImportError:
-        raise RuntimeError("the agent API is part of slime-agent, which is not installed: "
-                           "pip install slime-agent") from None
-    return slime_agent.run_agent_api(config)
+    plugin = get_manager().pluggy.get_plugin("slime_agent") if _MANAGER is not None else None
+    package = sys.modules.get(getattr(plugin, "__name__", "").rpartition(".")[0])
+    if package is None or not hasattr(package, "run_agent_api"):
+        raise RuntimeError("the agent API is part of slime-agent, which is not installed or not "
+                           "loaded in this process: pip install slime-agent")
+    return package.run_agent_api(config)
