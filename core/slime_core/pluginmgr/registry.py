@@ -8,6 +8,7 @@ valid choices, an unavailable record fails with its probe's reason.
 from __future__ import annotations
 
 import difflib
+import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
 from slime_hookspecs.records import RECORD_TYPES, Record
@@ -42,6 +43,8 @@ class Registry:
         self.kind = kind
         self.label = KINDS[kind][1]
         self.records = records
+        # name -> (config, weak reference to the key object or None, product): see built()
+        self._products: dict[str, tuple[Any, Any, Any]] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self.records
@@ -73,6 +76,20 @@ class Registry:
                     f"{self.label} {name!r} (plugin {rec.owner}) is unavailable: {why}"
                 )
         return rec
+
+
+    def built(self, name: str, config: Any, *args: Any, key: Any = None) -> Any:
+        """``get(name).factory(config, *args)``, made once and kept while ``config`` (and
+        ``key``, when given: e.g. the batch a loss reducer was made for) stay the same
+        objects: a record's product is built once per run (or per batch), not at every step
+        or micro-batch. A config edited in place keeps the product made before the edit."""
+        cached = self._products.get(name)
+        if cached is not None and cached[0] is config and (
+                key is None if cached[1] is None else cached[1]() is key):
+            return cached[2]
+        product = self.get(name).factory(config, *args)
+        self._products[name] = (config, None if key is None else weakref.ref(key), product)
+        return product
 
 
 class Registries:

@@ -52,8 +52,9 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     manager = get_manager()
     adv = manager.hook.slime_compute_advantages(config=config, batch=batch)
     if adv is None:
-        rec = manager.registries.advantage_estimator.get(config.algorithm.advantage_estimator)
-        adv, returns = rec.factory(config)(batch)
+        estimator = manager.registries.advantage_estimator.built(
+            config.algorithm.advantage_estimator, config)
+        adv, returns = estimator(batch)
         batch.returns = returns
     if len(adv) != len(batch):
         raise ValueError(
@@ -106,9 +107,11 @@ def make_reducer(config: Any, batch: TrainBatch) -> tuple[Reducer, str]:
     )
     if red is not None:
         return red, "samples"
-    rec = manager.registries.loss_reducer.get(config.algorithm.loss_reducer)
-    return (rec.factory(config, batch.response_lengths, batch.loss_masks),
-            rec.extra.get("weighting", "samples"))
+    reg = manager.registries.loss_reducer
+    name = config.algorithm.loss_reducer
+    # once per batch, not per micro-batch: the reducer is made for the batch's lengths
+    return (reg.built(name, config, batch.response_lengths, batch.loss_masks, key=batch),
+            reg.get(name).extra.get("weighting", "samples"))
 
 
 def compute_loss(
@@ -128,8 +131,8 @@ def compute_loss(
         loss = reducer([-lp for lp in log_probs])
         metrics["train/sft_nll"] = float(loss.detach())
     else:
-        rec = manager.registries.policy_loss.get(config.algorithm.policy_loss)
-        pg, m = rec.factory(config)(batch, log_probs)
+        policy_loss = manager.registries.policy_loss.built(config.algorithm.policy_loss, config)
+        pg, m = policy_loss(batch, log_probs)
         metrics.update(m)
         if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
             pg, masks, m = _is_correction(config, pg, batch, masks)
@@ -138,8 +141,7 @@ def compute_loss(
         metrics["train/pg_loss"] = float(pg_loss.detach())
         loss = pg_loss
         if config.algorithm.use_kl_loss and batch.ref_log_probs is not None:
-            kl_rec = manager.registries.kl_estimator.get(config.algorithm.kl_estimator)
-            kl_fn = kl_rec.factory(config)
+            kl_fn = manager.registries.kl_estimator.built(config.algorithm.kl_estimator, config)
             kl = [kl_fn(lp, ref) for lp, ref in zip(log_probs, batch.ref_log_probs)]
             kl_loss = reducer([k * mk for k, mk in zip(kl, masks)])
             metrics["train/kl_loss"] = float(kl_loss.detach())
@@ -165,8 +167,8 @@ def _is_correction(
         loss_masks=masks,
     )
     if out is None and config.algorithm.is_correction:
-        rec = manager.registries.is_correction.get(config.algorithm.is_correction)
-        out = rec.factory(config)(pg, old, rollout, masks)
+        correct = manager.registries.is_correction.built(config.algorithm.is_correction, config)
+        out = correct(pg, old, rollout, masks)
     if out is not None:
         pg, masks, m = out
         metrics.update({k if "/" in k else f"train/{k}": float(v) for k, v in m.items()})
