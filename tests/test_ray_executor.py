@@ -62,7 +62,7 @@ def test_grpo_two_trainer_ranks_one_engine(ray_session, base_config) -> None:  #
 
     # learning signal: rewards differ within groups, so gradients and weights move
     assert all("rollout/reward_mean" in x and x["train/grad_norm"] > 0 for x in m)
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 

@@ -51,6 +51,11 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   and turned into a ``RoutedExperts``).
 * **rewards**: :func:`reward_bound_error` (why a reward is refused under
   ``rollout.max_abs_reward``: every path that takes rewards from outside applies it).
+* **engine and trainer internals** (slime_std: engine and trainer; what the ``local`` engine
+  and the ``torch`` trainer of slime-std take from the core beyond the groups above): kernel
+  choice :func:`choose_kernel` (``auto`` / ``triton`` / the torch name for a device),
+  :func:`pdl_supported`; MoE routing replay on a Hugging Face model: :class:`RoutingControl`,
+  :func:`config_moe_shape`, :func:`routes_to_record`.
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -106,20 +111,26 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "check_finite_weights": ("slime_core.trainkit.health", "check_finite_weights"),
     "NonFiniteWeightsError": ("slime_core.trainkit.health", "NonFiniteWeightsError"),
     # models
-    "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
-    "load_tokenizer": ("slime_core.engine.model_loading", "load_tokenizer"),
-    "resolve_dtype": ("slime_core.engine.model_loading", "resolve_dtype"),
+    "load_causal_lm": ("slime_core.models.loading", "load_causal_lm"),
+    "load_tokenizer": ("slime_core.models.loading", "load_tokenizer"),
+    "resolve_dtype": ("slime_core.models.loading", "resolve_dtype"),
     "build_value_model": ("slime_core.trainer.critic", "build_value_model"),
     # engines
     "EngineClient": ("slime_core.rollout.engine_client", "EngineClient"),
-    "check_generate_inputs": ("slime_core.engine.prompts", "check_generate_inputs"),
+    "check_generate_inputs": ("slime_core.models.prompts", "check_generate_inputs"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.context", "run_agent_api"),
     "model_moe_shape": ("slime_core.moe.preflight", "model_moe_shape"),
     "record_from_int32": ("slime_core.moe.routing", "record_from_int32"),
-    # errors
     # rewards
     "reward_bound_error": ("slime_core.rewards.validate", "reward_bound_error"),
+    # slime_std: engine and trainer
+    "choose_kernel": ("slime_core.kernels", "choose"),
+    "pdl_supported": ("slime_core.kernels", "pdl_supported"),
+    "RoutingControl": ("slime_core.moe.routing", "RoutingControl"),
+    "config_moe_shape": ("slime_core.moe.routing", "config_moe_shape"),
+    "routes_to_record": ("slime_core.moe.routing", "to_record"),
+    # errors
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
     "DuplicateRecordError": ("slime_core.pluginmgr.registry", "DuplicateRecordError"),
@@ -139,10 +150,10 @@ if TYPE_CHECKING:
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
     from slime_core.context import run_agent_api as run_agent_api
-    from slime_core.engine.model_loading import load_causal_lm as load_causal_lm
-    from slime_core.engine.model_loading import load_tokenizer as load_tokenizer
-    from slime_core.engine.model_loading import resolve_dtype as resolve_dtype
-    from slime_core.engine.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.models.loading import load_causal_lm as load_causal_lm
+    from slime_core.models.loading import load_tokenizer as load_tokenizer
+    from slime_core.models.loading import resolve_dtype as resolve_dtype
+    from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
@@ -182,6 +193,12 @@ if TYPE_CHECKING:
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten
+    # slime_std: engine and trainer
+    from slime_core.kernels import choose as choose_kernel  # noqa: F401 (renamed export)
+    from slime_core.kernels import pdl_supported as pdl_supported
+    from slime_core.moe.routing import RoutingControl as RoutingControl
+    from slime_core.moe.routing import config_moe_shape as config_moe_shape
+    from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
 
 
 def __getattr__(name: str) -> Any:

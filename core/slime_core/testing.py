@@ -107,9 +107,13 @@ def forced_first_turn_engine(name: str, first_turn: Callable[[str], str],
     from slime_hookspecs import GenerateOutput, RolloutEngineRecord
 
     def factory(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
-        from slime_core.engine.local_engine import LocalEngine
+        from slime_core.context import get_registries
 
-        class ForcedFirstTurn(LocalEngine):
+        engine = get_registries().rollout_engine.get("local").factory(
+            config, engine_index, accelerator)
+        base = type(engine)
+
+        class ForcedFirstTurn(base):  # type: ignore[valid-type,misc]
             def generate(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
                 tok = self.tokenizer
                 outs: list[Any] = [None] * len(prompts)
@@ -131,7 +135,8 @@ def forced_first_turn_engine(name: str, first_turn: Callable[[str], str],
                         outs[i] = out
                 return outs
 
-        return ForcedFirstTurn(config, engine_index, accelerator)
+        engine.__class__ = ForcedFirstTurn  # the loaded engine, its first turns forced
+        return engine
 
     return RolloutEngineRecord(name=name, factory=factory, summary=summary)
 

@@ -20,7 +20,7 @@ import torch
 from slime_hookspecs import CriticLossFn, CriticSpec
 
 from slime_core.context import get_manager
-from slime_core.engine.model_loading import load_causal_lm, resolve_dtype
+from slime_core.models.loading import load_causal_lm, resolve_dtype
 from slime_core.trainkit import data_parallel
 from slime_core.trainkit.accumulate import Accumulation
 from slime_core.trainkit.batching import micro_batches

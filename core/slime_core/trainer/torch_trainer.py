@@ -25,7 +25,7 @@ from slime_hookspecs.batch import TENSOR_KEYS
 
 from slime_core.algo.opd import teacher_model_config
 from slime_core.context import get_manager
-from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from slime_core.moe.routing import RoutingControl, check_routes
 from slime_core.trainer.memory import memory_metrics
 from slime_core.trainer.old_actor import OldActor, synced_at_start

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.engine.model_loading import load_causal_lm
+from slime_core.models.loading import load_causal_lm
 from slime_core.testing import TINY_QWEN2, build_test_config
 from slime_core.trainkit import logprob_head
 from slime_core.trainkit.logprob_head import head_log_probs

@@ -57,9 +57,9 @@ def test_config_needs_a_teacher_and_a_known_mode(make_config):
 def test_engine_scores_equal_the_trainers_teacher_log_probs(make_config):
     """Engine mode and trainer mode give the teacher's log-probs of the same tokens."""
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.engine.local_engine import LocalEngine
 
     set_manager(SlimePluginManager(PluginSelection(autoload=False)).load())
     cfg = make_config(model={"path": str(MODEL)}, rollout={"temperature": 0.7},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.engine.model_loading import load_causal_lm
+from slime_core.models.loading import load_causal_lm
 from slime_core.testing import TINY_QWEN2, build_test_config
 from slime_core.trainkit.batching import response_log_probs
 

@@ -50,7 +50,7 @@ def test_bad_critic_outputs_and_prompts_are_named():
 
 
 def test_policy_init_copies_the_policy_backbone(make_config):
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
 
     cfg = make_config()
     actor = load_causal_lm(cfg.model, CPU, torch.float32, seed=cfg.run.seed)

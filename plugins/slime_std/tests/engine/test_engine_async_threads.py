@@ -7,8 +7,8 @@ import threading
 
 import pytest
 import torch
-from slime_core.engine import local_engine
 from slime_hookspecs import SamplingParams
+from slime_std.engine import local_engine
 
 PARAMS = [SamplingParams(temperature=1.0, max_new_tokens=3, ignore_eos=True, seed=1)]
 

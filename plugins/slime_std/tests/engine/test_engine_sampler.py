@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.engine.sampler import GroupSampler, SamplingKey
+from slime_std.engine.sampler import GroupSampler, SamplingKey
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 N = 40000

@@ -1,6 +1,6 @@
 """One-token grouped-query attention against a static KV cache, as one Triton kernel.
 
-The static decode path (:mod:`slime_core.engine.static_decode`) attends one new query per row
+The static decode path (:mod:`slime_std.engine.static_decode`) attends one new query per row
 to a cache ``[B, H_kv, L, D]`` whose columns beyond the row's current length are masked. SDPA
 (cuDNN picked it) took 23 us a layer for the anchor's 128 rows x 320 columns, against about 5
 us to read that layer's keys and values once (``bench/README.md``). Here one program per
@@ -27,8 +27,7 @@ import functools
 from typing import Any
 
 import torch
-
-from slime_core.kernels import pdl_supported
+from slime_core.api import pdl_supported
 
 # Launch tuning, from bench/decode_attention.py --sweep on the H200 (2026-12-02, sixth
 # session, results/gpu_decode_attention_sweep_h200_2026-12-02.jsonl): two warps a program and
@@ -233,7 +232,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     (``bench/decode_attention.py --sweep`` times them); ``skip_tiles`` (None: without
     ``rope`` only) tests each tile's mask and skips a tile with nothing to attend;
     ``block_n`` None is :func:`tile_columns`; ``pdl``: launch with programmatic dependent
-    launch where :func:`slime_core.kernels.pdl_supported` (else ignored)."""
+    launch where :func:`slime_core.api.pdl_supported` (else ignored)."""
     b, hkv, groups, d = q.shape
     length = k.shape[2]
     if d & (d - 1) or d < 16:

@@ -1,6 +1,6 @@
 """Decode steps over a static KV cache, replayed from a captured CUDA graph (``rollout.cuda_graphs``).
 
-The eager loop of :mod:`slime_core.engine.decoding` pays Python and one kernel launch per
+The eager loop of :mod:`slime_std.engine.decoding` pays Python and one kernel launch per
 operation of every layer for each new token: hundreds of launches a step, which on a GPU cost
 far more than the step's arithmetic. Here a batch's decode forward runs against a transformers
 ``StaticCache`` whose key/value tensors, write position (each layer's ``cumulative_length``
@@ -17,7 +17,7 @@ Attention of a decode step: grouped-query heads are computed as ``n_rep`` querie
 their key/value head (one SDPA call over [B, H_kv, n_rep, D]) instead of transformers'
 ``repeat_kv`` copy of the whole cache per layer and step; the same sums, without the copy.
 With ``rollout.decode_attention`` = ``triton`` (``auto`` on CUDA with triton) that call is
-one Triton kernel which also skips the unwritten columns (:mod:`slime_core.kernels`).
+one Triton kernel which also skips the unwritten columns (:mod:`slime_std.engine.kernels`).
 
 Rows are never dropped (a graph has a fixed batch): finished rows keep computing and their
 extra tokens are discarded by the caller. Graphs are kept per (batch, L) and reused across
@@ -49,8 +49,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from slime_core.engine.fused_decoder import FusedDecoder, _project, _rms
-from slime_core.kernels.decode_attention import (  # imports no triton
+from slime_std.engine.fused_decoder import FusedDecoder, _project, _rms
+from slime_std.engine.kernels.decode_attention import (  # imports no triton
     decode_attention,
     decode_attention_rope,
 )
@@ -89,7 +89,7 @@ def triton_decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
                             dropout: float = 0.0, scaling: float | None = None,
                             **kwargs: Any) -> tuple[torch.Tensor, None]:
     """:func:`grouped_decode_attention` with the one-token case as one Triton kernel
-    (:mod:`slime_core.kernels.decode_attention`), which reads only the cache columns a row
+    (:mod:`slime_std.engine.kernels.decode_attention`), which reads only the cache columns a row
     has written; anything else (prefill, a non-boolean mask) goes the SDPA way."""
     b, h, q_len, d = query.shape
     if (q_len != 1 or dropout or attention_mask is None or attention_mask.dtype != torch.bool

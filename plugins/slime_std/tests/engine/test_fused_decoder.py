@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.engine.fused_decoder import FusedDecoder, unsupported
 from slime_hookspecs import SamplingParams
+from slime_std.engine.fused_decoder import FusedDecoder, unsupported
 
 from .test_engine_generate import PROMPTS, full_forward_log_probs
 
@@ -79,7 +79,7 @@ def _run_fused(model, prompts: list[list[int]], new: list[list[int]]):
 @pytest.mark.parametrize("streamed", [False, True], ids=["x@Wt", "(W@xt)t"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_fused_logits_match_transformers(arch, streamed, monkeypatch):
-    from slime_core.engine import fused_decoder
+    from slime_std.engine import fused_decoder
 
     if streamed:  # every product in the orientation used for weights that stream from memory
         monkeypatch.setattr(fused_decoder, "STREAM_BYTES", 0)

@@ -47,7 +47,7 @@ def test_log_probs_equal_a_full_forward_with_left_padding(make_engine, params):
 
 
 def test_eager_attention_uses_the_2d_mask_path(make_engine):
-    from slime_core.engine.decoding import prebuilt_mask_ok
+    from slime_std.engine.decoding import prebuilt_mask_ok
 
     engine = make_engine(model={"init_config": dict(TINY_QWEN2, attn_implementation="eager")})
     assert not prebuilt_mask_ok(engine._model.config)

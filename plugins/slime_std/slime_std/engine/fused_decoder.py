@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from slime_core.engine.output_head import MAX_ROWS, transposed_linear
+from slime_std.engine.output_head import MAX_ROWS, transposed_linear
 
 LAYERS = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}
 STATIC_ROPE = {"default", "linear", "llama3", "yarn"}

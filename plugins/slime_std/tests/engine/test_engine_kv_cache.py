@@ -4,10 +4,9 @@ returns, through growth past its capacity and row selection."""
 from __future__ import annotations
 
 import torch
+from slime_std.engine.kv_cache import BufferedLayer, buffer_layers
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
-
-from slime_core.engine.kv_cache import BufferedLayer, buffer_layers
 
 from .conftest import TINY_QWEN2
 

@@ -1,7 +1,8 @@
-"""The Triton kernels against their torch references, where the kernels run: on CUDA, or on
-the CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton installed). Skipped
-otherwise (the CPU install has no triton); ``core/tests/kernels/test_kernel_choice.py`` covers
-what runs without triton."""
+"""The local engine's Triton kernels (decode attention, the sampler's race) against their
+torch references, where the kernels run: on CUDA, or on the CPU under Triton's interpreter
+(``TRITON_INTERPRET=1`` with triton installed). Skipped otherwise (the CPU install has no
+triton); ``core/tests/kernels/test_kernel_choice.py`` covers what runs without triton, and
+``core/tests/kernels/test_head_kernels.py`` the trainer's log-prob head kernels."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _decode_inputs(b: int, hkv: int, g: int, d: int, length: int, seed: int = 0)
 @pytest.mark.parametrize("shape", [(8, 2, 7, 64, 320), (5, 2, 6, 128, 1088), (3, 1, 1, 16, 70),
                                    (4, 4, 16, 64, 130)])
 def test_decode_attention_matches_sdpa(shape: tuple[int, ...]) -> None:
-    from slime_core.kernels.decode_attention import decode_attention, reference
+    from slime_std.engine.kernels.decode_attention import decode_attention, reference
 
     b, hkv, g, d, length = shape
     q, k, v, mask = _decode_inputs(b, hkv, g, d, length)
@@ -53,7 +54,7 @@ def test_decode_attention_matches_sdpa(shape: tuple[int, ...]) -> None:
 @pytest.mark.parametrize("splits", [1, 2, 3, 5, 17])
 def test_decode_attention_column_splits_match_sdpa(splits: int) -> None:
     # 17 splits of 64 columns over 1088: most splits of the short rows hold no written column
-    from slime_core.kernels.decode_attention import decode_attention, reference
+    from slime_std.engine.kernels.decode_attention import decode_attention, reference
 
     q, k, v, mask = _decode_inputs(5, 2, 6, 128, 1088, seed=splits)
     mask[0] = False
@@ -65,7 +66,7 @@ def test_decode_attention_column_splits_match_sdpa(splits: int) -> None:
 
 
 def test_decode_attention_split_count() -> None:
-    from slime_core.kernels.decode_attention import MAX_SPLITS, MIN_SPLIT_COLS, num_splits
+    from slime_std.engine.kernels.decode_attention import MAX_SPLITS, MIN_SPLIT_COLS, num_splits
 
     cpu = torch.device("cpu")
     assert num_splits(10_000, 4096, cpu) == 1  # enough programs already
@@ -78,7 +79,7 @@ def test_decode_attention_split_count() -> None:
 
 def test_decode_attention_never_reads_unwritten_columns() -> None:
     # NaN in every masked column: a kernel that read (and zero-weighted) them would give NaN
-    from slime_core.kernels.decode_attention import decode_attention, reference
+    from slime_std.engine.kernels.decode_attention import decode_attention, reference
 
     q, k, v, mask = _decode_inputs(6, 2, 4, 64, 256, seed=3)
     k_nan, v_nan = k.clone(), v.clone()
@@ -97,8 +98,11 @@ def test_decode_attention_never_reads_unwritten_columns() -> None:
 def test_decode_attention_rope_rotates_writes_and_attends(splits: int) -> None:
     # the fused step: q/k/v as the projection gave them (one row: q heads | k heads | v
     # heads), the rotary embedding and the cache write in the kernel, against doing each apart
-    from slime_core.kernels.decode_attention import (
-        decode_attention_rope, reference, rope_reference)
+    from slime_std.engine.kernels.decode_attention import (
+        decode_attention_rope,
+        reference,
+        rope_reference,
+    )
 
     b, hkv, g, d, length = 5, 2, 7, 64, 320
     q, k, v, mask = _decode_inputs(b, hkv, g, d, length, seed=splits)
@@ -134,7 +138,7 @@ def test_decode_attention_rope_long_padding_reads_only_written_columns(tuning: d
     # first tiles are all left padding (its running max still -inf there) and splits wholly
     # past the column must give the reference, and no column outside [pad, col] may be read
     # (NaN there would show); each launch tuning the bench sweeps computes the same
-    from slime_core.kernels.decode_attention import _launch, reference
+    from slime_std.engine.kernels.decode_attention import _launch, reference
 
     b, hkv, g, d, length, col = 3, 2, 6, 64, 400, 260
     q, k, v, _ = _decode_inputs(b, hkv, g, d, length, seed=5)
@@ -163,7 +167,7 @@ def test_decode_attention_with_pdl_gives_the_same_bits(splits: int) -> None:
     # the combine kernel, launched early after a product that writes their input, inside a
     # captured CUDA graph as the decode step runs them, give exactly the plain launch's output
     # (where PDL is not supported, e.g. the interpreter, the flag is ignored)
-    from slime_core.kernels.decode_attention import decode_attention, decode_attention_rope
+    from slime_std.engine.kernels.decode_attention import decode_attention, decode_attention_rope
 
     b, hkv, g, d, length = 6, 2, 7, 64, 320
     q, k, v, mask = _decode_inputs(b, hkv, g, d, length, seed=11)
@@ -202,7 +206,7 @@ def test_decode_attention_with_pdl_gives_the_same_bits(splits: int) -> None:
 def test_decode_attention_compiles_as_one_op() -> None:
     if DEVICE != "cuda":
         pytest.skip("torch.compile of the custom op is checked on CUDA")
-    from slime_core.kernels.decode_attention import decode_attention
+    from slime_std.engine.kernels.decode_attention import decode_attention
 
     q, k, v, mask = _decode_inputs(4, 2, 7, 64, 128)
 
@@ -214,42 +218,13 @@ def test_decode_attention_compiles_as_one_op() -> None:
     torch.testing.assert_close(compiled, eager)
 
 
-@pytest.mark.parametrize("entropy", [False, True])
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_head_kernels_match_the_torch_functions(entropy: bool, temperature: float) -> None:
-    from slime_core.trainkit.logprob_head import head_log_probs
-
-    gen = torch.Generator().manual_seed(1)
-    rows, d, vocab = (300, 64, 151936) if DEVICE == "cuda" else (37, 16, 5003)
-    hidden = (3 * torch.randn(rows, d, generator=gen)).to(DEVICE, DTYPE)
-    head = torch.nn.Linear(d, vocab, bias=False).to(DEVICE, DTYPE)
-    target = torch.randint(0, vocab, (rows,), generator=gen).to(DEVICE)
-    weights = torch.linspace(-1, 1, rows, device=DEVICE)
-    results = {}
-    for kernel in ("torch", "triton"):
-        h = hidden.clone().requires_grad_(True)
-        head.weight.grad = None
-        lp, ent = head_log_probs(h, head, target, temperature, entropy=entropy, kernel=kernel)
-        loss = (lp * weights).sum() + (0.3 * ent.sum() if ent is not None else 0.0)
-        loss.backward()
-        results[kernel] = (lp.detach(), ent, h.grad, head.weight.grad.clone())
-    (lp0, e0, gh0, gw0), (lp1, e1, gh1, gw1) = results["torch"], results["triton"]
-    torch.testing.assert_close(lp1, lp0, atol=1e-4, rtol=1e-5)
-    if entropy:
-        torch.testing.assert_close(e1.detach(), e0.detach(), atol=1e-4, rtol=1e-5)
-    # the gradients are rounded to the logits' dtype by both, before the two products
-    tol = 2e-2 if DTYPE == torch.bfloat16 else 1e-4
-    torch.testing.assert_close(gh1.float(), gh0.float(), atol=tol, rtol=tol)
-    torch.testing.assert_close(gw1.float(), gw0.float(), atol=tol, rtol=tol)
-
-
 def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     """The engine's static decode path: the same prefill and steps through both attention
     functions, with transformers' decoder layers or the fused step, give the same logits (a
     grouped-query Qwen2, left-padded prompts, CUDA graphs captured and replayed; on the CPU
     under the interpreter, the same steps eagerly). The fused step also with its rotary
     embedding and cache write inside the attention kernel (``rollout.decode_fuse_rope``)."""
-    from slime_core.engine.static_decode import StaticDecoders
+    from slime_std.engine.static_decode import StaticDecoders
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -263,7 +238,7 @@ def test_static_decoder_steps_agree_between_sdpa_and_triton() -> None:
     for i in range(batch):
         prompt_mask[i, : i % 4] = 0  # left padding
     pos = (prompt_mask.cumsum(1) - 1).clamp(min=0)
-    from slime_core.engine.fused_decoder import FusedDecoder
+    from slime_std.engine.fused_decoder import FusedDecoder
 
     fused = FusedDecoder(model)  # the model's q/k/v and gate/up weights become views
     logits = {}
@@ -295,7 +270,7 @@ def _race_rows(rows: int, vocab: int, hot: dict[int, float], floor: float = -30.
 
 
 def test_race_sample_log_probs_are_log_softmax_across_slices() -> None:
-    from slime_core.kernels.race_sample import num_slices, race_sample
+    from slime_std.engine.kernels.race_sample import num_slices, race_sample
 
     rows, vocab = 4, 20000  # 10 tiles: two slices per row
     assert num_slices(rows, vocab) == 2
@@ -315,7 +290,7 @@ def test_race_sample_log_probs_are_log_softmax_across_slices() -> None:
 def test_race_sample_draws_from_softmax() -> None:
     # a few hot tokens in both slices of a row, drawn many times: the frequencies
     # follow softmax (chi-square, 6 cells, p < 1e-4 to fail), the rest is never drawn
-    from slime_core.kernels.race_sample import race_sample
+    from slime_std.engine.kernels.race_sample import race_sample
 
     hot = {3: 1.0, 1000: 0.0, 2500: 2.0, 4095: -1.0, 3000: 0.5}
     probs = torch.softmax(torch.tensor(list(hot.values())), 0)
@@ -336,7 +311,7 @@ def test_race_sample_draws_from_softmax() -> None:
 
 
 def test_race_sample_is_seeded_and_follows_the_temperature() -> None:
-    from slime_core.kernels.race_sample import race_sample
+    from slime_std.engine.kernels.race_sample import race_sample
 
     logits = _race_rows(32, 3000, {10: 0.0, 20: 1.5})
     draw = [race_sample(logits, 1.0, torch.Generator(device=DEVICE).manual_seed(7))[0]

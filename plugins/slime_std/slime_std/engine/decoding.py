@@ -3,7 +3,7 @@
 One prefill of the left-padded prompts (attention mask and position ids follow the padding;
 only the last position's logits are computed), then one forward pass per new token through a
 ``DynamicCache`` whose layers write into one preallocated buffer each
-(:mod:`slime_core.engine.kv_cache`). Everything per step stays in tensors; the host learns
+(:mod:`slime_std.engine.kv_cache`). Everything per step stays in tensors; the host learns
 only whether any row is still running (one boolean a step; every 8 steps for a fixed batch).
 Rows that are done are dropped from the batch (cache included) once they are at least half of
 it, so a batch whose answers are short stops paying for its longest member.
@@ -13,13 +13,13 @@ a step) where the model uses SDPA over full attention only, instead of having tr
 rebuild the mask from the 2-D one every step.
 
 With ``static`` decoders (``rollout.cuda_graphs`` on a CUDA device, same SDPA-only condition)
-the prefill and steps go through :mod:`slime_core.engine.static_decode` instead: a static KV
+the prefill and steps go through :mod:`slime_std.engine.static_decode` instead: a static KV
 cache and one replayed CUDA graph per step; rows are then never dropped. Otherwise, with a
 ``fused`` decoder (Llama-family models, ``rollout.fused_decoder``), the prefill and steps run
-through :mod:`slime_core.engine.fused_decoder` and its own KV buffers instead of the model's
+through :mod:`slime_std.engine.fused_decoder` and its own KV buffers instead of the model's
 forward; rows are dropped the same way.
 
-With ``routing`` (a :class:`~slime_core.moe.routing.RoutingControl` recording, for a
+With ``routing`` (a :class:`~slime_core.api.RoutingControl` recording, for a
 mixture-of-experts model under ``train.routing_replay = "rollout"``), every forward's expert
 ids are kept and each :class:`Result` carries those of its prompt and generated tokens but the
 last (``[len(prompt) + len(token_ids) - 1, layers, top_k]``, :mod:`slime_hookspecs.routing`).
@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from slime_core.api import RoutingControl
 
-from slime_core.engine.fused_decoder import FusedDecoder
-from slime_core.engine.kv_cache import buffer_layers
-from slime_core.engine.sampler import GroupSampler
-from slime_core.engine.static_decode import StaticDecoders
-from slime_core.engine.stopping import StopStrings
-from slime_core.moe.routing import RoutingControl
+from slime_std.engine.fused_decoder import FusedDecoder
+from slime_std.engine.kv_cache import buffer_layers
+from slime_std.engine.sampler import GroupSampler
+from slime_std.engine.static_decode import StaticDecoders
+from slime_std.engine.stopping import StopStrings
 
 RUNNING, STOP, LENGTH, ABORT = 0, 1, 2, 3
 SYNC_EVERY = 8  # decode steps between "is any row still running?" checks of a fixed batch

@@ -1,9 +1,9 @@
 """The ``local`` rollout engine: a transformers causal LM in this process.
 
 Implements :class:`slime_hookspecs.RolloutEngine`. Generation runs the batched loop of
-:mod:`slime_core.engine.decoding` (own loop, not ``model.generate``, so log-probs follow the
+:mod:`slime_std.engine.decoding` (own loop, not ``model.generate``, so log-probs follow the
 ``SamplingParams`` convention exactly); Llama-family models run their forward passes through
-:mod:`slime_core.engine.fused_decoder` (``rollout.fused_decoder``, on by default; the reason
+:mod:`slime_std.engine.fused_decoder` (``rollout.fused_decoder``, on by default; the reason
 another model is not supported is in ``LocalEngine.fused_unsupported``). Requests with
 different sampling settings share one batch; rows with equal (temperature, top_k, top_p,
 seed) are sampled together.
@@ -27,7 +27,7 @@ the call come back empty. Calls made after it are not affected.
 Mixture-of-experts models (Qwen3-MoE, Qwen2-MoE, OLMoE, Mixtral) run through the transformers
 forward (no fused decoder, no CUDA graphs: their experts' dispatch is data-dependent). With
 ``train.routing_replay = "rollout"`` the engine records the experts each token was routed to
-(``GenerateOutput.routed_experts``, :mod:`slime_core.moe.routing`).
+(``GenerateOutput.routed_experts``, :class:`slime_core.api.RoutingControl`).
 
 Thread safety: ``generate``, ``update_weights``, ``sleep``, ``wake_up`` and ``shutdown`` take
 one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
@@ -43,18 +43,24 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from slime_core.api import (
+    RoutingControl,
+    check_generate_inputs,
+    choose_kernel,
+    config_moe_shape,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_dtype,
+    routes_to_record,
+)
 from slime_hookspecs import Config, GenerateOutput, SamplingParams
 
-from slime_core import kernels
-from slime_core.engine.decoding import Request, decode
-from slime_core.engine.fused_decoder import FusedDecoder, unsupported
-from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
-from slime_core.engine.output_head import stream_output_head
-from slime_core.engine.prompts import check_generate_inputs
-from slime_core.engine.sampler import GroupSampler, SamplingKey
-from slime_core.engine.static_decode import StaticDecoders, compile_options
-from slime_core.engine.stopping import StopStrings
-from slime_core.moe.routing import RoutingControl, config_moe_shape, to_record
+from slime_std.engine.decoding import Request, decode
+from slime_std.engine.fused_decoder import FusedDecoder, unsupported
+from slime_std.engine.output_head import stream_output_head
+from slime_std.engine.sampler import GroupSampler, SamplingKey
+from slime_std.engine.static_decode import StaticDecoders, compile_options
+from slime_std.engine.stopping import StopStrings
 
 
 def _engine_device(accelerator: Any, engine_index: int) -> torch.device:
@@ -69,7 +75,7 @@ def _engine_weights(config: Config, model: torch.nn.Module, weights: Mapping[str
     """``weights`` as the engine's own tensors: ``slime_engine_weights`` (a LoRA plugin merges
     adapters into the base), else as delivered. An engine built outside a run (no plugin
     manager in the process) takes them as delivered."""
-    from slime_core.context import get_manager
+    from slime_core.api import get_manager
 
     try:
         pm = get_manager()
@@ -132,7 +138,7 @@ class LocalEngine:
         if (config.rollout.cuda_graphs is True and self.device.type == "cuda"
                 and self._moe is None):
             setting = str(config.rollout.decode_attention)
-            triton = kernels.choose(setting, self.device, "rollout.decode_attention")
+            triton = choose_kernel(setting, self.device, "rollout.decode_attention")
             compile_step = config.rollout.compile_decode is True
             # inductor's options only where there is a compilation to take them (a missing
             # PDL option warns, which is noise for an uncompiled step)
@@ -149,7 +155,7 @@ class LocalEngine:
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the
         # kernels run (as rollout.decode_attention)
-        self._sample_kernel = kernels.choose(
+        self._sample_kernel = choose_kernel(
             str(config.rollout.sample_kernel), self.device,
             "rollout.sample_kernel")
         # rollout.fused_decoder: Llama-family forward passes with fused projections (the
@@ -209,7 +215,7 @@ class LocalEngine:
                         continue
                     outs = self._decode(model, [requests[i] for i in chunk], aborted)
                     for i, out in zip(chunk, outs, strict=True):
-                        routed = (to_record(out.routes, self._routing.shape)
+                        routed = (routes_to_record(out.routes, self._routing.shape)
                                   if out.routes is not None and self._routing is not None
                                   else None)
                         results[i] = (out.token_ids, out.log_probs, out.finish_reason, routed)

@@ -5,8 +5,8 @@ parameters as they are."""
 from __future__ import annotations
 
 import torch
-from slime_core.engine.model_loading import load_causal_lm
-from slime_core.engine.output_head import MAX_ROWS, MIN_COLUMNS, stream_output_head
+from slime_core.models.loading import load_causal_lm
+from slime_std.engine.output_head import MAX_ROWS, MIN_COLUMNS, stream_output_head
 
 from .conftest import TINY_QWEN2
 

@@ -23,7 +23,7 @@ def greedy_tokens(engine):
 
 def other_weights(engine_config):
     """A full state dict of the same architecture with different values (another seed)."""
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
 
     cfg = engine_config()
     model = load_causal_lm(cfg.model, "cpu", torch.float32, seed=cfg.run.seed + 100)
@@ -133,13 +133,13 @@ def test_engine_satisfies_the_protocol(make_engine):
 
 
 def test_plugin_registers_local_lazily(engine_config):
-    from slime_core.builtin import local_engine_plugin
+    from slime_std.engine import plugin as local_engine_plugin
 
     (record,) = local_engine_plugin.slime_register_rollout_engines()
     assert isinstance(record, RolloutEngineRecord) and record.name == "local"
     engine = record.factory(engine_config(), 0, None)
     assert type(engine).__name__ == "LocalEngine"
-    code = ("import sys, slime_core.builtin.local_engine_plugin as m; "
+    code = ("import sys, slime_std.engine.plugin as m; "
             "m.slime_register_rollout_engines(); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -147,7 +147,7 @@ def test_plugin_registers_local_lazily(engine_config):
 
 def test_engine_uses_the_accelerator_device(engine_config):
     from slime_core.executors.accelerators import CPUAccelerator
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     engine = LocalEngine(engine_config(), 2, CPUAccelerator())
     assert engine.device == torch.device("cpu")

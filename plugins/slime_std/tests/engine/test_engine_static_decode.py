@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.engine.static_decode import (
+from slime_hookspecs import SamplingParams
+from slime_std.engine.static_decode import (
     BUCKET,
     StaticDecoders,
     cache_length,
     compile_options,
     grouped_decode_attention,
 )
-from slime_hookspecs import SamplingParams
 
 from .conftest import TINY_QWEN2
 from .test_engine_generate import PROMPTS, full_forward_log_probs
@@ -173,11 +173,11 @@ def test_fused_static_steps_with_the_triton_attention_and_its_column_splits(make
     splits and with ``rollout.decode_attention_splits`` pinned: the dynamic cache's tokens and
     log-probs. Runs where the kernels do: CUDA, or the CPU under ``TRITON_INTERPRET=1``."""
     from slime_core import kernels
-    from slime_core.engine.static_decode import TRITON_ATTENTION_NAME
+    from slime_std.engine.static_decode import TRITON_ATTENTION_NAME
 
     if not kernels.available("cpu"):
         pytest.skip("needs triton under TRITON_INTERPRET=1 on the CPU")
-    from slime_core.engine import static_decode
+    from slime_std.engine import static_decode
 
     # a 256-column cache (4 tiles), so that pinned splits really split and combine
     monkeypatch.setattr(static_decode, "BUCKET", 256)

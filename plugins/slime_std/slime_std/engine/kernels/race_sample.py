@@ -1,6 +1,6 @@
 """Full-vocabulary sampling of one token per row (the exponential race), as one Triton pass.
 
-The engines' sampler (:mod:`slime_core.engine.sampler`) draws a token from
+The engines' sampler (:mod:`slime_std.engine.sampler`) draws a token from
 ``softmax(logits / T)`` by the exponential race, ``argmax_j p_j / E_j`` with ``E_j ~ Exp(1)``
 (equivalently ``argmax_j z_j - log E_j``, ``z = logits / T``; the Gumbel-max trick), and
 returns the token's log-prob ``z_tok - logsumexp(z)``. In torch that is a noise tensor of the
@@ -17,7 +17,7 @@ row. The draw is exact up to the uniforms' 24-bit resolution, which torch's ``ex
 has too: ``U = (2k + 1) / 2^24`` for 23 random bits ``k``, so ``-log U`` is never 0 (an
 infinite score) or infinite.
 
-Same distribution as the sampler's torch race (``slime_core.engine.sampler._race``, not the
+Same distribution as the sampler's torch race (``slime_std.engine.sampler._race``, not the
 same tokens for a seed: the random numbers differ); the log-prob of a given token is the same
 function up to float rounding.
 """

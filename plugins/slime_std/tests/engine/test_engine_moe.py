@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from slime_core.engine.local_engine import LocalEngine
 from slime_core.moe.routing import from_record
 from slime_core.testing import TINY_OLMOE, TINY_QWEN2, TINY_QWEN3_MOE
 from slime_core.trainkit.batching import response_log_probs
 from slime_hookspecs import SamplingParams
+from slime_std.engine.local_engine import LocalEngine
 
 FAMILIES = {"qwen3_moe": TINY_QWEN3_MOE, "olmoe": TINY_OLMOE}
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [5, 6, 7, 8, 9], [20], [30, 31]]

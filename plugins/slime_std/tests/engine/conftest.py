@@ -63,7 +63,7 @@ def engine_config(make_config: Any, tokenizer_dir: Path) -> Any:
 @pytest.fixture
 def make_engine(engine_config: Any) -> Any:
     """``make_engine(rollout={...})`` -> a fresh ``LocalEngine`` (index 0, CPU)."""
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     def build(engine_index: int = 0, **sections: dict[str, Any]) -> Any:
         return LocalEngine(engine_config(**sections), engine_index, None)

@@ -21,7 +21,7 @@ two or three. Same noise, same tokens and log-probs up to float rounding.
 
 ``kernel=True`` (``rollout.sample_kernel``, on CUDA with triton by default) runs the race as
 one Triton pass over the logits with its noise drawn inside the kernel
-(:mod:`slime_core.kernels.race_sample`): no noise tensor, no fp32 copy of the logits. Same
+(:mod:`slime_std.engine.kernels.race_sample`): no noise tensor, no fp32 copy of the logits. Same
 distribution and log-probs; other random numbers, so other tokens for a seed.
 """
 
@@ -67,7 +67,7 @@ class GroupSampler:
         race = not (self.greedy or truncated) and (
             self.kernel or (self.race if self.race is not None else logits.device.type != "cpu"))
         if race and self.kernel:
-            from slime_core.kernels.race_sample import race_sample
+            from slime_std.engine.kernels.race_sample import race_sample
 
             return race_sample(logits, self.temperature, self.generator)
         if race and self.compiled:

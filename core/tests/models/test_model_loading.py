@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from slime_core.engine.model_loading import load_causal_lm, load_tokenizer, resolve_dtype
+from slime_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 
 
 def test_resolve_dtype():
@@ -67,7 +67,7 @@ def test_nothing_to_build(engine_config):
 
 def test_tokenizer_defaults_to_the_model_path(engine_config, tokenizer_dir):
     tok = load_tokenizer(engine_config(model={"path": str(tokenizer_dir), "tokenizer": ""}).model)
-    assert tok.eos_token_id == 0
+    assert tok.eos_token_id == 1
     assert load_tokenizer(engine_config(model={"tokenizer": ""}).model, required=False) is None
     with pytest.raises(ValueError, match="model.tokenizer"):
         load_tokenizer(engine_config(model={"tokenizer": ""}).model)

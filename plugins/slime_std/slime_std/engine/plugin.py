@@ -1,7 +1,7 @@
 """Built-in plugin ``local_engine``: the ``local`` rollout engine record.
 
 The engine (transformers causal LM, own batched decoding loop) lives in
-:mod:`slime_core.engine.local_engine`; it is imported by the factory, so listing plugins
+:mod:`slime_std.engine.local_engine`; it is imported by the factory, so listing plugins
 never imports torch.
 """
 
@@ -14,7 +14,7 @@ from slime_hookspecs import Config, RolloutEngineRecord, hookimpl
 
 def make_local_engine(config: Config, engine_index: int = 0, accelerator: Any = None) -> Any:
     """``factory(config, engine_index, accelerator)`` of the ``local`` record."""
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     return LocalEngine(config, engine_index, accelerator)
 
