@@ -24,7 +24,7 @@ from tests.conftest import read_metrics
 from tests.ray_support import RAY_PLUGINS, run
 
 ACCEL_PLUGIN = "tests.accel_plugin"
-TRAINER = "slime_core.trainer.torch_trainer.TorchTrainer.__init__"
+TRAINER = "slime_std.trainer.torch_trainer.TorchTrainer.__init__"
 ENGINE = "slime_std.engine.local_engine._engine_device"
 
 

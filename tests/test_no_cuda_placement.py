@@ -96,7 +96,7 @@ ALLOWED: list[tuple[str, str, str]] = [
      "install hint naming the package extra"),
     ("plugins/sglang_rollout/sglang_rollout/plugin.py", "tensors or NCCL",
      "the record's summary text"),
-    ("core/slime_core/builtin/torch_trainer_plugin.py", "bf16 on GPU",
+    ("plugins/slime_std/slime_std/trainer/plugin.py", "bf16 on GPU",
      "the record's summary text (the dtype follows the device the record gave)"),
     ("core/slime_core/builtin/weights_plugin.py", "gloo/nccl",
      "the record's summary text"),

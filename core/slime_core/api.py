@@ -55,7 +55,10 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   and the ``torch`` trainer of slime-std take from the core beyond the groups above): kernel
   choice :func:`choose_kernel` (``auto`` / ``triton`` / the torch name for a device),
   :func:`pdl_supported`; MoE routing replay on a Hugging Face model: :class:`RoutingControl`,
-  :func:`config_moe_shape`, :func:`routes_to_record`.
+  :func:`config_moe_shape`, :func:`routes_to_record`, :func:`check_routes`; the trainer's
+  forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
+  head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``);
+  checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -114,7 +117,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_causal_lm": ("slime_core.models.loading", "load_causal_lm"),
     "load_tokenizer": ("slime_core.models.loading", "load_tokenizer"),
     "resolve_dtype": ("slime_core.models.loading", "resolve_dtype"),
-    "build_value_model": ("slime_core.trainer.critic", "build_value_model"),
+    "build_value_model": ("slime_core.models.value", "build_value_model"),
     # engines
     "EngineClient": ("slime_core.rollout.engine_client", "EngineClient"),
     "check_generate_inputs": ("slime_core.models.prompts", "check_generate_inputs"),
@@ -130,6 +133,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "RoutingControl": ("slime_core.moe.routing", "RoutingControl"),
     "config_moe_shape": ("slime_core.moe.routing", "config_moe_shape"),
     "routes_to_record": ("slime_core.moe.routing", "to_record"),
+    "check_routes": ("slime_core.moe.routing", "check_routes"),
+    "fused_head_unsupported": ("slime_core.trainkit.logprob_head", "unsupported"),
+    "shared_micro_batches": ("slime_core.trainkit.batching", "shared_micro_batches"),
+    "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
+    "untie": ("slime_core.weights.tensors", "untie"),
     # errors
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
@@ -153,6 +161,7 @@ if TYPE_CHECKING:
     from slime_core.models.loading import load_causal_lm as load_causal_lm
     from slime_core.models.loading import load_tokenizer as load_tokenizer
     from slime_core.models.loading import resolve_dtype as resolve_dtype
+    from slime_core.models.value import build_value_model as build_value_model
     from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32
@@ -163,7 +172,6 @@ if TYPE_CHECKING:
     from slime_core.rollout.engine_client import EngineClient as EngineClient
     from slime_core.session import load_run as load_run
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
-    from slime_core.trainer.critic import build_value_model as build_value_model
     from slime_core.trainkit.accumulate import Accumulation as Accumulation
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import step_indices as step_indices
@@ -199,6 +207,11 @@ if TYPE_CHECKING:
     from slime_core.moe.routing import RoutingControl as RoutingControl
     from slime_core.moe.routing import config_moe_shape as config_moe_shape
     from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
+    from slime_core.moe.routing import check_routes as check_routes
+    from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
+    from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
+    from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
+    from slime_core.weights.tensors import untie as untie
 
 
 def __getattr__(name: str) -> Any:

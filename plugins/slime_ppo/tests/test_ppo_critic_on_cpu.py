@@ -4,9 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from slime_core.trainer.critic import build_value_model, response_values
+from slime_core.models.value import build_value_model
 from slime_ppo import glue
 from slime_ppo.critic import build_critic, critic_spec
+from slime_std.trainer.critic import response_values
 
 CPU = torch.device("cpu")
 

@@ -1,4 +1,4 @@
-"""Built-in plugin ``local_engine``: the ``local`` rollout engine record.
+"""Default plugin ``local_engine``: the ``local`` rollout engine record.
 
 The engine (transformers causal LM, own batched decoding loop) lives in
 :mod:`slime_std.engine.local_engine`; it is imported by the factory, so listing plugins

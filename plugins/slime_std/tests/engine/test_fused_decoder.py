@@ -11,40 +11,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from slime_core.testing import TINY_DECODER_COMMON, TINY_DECODERS, tiny_decoder
 from slime_hookspecs import SamplingParams
 from slime_std.engine.fused_decoder import FusedDecoder, unsupported
 
 from .test_engine_generate import PROMPTS, full_forward_log_probs
 
-COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-              max_position_embeddings=128, initializer_range=0.2)
-ARCHS = {
-    "qwen2_gqa_bias": ("Qwen2", dict(num_attention_heads=4, num_key_value_heads=2)),
-    "llama_mha_untied": ("Llama", dict(num_attention_heads=4, num_key_value_heads=4,
-                                       tie_word_embeddings=False)),
-    "llama_all_biases": ("Llama", dict(num_attention_heads=4, num_key_value_heads=1,
-                                       attention_bias=True, mlp_bias=True)),
-    "llama3_rope": ("Llama", dict(num_attention_heads=4, num_key_value_heads=2, rope_parameters={
-        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
-    "qwen3_qk_norm": ("Qwen3", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)),
-    "mistral": ("Mistral", dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=None)),
-}
-
-
-def _model(arch: str, dtype: torch.dtype = torch.float32):
-    import transformers
-
-    family, extra = ARCHS[arch]
-    config = getattr(transformers, f"{family}Config")(**COMMON, **extra)
-    torch.manual_seed(0)
-    model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
-    # biases and norm weights start at 0 / 1: make them matter
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.3)
-    return model
+COMMON = TINY_DECODER_COMMON
+ARCHS = TINY_DECODERS
+_model = tiny_decoder
 
 
 def _reference_logits(model, rows: list[list[int]]) -> list[torch.Tensor]:

@@ -12,10 +12,10 @@ from slime_core.config import ConfigError
 from slime_core.context import set_manager
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import build_test_config
-from slime_core.trainer.torch_trainer import TorchTrainer
 from slime_hookspecs import TrainBatch
+from slime_std.trainer.torch_trainer import TorchTrainer
 
-MODEL = Path(__file__).resolve().parents[3] / "examples" / "tiny_arith" / "model"
+MODEL = Path(__file__).resolve().parents[4] / "examples" / "tiny_arith" / "model"
 ALGORITHM = {"use_kl_loss": True, "kl_loss_coef": 0.1}
 
 

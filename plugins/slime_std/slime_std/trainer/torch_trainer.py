@@ -4,9 +4,9 @@ One instance is one rank. Log-probs use the rollout temperature (the engine's co
 with one optimizer step per rollout the old policy equals the current one, so ``old_log_probs``
 are the detached current log-probs and no extra forward pass is spent on them.
 
-Mixture-of-experts models take the fused head too (``logprob_head.CAUSAL_LMS``). With ``train.routing_replay =
+Mixture-of-experts models take the fused head too (``slime_core.api.fused_head_unsupported``). With ``train.routing_replay =
 "rollout"`` the policy's forwards (log-probs and training, the old-actor snapshot's
-too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (:mod:`slime_core.moe.routing`),
+too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (``slime_core.api.RoutingControl``),
 checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
 replayed expert choices the trainer's routers would have made themselves.
 """
@@ -20,28 +20,40 @@ import warnings
 from typing import Any
 
 import torch
+from slime_core.api import (
+    SKIPPED_STEPS,
+    Accumulation,
+    RoutingControl,
+    TrainingHealth,
+    check_finite_weights,
+    check_routes,
+    compute_loss,
+    dp_active,
+    fused_head_unsupported,
+    get_manager,
+    load_causal_lm,
+    load_tokenizer,
+    lr_schedule,
+    make_adamw,
+    micro_batches,
+    needs_ref,
+    prepare_batch,
+    prompt_groups,
+    ref_model_config,
+    ref_update_due,
+    resolve_dtype,
+    response_log_probs,
+    rollout_optimizer_steps,
+    set_data_parallel_group,
+    shared_micro_batches,
+    teacher_model_config,
+    untie,
+)
 from slime_hookspecs import Config, TrainBatch
 from slime_hookspecs.batch import TENSOR_KEYS
 
-from slime_core.algo.opd import teacher_model_config
-from slime_core.context import get_manager
-from slime_core.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
-from slime_core.moe.routing import RoutingControl, check_routes
-from slime_core.trainer.memory import memory_metrics
-from slime_core.trainer.old_actor import OldActor, synced_at_start
-from slime_core.trainkit import data_parallel, logprob_head
-from slime_core.trainkit.accumulate import Accumulation, rollout_optimizer_steps
-from slime_core.trainkit.batching import (
-    micro_batches,
-    response_log_probs,
-    shared_micro_batches,
-)
-from slime_core.trainkit.compose import compute_loss, needs_ref, prepare_batch
-from slime_core.trainkit.health import SKIPPED_STEPS, TrainingHealth, check_finite_weights
-from slime_core.trainkit.master import make_adamw
-from slime_core.trainkit.schedule import lr_schedule
-from slime_core.trainkit.reference import ref_model_config, ref_update_due
-from slime_core.trainkit.shared_prefix import prompt_groups
+from slime_std.trainer.memory import memory_metrics
+from slime_std.trainer.old_actor import OldActor, synced_at_start
 
 REF_FILE = "ref_model.safetensors"  # a checkpoint's reference, when train.ref_update_interval moves it
 
@@ -53,10 +65,10 @@ class TorchTrainer:
                  accelerator: Any = None) -> None:
         self.config = config
         self.rank, self.world_size = rank, world_size
-        self.data_parallel = data_parallel.active(world_size)
+        self.data_parallel = dp_active(world_size)
         #: the group data-parallel reductions use: the default one (every rank is a replica)
         self.data_parallel_group: Any = None
-        data_parallel.set_data_parallel_group(self.data_parallel_group)
+        set_data_parallel_group(self.data_parallel_group)
         self.accelerator = accelerator
         self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
         self.dtype = resolve_dtype(config.model.dtype, self.device)
@@ -70,7 +82,7 @@ class TorchTrainer:
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             self.model.gradient_checkpointing_enable()
         # the response log-probs' head step (logprob_head) for the models that allow it
-        self.fused_head = bool(config.train.fused_head) and logprob_head.unsupported(self.model) is None
+        self.fused_head = bool(config.train.fused_head) and fused_head_unsupported(self.model) is None
         # `is True`: an unresolved "auto" (a trainer built outside the driver, which resolves
         # it: runner/fast_defaults.py) stays eager
         if config.train.compile is True:
@@ -173,7 +185,7 @@ class TorchTrainer:
 
     def _head_options(self, model: torch.nn.Module) -> dict[str, Any]:
         t = self.config.train
-        fused = self.fused_head and (model is self.model or logprob_head.unsupported(model) is None)
+        fused = self.fused_head and (model is self.model or fused_head_unsupported(model) is None)
         # The two-pass forward needs the decoder's key/value cache, which transformers turns
         # off under gradient checkpointing. Under train.compile it compiles a second graph
         # (the call with a cache; same values on the CPU, 116 s of compilation for a 2-layer
@@ -225,7 +237,7 @@ class TorchTrainer:
         t0 = time.perf_counter()
         if self.old_actor is not None and synced_at_start(self.config, rollout_id):
             self.old_actor.snapshot(rollout_id)  # the weights the engines now generate with
-        data_parallel.set_data_parallel_group(self.data_parallel_group)
+        set_data_parallel_group(self.data_parallel_group)
         # A data-parallel rank may get an empty share (fewer groups than ranks); it still
         # prepares it, so estimators that sum batch statistics over ranks see every rank.
         if len(batch) or self.data_parallel:
@@ -359,7 +371,6 @@ def _save_weights(tensors: dict[str, torch.Tensor], file: str) -> None:
     """A model's tensors as one safetensors file (tied tensors given their own copies)."""
     from safetensors.torch import save_file
 
-    from slime_core.weights.tensors import untie
 
     state = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     check_finite_weights(state.items(), file)

@@ -2,7 +2,7 @@
 
 They make full fine-tuning and adapter training (slime_lora) comparable on one workload:
 ``train/optimizer_state_mb`` counts AdamW's moments plus the fp32 master copies a bf16/fp16
-model keeps (:class:`~slime_core.trainkit.master.MasterAdamW`), ``train/trainable_params`` the
+model keeps (``slime_core.api.make_adamw`` with master weights), ``train/trainable_params`` the
 parameters the optimizer steps, and ``perf/peak_memory_gb`` the rank's peak so far: on a CUDA
 device its allocator's ``max_memory_allocated`` (tensors only), on the CPU the process's peak
 resident set (``ru_maxrss``; under the local executor that includes the engines in the same

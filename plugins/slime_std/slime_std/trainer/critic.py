@@ -1,9 +1,10 @@
 """The ``torch`` backend's critic: the policy's Hugging Face backbone with a linear value head.
 
 What ``TrainerBackendRecord.critic_factory`` of the ``torch`` record builds
-(:class:`slime_hookspecs.CriticModel`): a :class:`ValueModel` (or the module
-``slime_make_model(config, role="critic")`` returns) and its AdamW, replicated on every
-data-parallel rank and stepped with :class:`~slime_core.trainkit.accumulate.Accumulation`.
+(:class:`slime_hookspecs.CriticModel`): the core's value model
+(``slime_core.api.build_value_model``), or the module ``slime_make_model(config,
+role="critic")`` returns, and its AdamW, replicated on every data-parallel rank and stepped
+with ``slime_core.api.Accumulation``.
 
 Contract shared with ``slime_make_model(config, role="critic")``: a module whose
 ``forward(input_ids=..., attention_mask=...)`` returns an object with ``.logits`` holding one
@@ -13,99 +14,25 @@ value per position, shaped ``[B, L]`` or ``[B, L, 1]``.
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 from typing import Any
 
 import torch
+from slime_core.api import (
+    Accumulation,
+    build_value_model,
+    check_finite_weights,
+    data_parallel_group,
+    dp_active,
+    get_manager,
+    make_adamw,
+    micro_batches,
+    resolve_dtype,
+    untie,
+)
 from slime_hookspecs import CriticLossFn, CriticSpec
 
-from slime_core.context import get_manager
-from slime_core.models.loading import load_causal_lm, resolve_dtype
-from slime_core.trainkit import data_parallel
-from slime_core.trainkit.accumulate import Accumulation
-from slime_core.trainkit.batching import micro_batches
-from slime_core.trainkit.health import check_finite_weights
-from slime_core.trainkit.master import make_adamw
-
-# Seed offset of init = "random", so its weights differ from an init_config policy's.
-RANDOM_INIT_SEED_OFFSET = 1
 MODEL_FILE = "critic.safetensors"
 STATE_FILE = "critic_state.pt"
-
-
-class ValueModel(torch.nn.Module):
-    """``backbone`` (a transformers base model) + ``value_head`` (hidden -> 1)."""
-
-    def __init__(self, backbone: torch.nn.Module, hidden_size: int) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.value_head = torch.nn.Linear(hidden_size, 1)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        **_: Any,
-    ) -> SimpleNamespace:
-        out = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-        )
-        return SimpleNamespace(logits=self.value_head(out.last_hidden_state).squeeze(-1))
-
-
-def _random_causal_lm(model_cfg: Any, dtype: torch.dtype, seed: int) -> torch.nn.Module:
-    """The policy's architecture with fresh seeded weights (``init = "random"``)."""
-    if model_cfg.init_config:
-        return load_causal_lm(model_cfg, torch.device("cpu"), dtype, role="critic", seed=seed)
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if not model_cfg.path:
-        raise ValueError("critic init 'random': set model.path or model.init_config")
-    trust = bool(model_cfg.trust_remote_code)
-    hf_config = AutoConfig.from_pretrained(model_cfg.path, trust_remote_code=trust)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        lm = AutoModelForCausalLM.from_config(
-            hf_config, trust_remote_code=trust, dtype=torch.float32
-        )
-    return lm.to(dtype=dtype)
-
-
-def build_value_model(config: Any, spec: CriticSpec, device: torch.device,
-                      dtype: torch.dtype) -> ValueModel:
-    """The Hugging Face critic of ``spec`` on ``device`` (train mode).
-
-    ``spec.init = "policy"``: the backbone of ``config.model`` (``model.path`` weights, or
-    ``init_config`` built with ``spec.seed``, i.e. exactly the policy's initial weights).
-    ``"random"``: the same architecture, weights seeded with ``spec.seed + 1``. The head is
-    ``N(0, 1/(hidden + 1))`` (OpenRLHF's value-head init) with bias 0, seeded with
-    ``spec.seed``; RNG is forked so the caller's random stream is untouched. Other backends
-    convert this model's weights into their own layout, so every backend starts from the
-    same critic.
-    """
-    seed = int(spec.seed)
-    if spec.init == "policy":
-        lm = load_causal_lm(config.model, torch.device("cpu"), dtype, role="critic", seed=seed)
-    else:
-        lm = _random_causal_lm(config.model, dtype, seed + RANDOM_INIT_SEED_OFFSET)
-    backbone = lm.base_model
-    if backbone is lm:
-        raise ValueError(
-            f"critic: {type(lm).__name__} exposes no base model (base_model_prefix "
-            f"{getattr(lm, 'base_model_prefix', '')!r}); provide the critic through "
-            "slime_make_model(config, role='critic')"
-        )
-    hidden = int(lm.config.get_text_config().hidden_size)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = ValueModel(backbone, hidden)
-        torch.nn.init.normal_(model.value_head.weight, std=1.0 / (hidden + 1))
-        torch.nn.init.zeros_(model.value_head.bias)
-    return model.to(device=device, dtype=dtype).train()
 
 
 def response_values(
@@ -178,8 +105,8 @@ class TorchCritic:
     def train_step(self, tokens: list[torch.Tensor], response_lengths: list[int],
                    loss_masks: list[torch.Tensor], loss_fn: CriticLossFn,
                    weighting: str) -> tuple[dict[str, float], float]:
-        group = data_parallel.data_parallel_group()
-        dp = data_parallel.active(self.config.train.num_ranks, group)
+        group = data_parallel_group()
+        dp = dp_active(self.config.train.num_ranks, group)
         self.optimizer.zero_grad(set_to_none=True)
         acc = Accumulation(len(tokens), sum(float(m.sum()) for m in loss_masks), dp,
                            self.device, group)
@@ -201,8 +128,6 @@ class TorchCritic:
         """Rank 0 writes (data-parallel replicas are equal): ``critic.safetensors`` and
         ``critic_state.pt`` (AdamW state plus ``extra``)."""
         from safetensors.torch import save_file
-
-        from slime_core.weights.tensors import untie
 
         if _rank() != 0:
             return

@@ -1,4 +1,4 @@
-"""Built-in plugin ``torch_trainer``: the ``torch`` trainer backend record (torch imported lazily)."""
+"""Default plugin ``torch_trainer``: the ``torch`` trainer backend record (torch imported lazily)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from slime_hookspecs import Config, TrainerBackendRecord, hookimpl
 
 
 def _make(config: Config, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     return TorchTrainer(config, rank, world_size, accelerator)
 
 
 def _make_critic(config: Config, model: Any, spec: Any) -> Any:
-    from slime_core.trainer.critic import make_critic
+    from slime_std.trainer.critic import make_critic
 
     return make_critic(config, model, spec)
 

@@ -11,7 +11,7 @@ import torch
 from slime_core.context import set_manager
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.testing import TINY_QWEN2, build_test_config, write_char_tokenizer
-from slime_core.trainer.torch_trainer import TorchTrainer
+from slime_std.trainer.torch_trainer import TorchTrainer
 
 
 class RecordingAccelerator:
