@@ -78,13 +78,13 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
 
     from slime_core.context import set_manager
     from slime_core.executors.accelerators import TorchAccelerator
+    from slime_core.executors.sharding import shard_by_tokens
     from slime_core.runtime.dist_group import (
         broadcast,
         connect_store,
         init_data_parallel,
         new_group,
     )
-    from slime_core.executors.sharding import shard_by_tokens
     from slime_core.weights.broadcast import pack, unpack
     from slime_core.weights.buckets import make_buckets
 
