@@ -23,15 +23,22 @@ from slime_hookspecs import hookimpl
 def plugin_selection(extra: tuple[str, ...] = ()) -> Any:
     """``slime_grpo`` (and the ``extra`` plugins) by entry point when installed, else by module
     path ``<name>.plugin`` (a machine where the repository is only on ``PYTHONPATH``, e.g. the
-    GPU host, which cannot pip-install)."""
+    GPU host, which cannot pip-install). There, slime-std's default plugins (the local engine,
+    the torch trainer, ...) are loaded by module path too, as its pyproject lists them."""
     from importlib.metadata import entry_points
+    from pathlib import Path
 
+    import tomllib
     from slime_core.pluginmgr import PluginSelection
 
     names = ("slime_grpo", *extra)
     installed = {ep.name for ep in entry_points(group="slime")}
-    return PluginSelection(plugins=[n for n in names if n in installed],
-                           modules=[f"{n}.plugin" for n in names if n not in installed])
+    modules = [f"{n}.plugin" for n in names if n not in installed]
+    if not list(entry_points(group="slime.defaults")):
+        std = Path(__file__).resolve().parents[1] / "plugins" / "slime_std" / "pyproject.toml"
+        meta = tomllib.loads(std.read_text(encoding="utf-8"))
+        modules += list(meta["project"]["entry-points"]["slime.defaults"].values())
+    return PluginSelection(plugins=[n for n in names if n in installed], modules=modules)
 
 
 def digit_share(text: str) -> float:

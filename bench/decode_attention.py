@@ -1,7 +1,7 @@
 """One decode step's attention at the anchor's shapes, by implementation: what the static decode
 path calls now (SDPA over grouped queries, whichever backend torch picks), SDPA limited to each
 backend, the explicit three-operation form (scores, masked fp32 softmax, weighted sum),
-eager and compiled, and slime's Triton kernel (``slime_core.kernels.decode_attention``) with
+eager and compiled, and slime's Triton kernel (``slime_std.engine.kernels.decode_attention``) with
 its own choice of column splits and with each count of ``--splits``. Prints microseconds per
 call (on CUDA: GPU time of calls replayed from a CUDA graph, as the decode loop runs them) and
 the largest difference from an fp32 reference. ``--sweep`` also times the fused-rotary form the
@@ -84,7 +84,7 @@ def _rope_sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
                 ) -> dict[str, Callable[[], torch.Tensor]]:
     """The fused-rotary kernel at ``column`` (:func:`_rope_inputs`) under each launch tuning
     at its own split count, and at each of ``split_counts`` with two pipeline stages."""
-    from slime_core.kernels.decode_attention import _launch, num_splits
+    from slime_std.engine.kernels.decode_attention import _launch, num_splits
 
     b, hkv = q.shape[:2]
     rope = _rope_inputs(q, k, v, column)
@@ -108,7 +108,7 @@ def _rope_pdl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     """The fused-rotary op as the decode step calls it, with and without programmatic
     dependent launch (the graph of 50 calls then overlaps each launch with the call before:
     a proxy for the step, where the kernel before is a product)."""
-    from slime_core.kernels.decode_attention import decode_attention_rope
+    from slime_std.engine.kernels.decode_attention import decode_attention_rope
 
     rope = _rope_inputs(q, k, v, column)
     return {f"rope{'_pdl' if pdl else ''}": (lambda pdl=pdl: decode_attention_rope(
@@ -164,7 +164,7 @@ def main() -> None:
     from slime_core import kernels
 
     if kernels.available(dev):  # slime's Triton kernel (rollout.decode_attention = "triton")
-        from slime_core.kernels.decode_attention import decode_attention, num_splits
+        from slime_std.engine.kernels.decode_attention import decode_attention, num_splits
 
         cands["slime_triton"] = lambda: decode_attention(q, k, v, mask, scale)
         print(json.dumps({"slime_triton_splits": num_splits(a.batch * a.kv_heads, a.length,

@@ -57,10 +57,10 @@ def _changed_fraction(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor]
 def run_one(model_dir: Path, dtype: torch.dtype, lr: float, mode: str, steps: int,
             workdir: Path) -> list[dict[str, Any]]:
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.testing import build_test_config
     from slime_core.weights.disk import DiskTransport
+    from slime_std.engine.local_engine import LocalEngine
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     set_manager(SlimePluginManager(PluginSelection(autoload=False)).load())

@@ -23,7 +23,7 @@ import torch
 from slime_hookspecs import SamplingParams
 
 from slime_core.context import set_manager
-from slime_core.engine.local_engine import LocalEngine
+from slime_std.engine.local_engine import LocalEngine
 from slime_core.pluginmgr import PluginSelection
 from slime_core.session import resolve
 

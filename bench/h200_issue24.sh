@@ -37,7 +37,7 @@ if [ -d .whl ]; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
 fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}hookspecs:core:plugins/slime_grpo:bench"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}hookspecs:core:plugins/slime_std:plugins/slime_grpo:bench"
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader 2>/dev/null || true
 # TRL's HF-generate loop is bound by the host's launch speed (slime's CUDA graphs are not):

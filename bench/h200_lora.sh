@@ -34,7 +34,7 @@ if [ -d .whl ] && [ "$(ls .whl)" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 fi
-export PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_grpo:plugins/slime_lora:bench"
+export PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo:plugins/slime_lora:bench"
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
 python3 -c "import peft; print('peft', peft.__version__)" || exit 1

@@ -93,7 +93,7 @@ slime_run() {  # label, engine, steps, extra args...
            --slime-set "sglang.server_args=$SERVER_ARGS" --slime-set "sglang.mem_fraction_static=0.3"
            --slime-set "sglang.startup_timeout_s=300" --slime-set "sglang.log_dir=\"$OUT/logs\"")
   fi
-  PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_grpo:plugins/sglang_rollout:bench" \
+  PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo:plugins/sglang_rollout:bench" \
     timeout "${RUN_TIMEOUT:-420}" python3 bench/smollm2_vs_trl.py --worker slime --label "$label" --steps "$steps" \
     --out "$OUT/$label" "${sets[@]}" "$@" 2>&1 | grep -v -E "Loading weights|it/s\]" | tail -40
 }

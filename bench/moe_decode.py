@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.moe.routing import from_record
     from slime_core.testing import build_test_config
     from slime_core.trainkit.batching import response_log_probs
     from slime_hookspecs import SamplingParams
+    from slime_std.engine.local_engine import LocalEngine
     from transformers import AutoTokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

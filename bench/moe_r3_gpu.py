@@ -62,13 +62,13 @@ def _mismatch(train: list[torch.Tensor], rollout: list[list[float]]) -> float:
 
 def main() -> None:
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.moe.routing import from_record
     from slime_core.session import resolve
     from slime_core.testing import write_char_tokenizer
-    from slime_core.trainer.torch_trainer import TorchTrainer
     from slime_core.trainkit.batching import response_log_probs
     from slime_hookspecs import SamplingParams, TrainBatch
+    from slime_std.engine.local_engine import LocalEngine
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)

@@ -73,12 +73,12 @@ def run(setting: str, replay: str, steps: int, out_dir: Path) -> list[dict[str, 
 def same_samples(path: str, engine_dtype: str = "bfloat16") -> dict[str, float]:
     """The ``bf16_rollout`` measurement of the module docstring, on the model at ``path``."""
     import torch
-    from slime_core.engine.local_engine import LocalEngine
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
     from slime_core.moe.routing import RoutingControl, from_record
     from slime_core.testing import build_test_config
     from slime_core.trainkit.batching import response_log_probs
     from slime_hookspecs import SamplingParams
+    from slime_std.engine.local_engine import LocalEngine
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)

@@ -1,7 +1,7 @@
 """One decode step's full-vocabulary sampling, by implementation, in one process: the eager
 torch race (``exponential_`` noise, log-softmax, argmax, gather), the same compiled
 (``rollout.compile_decode``'s sampler before 2026-12-02) and the Triton kernel
-(``rollout.sample_kernel``, :mod:`slime_core.kernels.race_sample`). The anchor's shape by
+(``rollout.sample_kernel``, :mod:`slime_std.engine.kernels.race_sample`). The anchor's shape by
 default (128 rows x 151,936, bf16 logits); prints microseconds per call (CUDA events, median
 of ``--reps``), the bound of one read of the logits at the measured copy bandwidth, and the
 kernel's log-prob error against ``log_softmax`` at the drawn tokens.
@@ -16,8 +16,8 @@ import json
 import statistics
 
 import torch
-from slime_core.engine.sampler import GroupSampler, SamplingKey
-from slime_core.kernels.race_sample import num_slices, race_sample
+from slime_std.engine.kernels.race_sample import num_slices, race_sample
+from slime_std.engine.sampler import GroupSampler, SamplingKey
 
 
 def timed(fn, reps: int) -> float:

@@ -28,8 +28,8 @@ def main() -> None:
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
-    from slime_core.trainer.torch_trainer import TorchTrainer
     from slime_hookspecs import TrainBatch
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", choices=["tiny", "smollm2"], default="smollm2")

@@ -71,7 +71,7 @@ def _digit_fraction(config: Any) -> Any:
 
 
 def _slow_engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     class SlowLocalEngine(LocalEngine):
         calls = 0

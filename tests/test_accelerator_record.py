@@ -24,8 +24,8 @@ from tests.conftest import read_metrics
 from tests.ray_support import RAY_PLUGINS, run
 
 ACCEL_PLUGIN = "tests.accel_plugin"
-TRAINER = "slime_core.trainer.torch_trainer.TorchTrainer.__init__"
-ENGINE = "slime_core.engine.local_engine._engine_device"
+TRAINER = "slime_std.trainer.torch_trainer.TorchTrainer.__init__"
+ENGINE = "slime_std.engine.local_engine._engine_device"
 
 
 def read_records(out: Path) -> list[dict[str, Any]]:

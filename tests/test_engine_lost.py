@@ -25,7 +25,7 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
 
 
 def _engine(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     class Losing(LocalEngine):
         def generate(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:

@@ -330,7 +330,7 @@ def test_is_correction_hook_and_mismatch_metric(base_config, run_slime) -> None:
 
 
 def test_make_model_and_convert_hooks(base_config, run_slime) -> None:
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
 
     roles: list[str] = []
 

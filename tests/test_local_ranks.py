@@ -44,7 +44,7 @@ def test_two_local_ranks_train_like_one(base_config: dict[str, Any]) -> None:
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), None, (), cfg)
     set_manager(manager)

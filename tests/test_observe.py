@@ -66,7 +66,7 @@ def test_replay_reproduces_training_metrics_without_an_engine(
     assert "slime/train_1" in prof_txt.read_text() and "Self CPU" in prof_txt.read_text()
     assert not any(e.get("name") == "slime/train_0" for e in events)
 
-    from slime_core.engine import local_engine
+    from slime_std.engine import local_engine
 
     def no_engine(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("replay built the local engine")

@@ -62,7 +62,7 @@ def test_grpo_two_trainer_ranks_one_engine(ray_session, base_config) -> None:  #
 
     # learning signal: rewards differ within groups, so gradients and weights move
     assert all("rollout/reward_mean" in x and x["train/grad_norm"] > 0 for x in m)
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
 
@@ -86,7 +86,7 @@ def test_grpo_two_trainer_ranks_one_engine(ray_session, base_config) -> None:  #
     # step stores exp_avg = (1 - beta1) * grad, so the 2-rank gradient (all-reduced and
     # clipped) is in the step-1 checkpoint; one local rank trains on the captured batch.
     from slime_core.context import set_manager
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     set_manager(manager)
     torch.set_num_threads(1)

@@ -40,7 +40,7 @@ def test_resume_refuses_a_changed_config(base_config, run_slime, tmp_path: Path)
 
 
 def test_crash_mid_save_keeps_previous_checkpoint(base_config, run_slime, monkeypatch) -> None:
-    from slime_core.trainer import torch_trainer
+    from slime_std.trainer import torch_trainer
 
     base_config["run"].update(num_rollouts=3, save_interval=1)
     real_save = torch_trainer.TorchTrainer.save

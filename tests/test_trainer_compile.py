@@ -12,8 +12,8 @@ import torch
 from slime_core.context import set_manager
 from slime_core.pluginmgr import PluginSelection
 from slime_core.testing import TINY_QWEN2, write_char_tokenizer
-from slime_core.trainer.torch_trainer import TorchTrainer
 from slime_hookspecs import TrainBatch
+from slime_std.trainer.torch_trainer import TorchTrainer
 
 
 def _batch(seed: int) -> TrainBatch:

@@ -51,6 +51,14 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   and turned into a ``RoutedExperts``).
 * **rewards**: :func:`reward_bound_error` (why a reward is refused under
   ``rollout.max_abs_reward``: every path that takes rewards from outside applies it).
+* **engine and trainer internals** (slime_std: engine and trainer; what the ``local`` engine
+  and the ``torch`` trainer of slime-std take from the core beyond the groups above): kernel
+  choice :func:`choose_kernel` (``auto`` / ``triton`` / the torch name for a device),
+  :func:`pdl_supported`; MoE routing replay on a Hugging Face model: :class:`RoutingControl`,
+  :func:`config_moe_shape`, :func:`routes_to_record`, :func:`check_routes`; the trainer's
+  forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
+  head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``);
+  checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -106,20 +114,31 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "check_finite_weights": ("slime_core.trainkit.health", "check_finite_weights"),
     "NonFiniteWeightsError": ("slime_core.trainkit.health", "NonFiniteWeightsError"),
     # models
-    "load_causal_lm": ("slime_core.engine.model_loading", "load_causal_lm"),
-    "load_tokenizer": ("slime_core.engine.model_loading", "load_tokenizer"),
-    "resolve_dtype": ("slime_core.engine.model_loading", "resolve_dtype"),
-    "build_value_model": ("slime_core.trainer.critic", "build_value_model"),
+    "load_causal_lm": ("slime_core.models.loading", "load_causal_lm"),
+    "load_tokenizer": ("slime_core.models.loading", "load_tokenizer"),
+    "resolve_dtype": ("slime_core.models.loading", "resolve_dtype"),
+    "build_value_model": ("slime_core.models.value", "build_value_model"),
     # engines
     "EngineClient": ("slime_core.rollout.engine_client", "EngineClient"),
-    "check_generate_inputs": ("slime_core.engine.prompts", "check_generate_inputs"),
+    "check_generate_inputs": ("slime_core.models.prompts", "check_generate_inputs"),
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.context", "run_agent_api"),
     "model_moe_shape": ("slime_core.moe.preflight", "model_moe_shape"),
     "record_from_int32": ("slime_core.moe.routing", "record_from_int32"),
-    # errors
     # rewards
     "reward_bound_error": ("slime_core.rewards.validate", "reward_bound_error"),
+    # slime_std: engine and trainer
+    "choose_kernel": ("slime_core.kernels", "choose"),
+    "pdl_supported": ("slime_core.kernels", "pdl_supported"),
+    "RoutingControl": ("slime_core.moe.routing", "RoutingControl"),
+    "config_moe_shape": ("slime_core.moe.routing", "config_moe_shape"),
+    "routes_to_record": ("slime_core.moe.routing", "to_record"),
+    "check_routes": ("slime_core.moe.routing", "check_routes"),
+    "fused_head_unsupported": ("slime_core.trainkit.logprob_head", "unsupported"),
+    "shared_micro_batches": ("slime_core.trainkit.batching", "shared_micro_batches"),
+    "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
+    "untie": ("slime_core.weights.tensors", "untie"),
+    # errors
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
     "DuplicateRecordError": ("slime_core.pluginmgr.registry", "DuplicateRecordError"),
@@ -139,10 +158,11 @@ if TYPE_CHECKING:
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
     from slime_core.context import run_agent_api as run_agent_api
-    from slime_core.engine.model_loading import load_causal_lm as load_causal_lm
-    from slime_core.engine.model_loading import load_tokenizer as load_tokenizer
-    from slime_core.engine.model_loading import resolve_dtype as resolve_dtype
-    from slime_core.engine.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.models.loading import load_causal_lm as load_causal_lm
+    from slime_core.models.loading import load_tokenizer as load_tokenizer
+    from slime_core.models.loading import resolve_dtype as resolve_dtype
+    from slime_core.models.value import build_value_model as build_value_model
+    from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
@@ -152,7 +172,6 @@ if TYPE_CHECKING:
     from slime_core.rollout.engine_client import EngineClient as EngineClient
     from slime_core.session import load_run as load_run
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
-    from slime_core.trainer.critic import build_value_model as build_value_model
     from slime_core.trainkit.accumulate import Accumulation as Accumulation
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import step_indices as step_indices
@@ -182,6 +201,17 @@ if TYPE_CHECKING:
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten
+    # slime_std: engine and trainer
+    from slime_core.kernels import choose as choose_kernel  # noqa: F401 (renamed export)
+    from slime_core.kernels import pdl_supported as pdl_supported
+    from slime_core.moe.routing import RoutingControl as RoutingControl
+    from slime_core.moe.routing import config_moe_shape as config_moe_shape
+    from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
+    from slime_core.moe.routing import check_routes as check_routes
+    from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
+    from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
+    from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
+    from slime_core.weights.tensors import untie as untie
 
 
 def __getattr__(name: str) -> Any:

@@ -51,6 +51,47 @@ TINY_OLMOE: dict[str, Any] = {
 """A tiny OLMoE (8 experts, top-2, unnormalised gates: ``norm_topk_prob`` false)."""
 
 
+TINY_DECODERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2_gqa_bias": ("Qwen2", {"num_attention_heads": 4, "num_key_value_heads": 2}),
+    "llama_mha_untied": ("Llama", {"num_attention_heads": 4, "num_key_value_heads": 4,
+                                   "tie_word_embeddings": False}),
+    "llama_all_biases": ("Llama", {"num_attention_heads": 4, "num_key_value_heads": 1,
+                                   "attention_bias": True, "mlp_bias": True}),
+    "llama3_rope": ("Llama", {"num_attention_heads": 4, "num_key_value_heads": 2, "rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),
+    "qwen3_qk_norm": ("Qwen3", {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}),
+    "mistral": ("Mistral", {"num_attention_heads": 4, "num_key_value_heads": 2,
+                            "sliding_window": None}),
+}
+"""One tiny model per Llama-family variant the fused paths support (GQA with biases, MHA
+untied, every bias, llama3 rope, Qwen3 q/k norms, Mistral): ``family -> (transformers class
+prefix, config keys)``, built by :func:`tiny_decoder`."""
+
+TINY_DECODER_COMMON: dict[str, Any] = {
+    "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+    "max_position_embeddings": 128, "initializer_range": 0.2,
+}
+
+
+def tiny_decoder(arch: str, dtype: Any = None) -> Any:
+    """The :data:`TINY_DECODERS` model ``arch`` (eval mode, seed 0, ``dtype`` or float32), its
+    biases and norm weights moved away from 0 / 1 so that they matter."""
+    import torch
+    import transformers
+
+    family, extra = TINY_DECODERS[arch]
+    config = getattr(transformers, f"{family}Config")(**TINY_DECODER_COMMON, **extra)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{family}ForCausalLM")(config)
+    model = model.to(dtype or torch.float32).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
 def write_char_tokenizer(path: Path, extra_tokens: Sequence[str] = (),
                          chat_template: str | None = CHAT_TEMPLATE) -> Path:
     """Save a character-level ``PreTrainedTokenizerFast`` (printable ASCII, ``<eos>``, chat
@@ -107,9 +148,13 @@ def forced_first_turn_engine(name: str, first_turn: Callable[[str], str],
     from slime_hookspecs import GenerateOutput, RolloutEngineRecord
 
     def factory(config: Any, engine_index: int = 0, accelerator: Any = None) -> Any:
-        from slime_core.engine.local_engine import LocalEngine
+        from slime_core.context import get_registries
 
-        class ForcedFirstTurn(LocalEngine):
+        engine = get_registries().rollout_engine.get("local").factory(
+            config, engine_index, accelerator)
+        base = type(engine)
+
+        class ForcedFirstTurn(base):  # type: ignore[valid-type,misc]
             def generate(self, prompts: list[list[int]], params: list[Any]) -> list[Any]:
                 tok = self.tokenizer
                 outs: list[Any] = [None] * len(prompts)
@@ -131,7 +176,8 @@ def forced_first_turn_engine(name: str, first_turn: Callable[[str], str],
                         outs[i] = out
                 return outs
 
-        return ForcedFirstTurn(config, engine_index, accelerator)
+        engine.__class__ = ForcedFirstTurn  # the loaded engine, its first turns forced
+        return engine
 
     return RolloutEngineRecord(name=name, factory=factory, summary=summary)
 

@@ -99,7 +99,7 @@ def test_defaults_of_an_empty_registry_are_left_alone() -> None:
 
 
 def test_core_run_fails_before_any_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    import slime_core.engine.model_loading as loading
+    import slime_core.models.loading as loading
     from slime_core.cli.main import cli
 
     def boom(*args: object, **kwargs: object) -> None:

@@ -24,7 +24,7 @@ class _Tokenizer:
     @classmethod
     def get(cls, config: Config) -> Any:
         if cls._tok is None:
-            from slime_core.engine.model_loading import load_tokenizer
+            from slime_core.models.loading import load_tokenizer
 
             cls._tok = load_tokenizer(config.model)
         return cls._tok

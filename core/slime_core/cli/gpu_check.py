@@ -1,15 +1,17 @@
 """Check the GPU side of the ray executor on this host, without Ray: ``python -m
 slime_core.cli.gpu_check`` (needs 2 CUDA devices).
 
-Two processes, one GPU each, run what the trainer ranks and the broadcast transport run:
+Two processes, one GPU each, run what the trainer ranks and the broadcast transport run, with
+the trainer and the engine the config names (``train.backend``, ``rollout.engine``: by default
+slime-std's ``torch`` and ``local`` records, taken from the registries like every run does):
 
 1. nccl data parallelism: ``init_data_parallel`` (the loopback store of
-   :mod:`slime_core.runtime.dist_group`), then one ``TorchTrainer.train_step`` per rank on its token-balanced
+   :mod:`slime_core.runtime.dist_group`), then one ``train_step`` per rank on its token-balanced
    share of a fixed batch; the first AdamW step stores ``exp_avg = 0.1 * grad``, which must
    equal a single-GPU run on the whole batch;
 2. the nccl weight broadcast group (its own group, not the default one): rank 0 packs its
    weights plus one into byte buckets, rank 1 receives and unpacks them;
-3. ``LocalEngine.sleep()`` returns the engine's GPU memory and ``wake_up()`` brings it back.
+3. the engine's ``sleep()`` returns its GPU memory and ``wake_up()`` brings it back.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def _batch() -> Any:
     return batch
 
 
+def _trainer(manager: Any, config: Any, rank: int, world_size: int, accel: Any) -> Any:
+    """The trainer of ``train.backend`` (its record's factory, as the executors build it)."""
+    record = manager.registries.trainer_backend.get(config.train.backend)
+    return record.factory(config, rank, world_size, accel)
+
+
 def _grads(trainer: Any) -> dict[int, Any]:
     return {i: s["exp_avg"].detach().cpu() for i, s in trainer.optimizer.state_dict()["state"].items()}
 
@@ -68,17 +76,15 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)  # before CUDA initialises
     import torch
 
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_core.executors.accelerators import TorchAccelerator
+    from slime_core.executors.sharding import shard_by_tokens
     from slime_core.runtime.dist_group import (
         broadcast,
         connect_store,
         init_data_parallel,
         new_group,
     )
-    from slime_core.trainer.sharding import shard_by_tokens
-    from slime_core.trainer.torch_trainer import TorchTrainer
     from slime_core.weights.broadcast import pack, unpack
     from slime_core.weights.buckets import make_buckets
 
@@ -87,7 +93,7 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     set_manager(manager)
     init_data_parallel("nccl", "127.0.0.1", port, "dp/", rank, 2, 120, None)
     accel = TorchAccelerator("cuda")
-    trainer = TorchTrainer(config, rank, 2, accel)
+    trainer = _trainer(manager, config, rank, 2, accel)
     batch = _batch()
     shard = shard_by_tokens(batch.group_indices, [len(t) for t in batch.tokens], 2)[rank]
     metrics = trainer.train_step(batch.select(shard), 0)
@@ -106,7 +112,8 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     ok = all(torch.equal(received[k], expected[k]) for k in expected)
     report = {"broadcast_ok": ok, "device": torch.cuda.get_device_name(0)}
     if rank == 0:
-        engine = LocalEngine(config, 0, accel)
+        engine = manager.registries.rollout_engine.get(config.rollout.engine).factory(
+            config, 0, accel)
         before = torch.cuda.memory_allocated()
         engine.sleep()
         asleep = torch.cuda.memory_allocated()
@@ -122,10 +129,9 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
     import torch
     import torch.multiprocessing as mp
 
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.context import set_manager
+    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.runtime.dist_group import StoreServer
-    from slime_core.trainer.torch_trainer import TorchTrainer
 
     if torch.cuda.device_count() < 2:
         raise RuntimeError("gpu_check needs 2 CUDA devices")
@@ -146,7 +152,7 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
     manager, config = _config(Path(tmp))
     set_manager(manager)
-    single = TorchTrainer(config, 0, 1, TorchAccelerator("cuda"))
+    single = _trainer(manager, config, 0, 1, TorchAccelerator("cuda"))
     ref_metrics = single.train_step(_batch(), 0)
     ref = _grads(single)
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]

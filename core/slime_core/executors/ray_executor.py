@@ -13,7 +13,7 @@ Actors (see :mod:`.ray_workers` for what runs inside, :mod:`.placement` for wher
 Data flow of a step: the driver asks the manager for a rollout (samples come back to the
 driver: ``slime_log_rollout``, conversion and ``slime_rollout_data_postprocess`` fire there),
 splits the train batch across ranks by token count without splitting groups
-(:func:`~slime_core.trainer.sharding.shard_by_tokens`), each rank trains on its share with
+(:func:`~slime_core.executors.sharding.shard_by_tokens`), each rank trains on its share with
 globally weighted, all-reduced gradients, and rank 0 pushes the new weights to the engines
 through the configured transport. With ``ray.colocate`` the engines ``sleep()`` while the
 ranks train. Everything crosses processes as picklable objects; no RPC of our own.

@@ -6,7 +6,7 @@ context parallel) holds one model replica over several ranks; every rank of one 
 see the same samples. After building, each rank reports its layout: the trainer's
 ``data_parallel_rank`` and ``data_parallel_size`` attributes (a backend without them is pure
 data parallel: ``rank`` and ``world_size``). The step's samples are split over the
-``data_parallel_size`` indices (:func:`~slime_core.trainer.sharding.shard_by_tokens`: whole
+``data_parallel_size`` indices (:func:`~slime_core.executors.sharding.shard_by_tokens`: whole
 groups, balanced by tokens) and every rank gets its index's share. Results that are the same
 on every rank of a replica (log-probs, throughput) are taken from the replica's first rank.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from slime_hookspecs import TrainBatch
 
-from slime_core.trainer.sharding import imbalance, shard_by_tokens
+from slime_core.executors.sharding import imbalance, shard_by_tokens
 
 
 def rank_layout(trainer: Any, rank: int, world_size: int) -> tuple[int, int]:

@@ -1,4 +1,6 @@
-"""Triton kernels for the GPU hot paths (decode attention, the log-prob head's statistics).
+"""Triton kernels for the GPU hot paths: the log-prob head's statistics here, and the choice
+of a kernel for every path (the local engine's decode kernels live in ``slime_std.engine.kernels``
+and ask :func:`choose` through ``slime_core.api.choose_kernel``).
 
 Each kernel has a torch reference it must match (the CUDA tests compare them) and is used only
 where ``available(device)`` holds: a CUDA device and an importable ``triton``. Nothing here

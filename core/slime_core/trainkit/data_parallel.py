@@ -1,7 +1,7 @@
 """Data parallelism for trainer backends: global loss weights, gradient and metric all-reduce.
 
 Each rank holds a full replica and trains on its share of the step's groups (see
-:mod:`slime_core.trainer.sharding`). For the update to equal the single-process one on the
+:mod:`slime_core.executors.sharding`). For the update to equal the single-process one on the
 same batch, two things must hold:
 
 1. every micro-batch's loss weight uses the *global* totals of the mini-batch (samples or

@@ -14,7 +14,7 @@ model's own decoder:
 The logits of a response token come from the hidden state before it: the first from the
 prompt pass's last real position, the rest from the response pass. The function computed is
 the same as one row per sample, up to float rounding (checked in
-``core/tests/trainer/test_shared_prefix.py``); the matrix products and elementwise work on
+``core/tests/trainkit/test_shared_prefix.py``); the matrix products and elementwise work on
 prompt tokens shrink by the group size, attention costs the same.
 
 Only samples in the same micro-batch share: the trainer's plan

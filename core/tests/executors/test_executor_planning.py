@@ -6,10 +6,10 @@ import pytest
 import torch
 from slime_core.executors.placement import plan_placement
 from slime_core.executors.ray_cluster import address_host, check_token_auth
+from slime_core.executors.sharding import imbalance, shard_by_tokens
 from slime_core.runner import staleness
 from slime_core.runtime.dist_group import is_loopback
 from slime_core.testing import build_test_config
-from slime_core.trainer.sharding import imbalance, shard_by_tokens
 from slime_core.weights.broadcast import pack, unpack
 from slime_core.weights.buckets import make_buckets
 from slime_hookspecs import Sample

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from slime_core.engine.model_loading import load_causal_lm
+from slime_core.models.loading import load_causal_lm
 from slime_core.moe.preflight import hf_config
 from slime_core.moe.routing import (
     MoeShape,

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 import torch
-from slime_hookspecs import hookimpl
-
 from slime_core.testing import build_test_config
 from slime_core.weights import delta as delta_format
 from slime_core.weights import disk
+from slime_hookspecs import hookimpl
 
 MODEL = Path(__file__).resolve().parents[3] / "examples" / "tiny_arith" / "model"
 
@@ -45,8 +44,8 @@ class Trainer:
 def setup(tmp_path: Path) -> Any:
     """``setup(delta, *plugins, num_engines=1, **weights)`` -> (transport, engines)."""
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+    from slime_std.engine.local_engine import LocalEngine
 
     def build(delta: str, *plugins: Any, num_engines: int = 1, **weights: Any) -> Any:
         manager = SlimePluginManager(PluginSelection(autoload=False)).load()
@@ -199,7 +198,7 @@ def test_engine_off_the_base_version_is_resynced(setup, capfd: Any) -> None:
 
 
 def test_engines_that_load_files_get_full_versions(setup, tmp_path: Path) -> None:
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     class FileLoader(LocalEngine):
         def update_weights_from_disk(self, version_dir: str, version: int) -> None:

@@ -1,6 +1,6 @@
 """The ``megatron`` trainer backend: one rank of a tensor-, pipeline- and data-parallel GPTModel.
 
-Mirrors the ``torch`` backend (``slime_core/trainer/torch_trainer.py``) so runs compare value
+Mirrors the ``torch`` backend (``slime_std/trainer/torch_trainer.py`` in slime-std) so runs compare value
 for value: log-probs are ``log_softmax(logits / T)`` of the full vocabulary (T =
 ``rollout.temperature``, 1 when greedy) in fp32; advantages and losses come from
 ``slime_core.api`` (``compute_advantages``, ``compute_loss``), micro-batches from

@@ -23,7 +23,7 @@ def _max_diff(a: list[Any], b: list[Any]) -> float:
 
 def opd_compare(rank: int, world_size: int, data: dict[str, Any], mode: str) -> dict[str, Any]:
     from megatron_backend.trainer import MegatronTrainer
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     config = make_config({**data, "opd": {**data["opd"], "mode": mode}})
     torch_tr = TorchTrainer(config, 0, 1, None)

@@ -35,7 +35,7 @@ def hf_reference(config: Any) -> dict[str, torch.Tensor]:
 
 def compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
     from megatron_backend.trainer import MegatronTrainer
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     config = make_config(data)
     ref = hf_reference(config)
@@ -104,7 +104,7 @@ def data_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str,
     asks): each data-parallel replica trains on its groups; the step must equal the torch
     backend's on the whole batch in one process."""
     from megatron_backend.trainer import MegatronTrainer
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     config = make_config(data)
     torch_tr = TorchTrainer(config, 0, 1, None)
@@ -153,8 +153,8 @@ def ppo_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, A
     """One PPO step (GAE, two critic and two actor steps) on the torch backend (one process)
     and on the megatron backend (over every rank): metrics and the critic's values after it."""
     from megatron_backend.trainer import MegatronTrainer
-    from slime_core.trainer.torch_trainer import TorchTrainer
     from slime_ppo import glue
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     # the critic comes from the train.backend record, so each config names its backend
     one = {**data, "train": {**data["train"], "num_ranks": 1, "backend": "torch"},
@@ -211,7 +211,7 @@ def whiten_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str
     data-parallel group), which double-counts TP peers."""
     from megatron_backend.trainer import MegatronTrainer
     from slime_core.api import set_data_parallel_group
-    from slime_core.trainer.torch_trainer import TorchTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
 
     one = {**data, "train": {**data["train"], "num_ranks": 1}, "megatron": {}}
     torch_cfg = make_config(one)

@@ -17,8 +17,8 @@ import pytest
 
 
 def _server_engine(base_config: dict[str, Any]) -> Any:
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.testing import build_test_config
+    from slime_std.engine.local_engine import LocalEngine
 
     cfg = build_test_config(model=dict(base_config["model"]), run={"seed": 99})
     return LocalEngine(cfg, 0)  # other seed: its weights differ until the first sync

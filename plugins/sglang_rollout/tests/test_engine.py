@@ -302,8 +302,8 @@ def test_routed_experts_come_back_as_the_serving_engine_routed(fake_server, reso
 
     import torch
     from sglang_rollout.engine import SGLangEngine
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.testing import TINY_QWEN3_MOE, build_test_config
+    from slime_std.engine.local_engine import LocalEngine
 
     model = {"init_config": dict(TINY_QWEN3_MOE, initializer_range=0.2)}
     served = LocalEngine(build_test_config(model=model, train={"routing_replay": "rollout"}))

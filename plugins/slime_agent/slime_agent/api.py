@@ -463,7 +463,7 @@ class AgentApiServer:
         stops = [s for s in stops if s]
         if not stops:
             return None
-        # the engine's window (slime_core.engine.stopping): enough ids for the longest string
+        # the engine's window (slime_std.engine.stopping): enough ids for the longest string
         window = 2 * max(len(s) for s in stops) + 8
         for end in range(joint + 1, min(len(out.token_ids), joint + window) + 1):
             text = self.tokenizer.decode(out.token_ids[max(0, end - window):end],

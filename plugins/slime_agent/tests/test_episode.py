@@ -21,7 +21,7 @@ def api():
     from slime_agent.api import AgentApiServer
     from slime_core.config import load_config
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.config.schema import build_schema
 

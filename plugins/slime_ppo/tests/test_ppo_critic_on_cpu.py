@@ -4,9 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from slime_core.trainer.critic import build_value_model, response_values
+from slime_core.models.value import build_value_model
 from slime_ppo import glue
 from slime_ppo.critic import build_critic, critic_spec
+from slime_std.trainer.critic import response_values
 
 CPU = torch.device("cpu")
 
@@ -50,7 +51,7 @@ def test_bad_critic_outputs_and_prompts_are_named():
 
 
 def test_policy_init_copies_the_policy_backbone(make_config):
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
 
     cfg = make_config()
     actor = load_causal_lm(cfg.model, CPU, torch.float32, seed=cfg.run.seed)

@@ -41,7 +41,7 @@ def _ckpt(run_dir: Path, step: int) -> Path:
 
 
 def _initial_actor(config: dict) -> dict[str, torch.Tensor]:
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
     from slime_core.testing import build_test_config
 
     cfg = build_test_config(model=config["model"])

@@ -62,7 +62,7 @@ def config(setup: tuple[Any, Any, Any]) -> Any:
 
 def reference_model(config: Any) -> torch.nn.Module:
     """The trainer's model as the torch trainer builds it (same code, same seed)."""
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
 
     return load_causal_lm(config.model, "cpu", torch.float32, seed=config.run.seed)
 
@@ -139,7 +139,7 @@ def test_stop_strings_keep_the_tokens_up_to_the_one_that_completed_it(engine: An
 
 
 def test_greedy_equals_the_local_engine(config: Any, engine: Any) -> None:
-    from slime_core.engine.local_engine import LocalEngine
+    from slime_std.engine.local_engine import LocalEngine
 
     local = LocalEngine(config, 0, None)  # same init_config and run.seed: same weights
     params = [SamplingParams(temperature=0, max_new_tokens=10)] * len(PROMPTS)

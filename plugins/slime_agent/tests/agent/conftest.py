@@ -29,9 +29,9 @@ def _tiny_local_engine(tmp_path_factory: pytest.TempPathFactory,
                        rollout: dict[str, Any]) -> tuple[Any, Any, Any]:
     from slime_core.config import load_config
     from slime_core.config.schema import build_schema
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.testing import TINY_QWEN2
+    from slime_std.engine.local_engine import LocalEngine
 
     tok_dir = write_char_tokenizer(tmp_path_factory.mktemp("api_tok"))
     m = SlimePluginManager(PluginSelection(plugins=["core_tools", "core_sandbox"])).load()

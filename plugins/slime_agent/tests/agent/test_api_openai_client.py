@@ -29,8 +29,8 @@ def stack(tmp_path_factory):
     from slime_core.config import load_config
     from slime_core.config.schema import build_schema
     from slime_core.context import set_manager
-    from slime_core.engine.local_engine import LocalEngine
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+    from slime_std.engine.local_engine import LocalEngine
 
     tok = write_char_tokenizer(tmp_path_factory.mktemp("oai_tok"))
     manager = SlimePluginManager(PluginSelection(plugins=["core_tools", "core_sandbox"])).load()

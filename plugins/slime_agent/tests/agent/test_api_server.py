@@ -78,7 +78,7 @@ def test_configured_token_and_loopback_only(engine_and_config):
 def recompute_log_probs(cfg: Any, tokens: list[int], start: int) -> list[float]:
     """Log-probs of ``tokens[start:]`` under the engine's weights (temperature 1)."""
     import torch
-    from slime_core.engine.model_loading import load_causal_lm
+    from slime_core.models.loading import load_causal_lm
 
     model = load_causal_lm(cfg.model, "cpu", torch.float32, seed=cfg.run.seed)
     with torch.no_grad():

@@ -1,0 +1,329 @@
+"""Llama-family forward passes for the ``local`` engine without the transformers modeling code.
+
+A decode step of a small model on a CPU is bound by per-operation costs (Python, dispatch,
+the thread wake-ups of small BLAS calls), not by its arithmetic: through transformers a step
+of the 4-layer benchmark model was about 100 ATen operations plus the Python of modules,
+cache objects and mask builders, 8-18 ms for 70 MFLOP (4.5-7 ms here). This module computes
+the same function with fewer, larger operations:
+
+* q, k and v are one matrix product, and gate and up another: at build time the engine
+  model's ``q_proj`` / ``k_proj`` / ``v_proj`` (and ``gate_proj`` / ``up_proj``) weights are
+  re-pointed at slices of one fused tensor, so there is no second copy and an in-place weight
+  update (``LocalEngine.update_weights``) writes straight into what this module reads;
+* the output and down projections add the residual in the same ``addmm``;
+* the rotary embedding is one table of cos / sin for every position of the call, indexed per
+  step, applied to q and k together (``x * cos + roll(x, D/2) * sin'`` with ``sin'`` carrying
+  ``rotate_half``'s sign);
+* one key and one value buffer per layer ``[B, H_kv, L, D]``; a step writes one column, the
+  attention reads the filled prefix; one-token queries of a grouped-query head attend as
+  ``n_rep`` rows of one batched product against their key/value head (no ``repeat_kv``
+  copy, no SDPA call: three operations).
+
+Supported: ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` and
+``MistralForCausalLM`` with SiLU MLPs, every layer on full attention (no sliding window) and a
+rotary embedding that does not depend on the sequence length (not ``dynamic`` / ``longrope``).
+:func:`unsupported` says why another model is not; the engine then keeps the transformers
+forward. Same inputs give the logits of the transformers forward up to float rounding
+(checked in ``core/tests/engine/test_fused_decoder.py``).
+
+Shared prompts: the samples of a group arrive as rows with the same prompt; the prefill
+computes each distinct prompt once and copies its keys and values to every row holding it.
+
+Padding: prompts are left-padded; the caller passes position ids that skip padding and a
+key mask. In the prefill each query also attends to itself, so a padding query (which has no
+valid key) stays finite; real queries never see padding keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from slime_std.engine.output_head import MAX_ROWS, transposed_linear
+
+LAYERS = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}
+STATIC_ROPE = {"default", "linear", "llama3", "yarn"}
+
+
+def unsupported(model: Any) -> str | None:
+    """Why ``model`` cannot use :class:`FusedDecoder` (None when it can)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if inner is None or not layers:
+        return f"{type(model).__name__} has no .model.layers"
+    names = {type(layer).__name__ for layer in layers}
+    if not names <= LAYERS:
+        return f"decoder layers {sorted(names)} are not one of {sorted(LAYERS)}"
+    cfg = model.config
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
+    for layer in layers:
+        if getattr(layer.self_attn, "sliding_window", None):
+            return "a layer uses sliding-window attention"
+    types = getattr(cfg, "layer_types", None)
+    if types is not None and any(t != "full_attention" for t in types):
+        return f"layer types {sorted(set(types))} are not all full_attention"
+    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+        return "the config enables sliding-window attention"
+    rope = getattr(getattr(inner, "rotary_emb", None), "rope_type", None)
+    if rope not in STATIC_ROPE:
+        return f"rope type {rope!r} is not one of {sorted(STATIC_ROPE)}"
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear):
+        return "the output head is not a torch.nn.Linear"
+    if getattr(cfg, "final_logit_softcapping", None):
+        return "final logit soft-capping is not implemented"
+    return None
+
+
+def _fuse(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) holding ``modules``' rows; each module's parameters become
+    views of it, so writes to either side are seen by both."""
+    weight = torch.cat([m.weight.detach() for m in modules], dim=0)
+    has_bias = [m.bias is not None for m in modules]
+    if any(has_bias) and not all(has_bias):
+        raise ValueError("fused projections must all have a bias or none")
+    bias = torch.cat([m.bias.detach() for m in modules]) if all(has_bias) else None
+    start = 0
+    for m in modules:
+        rows = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(weight[start:start + rows], requires_grad=False)
+        if bias is not None:
+            m.bias = torch.nn.Parameter(bias[start:start + rows], requires_grad=False)
+        start += rows
+    return weight, bias
+
+
+def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+    h = F.rms_norm(x.float(), (x.shape[-1],), None, norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)  # transformers' order: scale after the cast back
+
+
+class _Layer:
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv_w, self.qkv_b = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.gu_w, self.gu_b = _fuse([mlp.gate_proj, mlp.up_proj])
+        # transposed views made once: a step calls the BLAS product directly
+        self.qkv_t, self.gu_t = self.qkv_w.t(), self.gu_w.t()
+        self.o_w, self.o_b = attn.o_proj.weight.detach(), attn.o_proj.bias
+        self.down_w, self.down_b = mlp.down_proj.weight.detach(), mlp.down_proj.bias
+        self.o_t, self.down_t = self.o_w.t(), self.down_w.t()
+        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        self.scaling = float(attn.scaling)
+        self.inter = mlp.gate_proj.weight.shape[0]
+
+    def rotated_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, h: int,
+                    hkv: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys [N, H + H_kv, D] (normed, when the layer norms them, and rotated:
+        ``cos`` / ``sin`` [N, 1, D], ``sin`` carrying ``rotate_half``'s sign) and the values
+        [N, H_kv * D] of the rows ``x`` [N, hidden]."""
+        qkv = _project(_rms(x, self.ln1), self.qkv_w, self.qkv_t, self.qkv_b).contiguous()
+        qk = qkv[:, : (h + hkv) * d].view(-1, h + hkv, d)
+        if self.q_norm is not None:
+            qk = torch.cat((_rms(qk[:, :h], self.q_norm), _rms(qk[:, h:], self.k_norm)), 1)
+        return torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin), qkv[:, (h + hkv) * d:]
+
+    def gated(self, x: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of the post-attention norm of ``x``: the down product's input."""
+        gu = _project(_rms(x, self.ln2), self.gu_w, self.gu_t, self.gu_b)
+        return F.silu(gu[:, : self.inter]) * gu[:, self.inter:]
+
+
+# Decode-sized products whose weights stream from memory run as ``(W @ x^T)^T``: MKL's
+# small-M kernels read a [N, K] weight 1.5-2x faster in that orientation than as ``x @ W^T``
+# once it no longer fits in cache (measured for SmolLM2's shapes, 8 rows: the 576 x 3072
+# gate/up product 1.26 ms vs 2.1 ms, the 49152-row head 17 ms vs 36 ms). Same sums, other
+# summation order. Decode-sized: at most ``output_head.MAX_ROWS`` rows.
+STREAM_BYTES = 2 << 20
+
+
+def _streamed(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Measured on the CPU only; accelerators keep ``x @ W^T``."""
+    return (x.device.type == "cpu" and x.shape[0] <= MAX_ROWS
+            and weight.numel() * weight.element_size() >= STREAM_BYTES)
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
+             bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight^T (+ bias)``; ``weight_t`` is ``weight.t()``."""
+    if _streamed(x, weight):
+        return transposed_linear(x, weight, bias)
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+
+
+def _project_add(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
+                 bias: torch.Tensor | None, residual: torch.Tensor) -> torch.Tensor:
+    """``residual + x @ weight^T (+ bias)``, one product when there is no bias."""
+    if bias is not None:
+        return _project(x, weight, weight_t, bias).add_(residual)
+    if _streamed(x, weight):
+        return torch.addmm(residual.t(), weight, x.t()).t()
+    return torch.addmm(residual, x, weight_t)
+
+
+class FusedDecoder:
+    """Prefill and decode steps of one ``generate`` batch; see the module docstring.
+
+    ``FusedDecoder(model)`` fuses ``model``'s projections in place (once per engine model);
+    :meth:`start` begins a batch, :meth:`prefill` / :meth:`step` return last-position logits,
+    :meth:`select` keeps some rows.
+    """
+
+    def __init__(self, model: Any) -> None:
+        reason = unsupported(model)
+        if reason is not None:
+            raise ValueError(f"fused decoder: {reason}")
+        cfg = model.config
+        inner = model.model
+        self.embed = inner.embed_tokens
+        self.norm = inner.norm
+        self.head = model.get_output_embeddings()
+        self.rotary = inner.rotary_emb
+        self.layers = [_Layer(layer) for layer in inner.layers]
+        attn = inner.layers[0].self_attn
+        self.d = int(attn.head_dim)
+        self.h = int(cfg.num_attention_heads)
+        self.hkv = int(cfg.num_key_value_heads)
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self.cos = self.sin = torch.empty(0)
+        self.key_mask: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+        self.length = 0
+
+    # -- per batch -------------------------------------------------------------------------
+    def start(self, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
+              key_mask: torch.Tensor | None = None) -> None:
+        """Empty caches for ``batch`` rows of up to ``capacity`` positions; ``key_mask``
+        [batch, capacity] (True = a real token; None: no padding) covers the prompt columns
+        and every column a step will write."""
+        shape = (batch, self.hkv, capacity, self.d)
+        self.k = [torch.empty(shape, device=device, dtype=dtype) for _ in self.layers]
+        self.v = [torch.empty(shape, device=device, dtype=dtype) for _ in self.layers]
+        positions = torch.arange(capacity, device=device).unsqueeze(0)
+        probe = torch.empty(0, device=device, dtype=dtype)
+        cos, sin = self.rotary(probe, positions)
+        half = self.d // 2
+        sign = torch.ones(self.d, device=device, dtype=dtype)
+        sign[:half] = -1  # rotate_half(x) = roll(x, D/2) * sign
+        self.cos, self.sin = cos[0], sin[0] * sign
+        self.key_mask = key_mask
+        # a decode step's additive mask, one row per (sequence, KV head): [B * H_kv, 1, L]
+        self.bias = None
+        if key_mask is not None:
+            bias = torch.zeros((batch, capacity), device=device, dtype=dtype)
+            bias.masked_fill_(~key_mask, float("-inf"))
+            self.bias = bias.repeat_interleave(self.hkv, dim=0).unsqueeze(1)
+        self.length = 0
+
+    def select(self, idx: torch.Tensor) -> None:
+        """Keep only rows ``idx`` of the caches."""
+        self.k = [t.index_select(0, idx) for t in self.k]
+        self.v = [t.index_select(0, idx) for t in self.v]
+        if self.key_mask is not None and self.bias is not None:  # set together by start()
+            self.key_mask = self.key_mask.index_select(0, idx)
+            rows = (idx.unsqueeze(1) * self.hkv + torch.arange(self.hkv, device=idx.device)).flatten()
+            self.bias = self.bias.index_select(0, rows)
+
+    def release(self) -> None:
+        self.k, self.v = [], []
+        self.key_mask = self.bias = None
+
+    # -- forward ---------------------------------------------------------------------------
+    def prefill(self, ids: torch.Tensor, pos: torch.Tensor,
+                distinct: torch.Tensor | None = None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``ids`` [B, T] left-padded prompts, ``pos`` [B, T] -> logits [B, V] of the last
+        position. With ``distinct`` [U] (one batch row per distinct prompt) and ``rows`` [B]
+        (batch row i holds the prompt of ``distinct[rows[i]]``), only the distinct prompts
+        are computed and their keys and values copied to every row holding them (the samples
+        of a group share their prompt)."""
+        if distinct is None or rows is None:
+            return self._logits(self._prefill(ids, pos, self.key_mask)[:, -1])
+        t = ids.shape[1]
+        full_k, full_v = self.k, self.v
+        shape = (distinct.numel(), self.hkv, t, self.d)
+        self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
+        self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
+        mask = None if self.key_mask is None else self.key_mask.index_select(0, distinct)
+        try:
+            last = self._prefill(ids.index_select(0, distinct), pos.index_select(0, distinct),
+                                 mask)[:, -1]
+            for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
+                big[:, :, :t] = small.index_select(0, rows)
+        finally:
+            self.k, self.v = full_k, full_v
+        return self._logits(last).index_select(0, rows)
+
+    def _prefill(self, ids: torch.Tensor, pos: torch.Tensor,
+                 key_mask: torch.Tensor | None) -> torch.Tensor:
+        b, t = ids.shape
+        causal = torch.ones((t, t), dtype=torch.bool, device=ids.device).tril()
+        mask = causal.expand(b, 1, t, t)
+        if key_mask is not None:
+            eye = torch.eye(t, dtype=torch.bool, device=ids.device)
+            mask = (causal & key_mask[:, None, None, :t]) | eye
+        return self._forward(ids, pos, mask)
+
+    def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """One new token per row: ``ids`` [B, 1], ``pos`` [B, 1] -> logits [B, V]."""
+        return self._logits(self._forward(ids, pos, None)[:, -1])
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        w = self.head.weight
+        return _project(h, w, w.t(), self.head.bias)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, t = ids.shape
+        h, hkv, d = self.h, self.hkv, self.d
+        col = self.length
+        end = col + t
+        x = self.embed(ids).reshape(b * t, -1)
+        cos = self.cos[pos].reshape(b * t, 1, d)
+        sin = self.sin[pos].reshape(b * t, 1, d)
+        bias = None if self.bias is None else self.bias[:, :, :end]
+        for i, layer in enumerate(self.layers):
+            qk, v = layer.rotated_qkv(x, cos, sin, h, hkv, d)
+            v = v.view(b, t, hkv, d)
+            q = qk[:, :h].view(b, t, h, d).transpose(1, 2)
+            self.k[i][:, :, col:end] = qk[:, h:].view(b, t, hkv, d).transpose(1, 2)
+            self.v[i][:, :, col:end] = v.transpose(1, 2)
+            keys, values = self.k[i][:, :, :end], self.v[i][:, :, :end]
+            if t == 1:
+                out = self._decode_attention(q, keys, values, bias, layer.scaling)
+            else:
+                if h != hkv:
+                    keys = keys.repeat_interleave(h // hkv, dim=1)
+                    values = values.repeat_interleave(h // hkv, dim=1)
+                out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                     scale=layer.scaling)
+                out = out.transpose(1, 2).reshape(b * t, h * d)
+            x = _project_add(out, layer.o_w, layer.o_t, layer.o_b, x)
+            x = _project_add(layer.gated(x), layer.down_w, layer.down_t, layer.down_b, x)
+        self.length = end
+        return _rms(x, self.norm).reshape(b, t, -1)
+
+    def _decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                          bias: torch.Tensor | None, scale: float) -> torch.Tensor:
+        """One query per row: the n_rep query heads of a KV head are the rows of one small
+        product against that head's keys (three operations; the CPU's fused SDPA kernel cost
+        ~350 us a call at these sizes)."""
+        b, h, _, d = q.shape
+        hkv, s = keys.shape[1], keys.shape[2]
+        q3 = q.reshape(b * hkv, h // hkv, d)
+        k3 = keys.reshape(b * hkv, s, d).transpose(1, 2)
+        if bias is None:
+            scores = torch.bmm(q3, k3).mul_(scale)
+        else:
+            scores = torch.baddbmm(bias, q3, k3, alpha=scale)
+        if scores.dtype == torch.float32:
+            probs = torch.softmax(scores, dim=-1)
+        else:  # low precision: normalise in fp32, as SDPA does
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+        return torch.bmm(probs, values.reshape(b * hkv, s, d)).view(b, h * d)

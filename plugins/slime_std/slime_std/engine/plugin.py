@@ -1,0 +1,27 @@
+"""Default plugin ``local_engine``: the ``local`` rollout engine record.
+
+The engine (transformers causal LM, own batched decoding loop) lives in
+:mod:`slime_std.engine.local_engine`; it is imported by the factory, so listing plugins
+never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import Config, RolloutEngineRecord, hookimpl
+
+
+def make_local_engine(config: Config, engine_index: int = 0, accelerator: Any = None) -> Any:
+    """``factory(config, engine_index, accelerator)`` of the ``local`` record."""
+    from slime_std.engine.local_engine import LocalEngine
+
+    return LocalEngine(config, engine_index, accelerator)
+
+
+@hookimpl
+def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
+    return [RolloutEngineRecord(
+        name="local", factory=make_local_engine, routing_replay=True,
+        summary="transformers causal LM in-process; batched KV-cache decoding with exact log-probs",
+    )]

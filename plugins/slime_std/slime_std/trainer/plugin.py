@@ -1,0 +1,27 @@
+"""Default plugin ``torch_trainer``: the ``torch`` trainer backend record (torch imported lazily)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slime_hookspecs import Config, TrainerBackendRecord, hookimpl
+
+
+def _make(config: Config, rank: int = 0, world_size: int = 1, accelerator: Any = None) -> Any:
+    from slime_std.trainer.torch_trainer import TorchTrainer
+
+    return TorchTrainer(config, rank, world_size, accelerator)
+
+
+def _make_critic(config: Config, model: Any, spec: Any) -> Any:
+    from slime_std.trainer.critic import make_critic
+
+    return make_critic(config, model, spec)
+
+
+@hookimpl
+def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
+    return [TrainerBackendRecord(
+        name="torch", factory=_make, critic_factory=_make_critic, routing_replay=True,
+        summary="transformers AutoModelForCausalLM + AdamW; fp32 on CPU, bf16 on GPU",
+    )]

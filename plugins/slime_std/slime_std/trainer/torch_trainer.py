@@ -1,0 +1,377 @@
+"""The ``torch`` trainer backend: any ``AutoModelForCausalLM``, AdamW, warm-up and decay.
+
+One instance is one rank. Log-probs use the rollout temperature (the engine's convention);
+with one optimizer step per rollout the old policy equals the current one, so ``old_log_probs``
+are the detached current log-probs and no extra forward pass is spent on them.
+
+Mixture-of-experts models take the fused head too (``slime_core.api.fused_head_unsupported``). With ``train.routing_replay =
+"rollout"`` the policy's forwards (log-probs and training, the old-actor snapshot's
+too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (``slime_core.api.RoutingControl``),
+checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
+replayed expert choices the trainer's routers would have made themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import warnings
+from typing import Any
+
+import torch
+from slime_core.api import (
+    SKIPPED_STEPS,
+    Accumulation,
+    RoutingControl,
+    TrainingHealth,
+    check_finite_weights,
+    check_routes,
+    compute_loss,
+    dp_active,
+    fused_head_unsupported,
+    get_manager,
+    load_causal_lm,
+    load_tokenizer,
+    lr_schedule,
+    make_adamw,
+    micro_batches,
+    needs_ref,
+    prepare_batch,
+    prompt_groups,
+    ref_model_config,
+    ref_update_due,
+    resolve_dtype,
+    response_log_probs,
+    rollout_optimizer_steps,
+    set_data_parallel_group,
+    shared_micro_batches,
+    teacher_model_config,
+    untie,
+)
+from slime_hookspecs import Config, TrainBatch
+from slime_hookspecs.batch import TENSOR_KEYS
+
+from slime_std.trainer.memory import memory_metrics
+from slime_std.trainer.old_actor import OldActor, synced_at_start
+
+REF_FILE = "ref_model.safetensors"  # a checkpoint's reference, when train.ref_update_interval moves it
+
+
+class TorchTrainer:
+    """One data-parallel rank of the built-in trainer."""
+
+    def __init__(self, config: Config, rank: int = 0, world_size: int = 1,
+                 accelerator: Any = None) -> None:
+        self.config = config
+        self.rank, self.world_size = rank, world_size
+        self.data_parallel = dp_active(world_size)
+        #: the group data-parallel reductions use: the default one (every rank is a replica)
+        self.data_parallel_group: Any = None
+        set_data_parallel_group(self.data_parallel_group)
+        self.accelerator = accelerator
+        self.device = accelerator.device(0) if accelerator is not None else torch.device("cpu")
+        self.dtype = resolve_dtype(config.model.dtype, self.device)
+        self.pm = get_manager()
+        torch.manual_seed(config.run.seed)
+        self.model = self._build("actor")
+        self.model.train()
+        # train.routing_replay: the policy's routers follow the rollout's recorded experts
+        self.routing = (RoutingControl(self.model) if config.train.routing_replay == "rollout"
+                        else None)
+        if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
+            self.model.gradient_checkpointing_enable()
+        # the response log-probs' head step (logprob_head) for the models that allow it
+        self.fused_head = bool(config.train.fused_head) and fused_head_unsupported(self.model) is None
+        # `is True`: an unresolved "auto" (a trainer built outside the driver, which resolves
+        # it: runner/fast_defaults.py) stays eager
+        if config.train.compile is True:
+            # in place (Module.compile): parameter names, checkpoints and weight export are
+            # unchanged; dynamic shapes, since micro-batch shapes change every step. With the
+            # fused head the decoder is what the trainer calls.
+            (self.model.model if self.fused_head else self.model).compile(dynamic=True)
+        self.ref_model: torch.nn.Module | None = None
+        self.teacher_model: torch.nn.Module | None = None  # [opd] mode = "trainer"
+        self.old_actor = OldActor(self.model) if config.train.keep_old_actor else None
+        tok = load_tokenizer(config.model)
+        self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+        t = config.train
+        # only what trains: a frozen parameter (a LoRA run's base) gets no AdamW state and
+        # no fp32 master copy
+        self.optimizer = make_adamw(
+            [p for p in self.model.parameters() if p.requires_grad], t.master_weights, lr=t.lr, betas=tuple(t.adam_betas),
+            eps=t.adam_eps, weight_decay=t.weight_decay,
+            # one kernel over every parameter instead of a dozen multi-tensor passes, where
+            # the accelerator says torch has it
+            fused=bool(getattr(accelerator, "fused_optimizer", False)),
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule(config))
+        self.pm.hook.slime_trainer_init(config=config, model=self.model)
+        # a plugin may have set weights (even through .data, which the optimizer's version
+        # check does not see): its copies of the weights read them again
+        reread = getattr(self.optimizer, "reread", None)
+        if reread is not None:
+            reread()
+
+    # -- models --------------------------------------------------------------------------
+    def _build(self, role: str) -> torch.nn.Module:
+        model = self.pm.hook.slime_make_model(config=self.config, role=role)
+        if model is None:
+            model_cfg = ref_model_config(self.config) if role == "ref" else self.config.model
+            model = load_causal_lm(model_cfg, self.device, self.dtype, role=role,
+                                   seed=self.config.run.seed)
+        return model.to(self.device)
+
+    def _ref(self) -> torch.nn.Module:
+        """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from
+        ``model.path`` / ``init_config`` (``init_config`` models are seeded, so they rebuild
+        identically); ``train.ref_update_interval`` replaces its weights by the policy's."""
+        if self.ref_model is None:
+            torch_state = torch.get_rng_state()
+            self.ref_model = self._build("ref")
+            torch.set_rng_state(torch_state)  # building ref must not shift the sampling stream
+            self.ref_model.eval().requires_grad_(False)
+        return self.ref_model
+
+    # -- log-probs -------------------------------------------------------------------------
+    def _teacher(self) -> torch.nn.Module:
+        """The frozen OPD teacher from ``opd.teacher_path`` (or ``slime_make_model(role=
+        "teacher")``), built on first use."""
+        if self.teacher_model is None:
+            model = self.pm.hook.slime_make_model(config=self.config, role="teacher")
+            if model is None:
+                model = load_causal_lm(teacher_model_config(self.config), self.device,
+                                       self.dtype, role="teacher")
+            self.teacher_model = model.to(self.device).eval().requires_grad_(False)
+        return self.teacher_model
+
+    def compute_log_probs(self, batch: TrainBatch, role: str) -> list[torch.Tensor]:
+        if role == "old_actor":
+            if self.old_actor is None:
+                raise ValueError("old_actor log-probs need train.keep_old_actor = true")
+            return self.old_actor.log_probs(
+                batch, lambda model, idx: self._score(model, batch, idx, role))
+        model = {"ref": self._ref, "teacher": self._teacher}.get(role, lambda: self.model)()
+        return self._score(model, batch, list(range(len(batch))), role)
+
+    def _score(self, model: torch.nn.Module, batch: TrainBatch, idx: list[int],
+               role: str) -> list[torch.Tensor]:
+        """Response log-probs of the samples ``idx`` of ``batch`` under ``model``."""
+        self.pm.hook.slime_before_log_prob(config=self.config, model=model, role=role)
+        tokens = [batch.tokens[i] for i in idx]
+        lengths = [batch.response_lengths[i] for i in idx]
+        out: list[torch.Tensor | None] = [None] * len(idx)
+        options = self._head_options(model)
+        # the policy and its old-actor snapshot (a deep copy: the routers' hooks came with
+        # it) replay; the reference and a teacher route on their own
+        routes = batch.routed_experts if role in ("actor", "old_actor") else None
+        with torch.no_grad():
+            for mb in self._plan(tokens, lengths, options["shared_prefix"]):
+                lps, _ = response_log_probs(
+                    model, [tokens[i] for i in mb], [lengths[i] for i in mb],
+                    self.config.rollout.temperature, self.pad_id, **options,
+                    **self._replay([idx[i] for i in mb], routes),
+                )
+                for i, lp in zip(mb, lps, strict=True):
+                    out[i] = lp.float().cpu()
+        return out  # type: ignore[return-value]
+
+    def _replay(self, idx: list[int], routes: list[Any] | None) -> dict[str, Any]:
+        """``response_log_probs``' routing arguments for the samples ``idx`` of a batch whose
+        records are ``routes`` (none without train.routing_replay or without records)."""
+        if self.routing is None or routes is None:
+            return {}
+        return {"routing": self.routing, "routes": [routes[i] for i in idx]}
+
+    def _head_options(self, model: torch.nn.Module) -> dict[str, Any]:
+        t = self.config.train
+        fused = self.fused_head and (model is self.model or fused_head_unsupported(model) is None)
+        # The two-pass forward needs the decoder's key/value cache, which transformers turns
+        # off under gradient checkpointing. Under train.compile it compiles a second graph
+        # (the call with a cache; same values on the CPU, 116 s of compilation for a 2-layer
+        # model) whose cost on a GPU run was not measured, so the two are not combined.
+        compiled = t.compile is True
+        # (routing replay lays its ids out over the right-padded batch: one pass)
+        shared = (fused and t.shared_prefix and not compiled and not t.gradient_checkpointing
+                  and self.routing is None)
+        return {"fused_head": fused, "compile_head": fused and compiled,
+                "shared_prefix": shared, "head_kernel": str(t.head_kernel)}
+
+    def _plan(self, tokens: list[torch.Tensor], response_lengths: list[int],
+              shared: bool) -> list[list[int]]:
+        """Micro-batches of sample indices; with the shared-prefix forward, the plan that
+        computes fewer token rows (``shared_micro_batches``)."""
+        lengths = [int(len(t)) for t in tokens]
+        budget = self.config.train.micro_batch_tokens
+        if shared and (groups := prompt_groups(tokens, response_lengths)) is not None:
+            return shared_micro_batches(lengths, [int(r) for r in response_lengths], groups,
+                                        budget)
+        return micro_batches(lengths, budget)
+
+    # -- training --------------------------------------------------------------------------
+    def prepare(self, batch: TrainBatch) -> None:
+        """Tensors, ref/teacher/old log-probs and advantages for a step's batch."""
+        if self.routing is not None:
+            self._check_routes(batch)
+        prepare_batch(self.config, batch, self.compute_log_probs)
+
+    def _check_routes(self, batch: TrainBatch) -> None:
+        """Refuse routing records that do not fit the policy, naming the sample and field."""
+        assert self.routing is not None
+        if batch.routed_experts is None:
+            if len(batch):
+                raise ValueError("train.routing_replay = 'rollout' but the batch has no "
+                                 "routed_experts (a custom slime_convert_samples_to_train_data "
+                                 "must set TrainBatch.routed_experts)")
+            return
+        for i, ids in enumerate(batch.routed_experts):
+            if ids is None:
+                continue
+            where = (f"sample group={batch.group_indices[i] if batch.group_indices else '?'} "
+                     f"index={batch.sample_indices[i] if batch.sample_indices else i}: "
+                     "TrainBatch.routed_experts")
+            check_routes(ids, self.routing.shape, len(batch.tokens[i]) - 1, where)
+
+    def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
+        """All optimizer steps of one rollout; returns averaged metrics."""
+        t0 = time.perf_counter()
+        if self.old_actor is not None and synced_at_start(self.config, rollout_id):
+            self.old_actor.snapshot(rollout_id)  # the weights the engines now generate with
+        set_data_parallel_group(self.data_parallel_group)
+        # A data-parallel rank may get an empty share (fewer groups than ranks); it still
+        # prepares it, so estimators that sum batch statistics over ranks see every rank.
+        if len(batch) or self.data_parallel:
+            self.prepare(batch)
+        metrics = rollout_optimizer_steps(self.pm, self.config, batch, rollout_id,
+                                          self._optimizer_step, model=self.model,
+                                          optimizer=self.optimizer, scheduler=self.scheduler,
+                                          started=t0, health=self._health())
+        if self.routing is not None and (agree := self.routing.agreement()) is not None:
+            metrics["train/routing_replay_agreement"] = agree
+        if self.old_actor is not None:
+            metrics["train/old_actor_missing"] = float(self.old_actor.missing)
+        metrics.update(memory_metrics(self.optimizer, self.device))
+        if ref_update_due(self.config, rollout_id) and needs_ref(self.config):
+            self._ref().load_state_dict(self.model.state_dict())
+            metrics["train/ref_updated"] = 1.0
+        return metrics
+
+    def _health(self) -> TrainingHealth:
+        """The non-finite checks of this rank, agreed over its data-parallel group."""
+        return TrainingHealth(self.device, self.data_parallel_group, self.data_parallel)
+
+    def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
+        self.optimizer.zero_grad(set_to_none=True)
+        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
+                           self.data_parallel, self.device, self.data_parallel_group)
+        want_entropy_grad = self.config.algorithm.entropy_coef != 0
+        options = self._head_options(self.model)
+        for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):
+            mb = mini.select(mb_idx)
+            # summed on the host before the move: no device sync per sample
+            mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
+            if self.device.type != "cpu":  # batch tensors stay on the host until needed
+                _to_device(mb, self.device)
+            lps, ents = response_log_probs(
+                self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
+                self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad, **options,
+                **self._replay(list(range(len(mb))), mb.routed_experts),
+            )
+            if ents is not None and not want_entropy_grad:
+                ents = [e.detach() for e in ents]
+            if mb.old_log_probs is None:
+                mb.old_log_probs = [lp.detach() for lp in lps]
+            loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+            acc.backward(loss, m, weighting, len(mb), mb_tokens)
+        metrics, grad_norm = acc.step(self.model, self.optimizer, self.config.train.grad_clip)
+        metrics["train/grad_norm"] = grad_norm
+        metrics.update(acc.skipped)
+        metrics.setdefault(SKIPPED_STEPS, 0.0)
+        if acc.applied:  # a skipped step leaves the schedule where it was (as Megatron)
+            self.scheduler.step()
+        return metrics
+
+    # -- weights and checkpoints -----------------------------------------------------------
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """What the engines get: ``slime_trainer_weights`` (e.g. LoRA adapters only), else the
+        whole state dict."""
+        chosen = self.pm.hook.slime_trainer_weights(config=self.config, model=self.model)
+        state = self.model.state_dict() if chosen is None else chosen
+        return {k: v.detach() for k, v in state.items()}
+
+    def save(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        if self.rank == 0:  # data-parallel ranks hold identical replicas: rank 0 writes them
+            _save_weights(self.export_weights(), os.path.join(path, "model.safetensors"))
+            if self.config.train.ref_update_interval and self.ref_model is not None:
+                # a moved reference is no longer what a resumed run would rebuild
+                _save_weights(self.ref_model.state_dict(), os.path.join(path, REF_FILE))
+            torch.save({
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                # the device generators (dropout, sampling on the device), from the record
+                "device_rng": (self.accelerator.get_rng_state()
+                               if self.accelerator is not None else None),
+            }, os.path.join(path, "trainer_state.pt"))
+        self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
+
+    def load(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        state = load_file(os.path.join(path, "model.safetensors"))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"checkpoint {path} has unknown tensors: {unexpected[:5]}")
+        if os.path.isfile(os.path.join(path, REF_FILE)):
+            self._ref().load_state_dict(load_file(os.path.join(path, REF_FILE)), strict=False)
+        extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
+        self.optimizer.load_state_dict(extra["optimizer"])
+        self.scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["torch_rng"])
+        random.setstate(extra["python_rng"])
+        self._load_device_rng(path, extra.get("device_rng"))
+        self.pm.hook.slime_trainer_load(config=self.config, path=path, rank=self.rank)
+
+    def _load_device_rng(self, path: str, state: Any) -> None:
+        """Restore the device generators saved with the checkpoint, when this run has the same
+        kind of device (a checkpoint moved between hardware resumes with fresh device RNG)."""
+        if state is None or self.accelerator is None:
+            return
+        try:
+            self.accelerator.set_rng_state(state)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            warnings.warn(f"checkpoint {path}: device RNG state not restored ({exc}); the run "
+                          "continues with this process's device generators", stacklevel=2)
+
+
+def _to_device(batch: TrainBatch, device: torch.device) -> None:
+    """Move a micro-batch's per-sample tensors (advantages, masks, log-probs...) to ``device``.
+
+    One packed copy per key instead of one per sample: a copy from pageable host memory waits
+    for the device queue to drain, so per-sample copies issued after the previous micro-batch's
+    backward stalled the GPU once per sample (about 1,300 stalls a step on the anchor workload).
+    """
+    for key in TENSOR_KEYS:
+        values = getattr(batch, key)
+        if not values or key == "tokens":  # read on the host: response_log_probs pads them there
+            continue
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        if len(tensors) != len(values) or len({t.dtype for t in tensors}) != 1 \
+                or any(t.dim() != 1 or t.device.type != "cpu" for t in tensors):
+            setattr(batch, key, [v.to(device) if isinstance(v, torch.Tensor) else v
+                                 for v in values])
+            continue
+        packed = torch.cat(tensors).to(device)
+        setattr(batch, key, list(packed.split([t.numel() for t in tensors])))
+
+
+def _save_weights(tensors: dict[str, torch.Tensor], file: str) -> None:
+    """A model's tensors as one safetensors file (tied tensors given their own copies)."""
+    from safetensors.torch import save_file
+
+
+    state = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    check_finite_weights(state.items(), file)
+    save_file(untie(state), file)

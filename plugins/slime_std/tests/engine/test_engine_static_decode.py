@@ -1,0 +1,196 @@
+"""The static-cache decode path (``rollout.cuda_graphs``), run eagerly on the CPU.
+
+On CUDA the same steps are captured once and replayed; capture itself needs a GPU and is
+exercised by ``bench/gpu_anchor.py`` (it is not run here). What is checked here: the static
+cache, the growing decode mask, the grouped-query decode attention and the fixed batch give
+the dynamic-cache loop's tokens and log-probs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from slime_hookspecs import SamplingParams
+from slime_std.engine.static_decode import (
+    BUCKET,
+    StaticDecoders,
+    cache_length,
+    compile_options,
+    grouped_decode_attention,
+)
+
+from .conftest import TINY_QWEN2
+from .test_engine_generate import PROMPTS, full_forward_log_probs
+
+# 4 query heads over 2 key/value heads: the grouped-query path is taken
+assert TINY_QWEN2["num_attention_heads"] > TINY_QWEN2["num_key_value_heads"]
+
+
+def _static(engine):
+    engine._static = StaticDecoders(capture=False)
+    return engine
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=1.0, max_new_tokens=12, seed=3, ignore_eos=True),
+    SamplingParams(temperature=0.7, top_k=5, top_p=0.9, max_new_tokens=12, seed=4,
+                   ignore_eos=True),
+    SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True),
+], ids=["t1", "topk-topp", "greedy"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-step", "transformers-step"])
+def test_static_path_matches_the_dynamic_cache(make_engine, params, fused):
+    dynamic = make_engine().generate(PROMPTS, [params] * len(PROMPTS))
+    engine = _static(make_engine(rollout={"fused_decoder": fused}))
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    assert len(engine._static._by_shape) == 1
+    # rollout.fused_decoder: the decode steps go through the fused projections, else
+    # transformers' modeling code
+    (decoder,) = engine._static._by_shape.values()
+    assert decoder.fused is (engine._fused if fused else None)
+    assert (engine._fused is not None) is fused
+    for prompt, d, s in zip(PROMPTS, dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
+        ref = full_forward_log_probs(engine._model, prompt, s.token_ids, params.temperature)
+        torch.testing.assert_close(torch.tensor(s.log_probs), ref, atol=1e-5, rtol=0)
+
+
+def test_static_path_finishes_rows_early_and_reuses_its_buffers(make_engine):
+    greedy = SamplingParams(temperature=0, max_new_tokens=20, ignore_eos=True)
+    prompts = PROMPTS * 2
+    params = [greedy.replace(max_new_tokens=1 if i % 4 else 20) for i in range(len(prompts))]
+    dynamic = make_engine().generate(prompts, params)
+    engine = _static(make_engine())
+    first = engine.generate(prompts, params)
+    again = engine.generate(prompts, params)  # same batch and cache length: same decoder
+    assert len(engine._static._by_shape) == 1
+    for p, d, a, b in zip(params, dynamic, first, again, strict=True):
+        assert a.token_ids == b.token_ids == d.token_ids
+        assert len(a.token_ids) == p.max_new_tokens
+        assert a.finish_reason == d.finish_reason == "length"
+
+
+def test_stop_tokens_and_a_second_shape(make_engine):
+    engine = _static(make_engine())
+    greedy = SamplingParams(temperature=0, max_new_tokens=6, ignore_eos=True)
+    plain = make_engine().generate(PROMPTS[:2], [greedy] * 2)
+    stop = plain[0].token_ids[2]
+    params = [greedy.replace(stop_token_ids=[stop])] * 2
+    want = make_engine().generate(PROMPTS[:2], params)
+    got = engine.generate(PROMPTS[:2], params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert [o.finish_reason for o in got] == [o.finish_reason for o in want]
+    assert got[0].finish_reason == "stop" and got[0].token_ids[-1] == stop
+    engine.generate(PROMPTS, [greedy] * 4)
+    assert len(engine._static._by_shape) == 2  # batch 2 and batch 4
+
+
+def test_cache_length_is_bucketed():
+    assert cache_length(7, 12) == BUCKET
+    assert cache_length(BUCKET - 12, 12) == BUCKET
+    assert cache_length(BUCKET - 11, 12) == 2 * BUCKET
+
+
+def test_grouped_decode_attention_equals_repeated_heads():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    class Mod:
+        num_key_value_groups = 3
+        is_causal = True
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 1, 8, generator=g)
+    k = torch.randn(2, 2, 5, 8, generator=g)
+    v = torch.randn(2, 2, 5, 8, generator=g)
+    mask = torch.tensor([[True, True, False, True, False], [False, True, True, True, True]])
+    mask = mask[:, None, None, :]
+    got, _ = grouped_decode_attention(Mod(), q, k, v, mask, scaling=0.3)
+    want, _ = sdpa_attention_forward(Mod(), q, k, v, mask, scaling=0.3)
+    assert got.shape == want.shape == (2, 1, 6, 8)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+def test_cuda_graphs_flag_is_off_on_the_cpu(make_engine):
+    assert make_engine(rollout={"cuda_graphs": True})._static is None
+
+
+@pytest.mark.parametrize("options", [{}, compile_options(autotune=True, pdl=True)],
+                         ids=["default", "autotune-pdl"])
+def test_compiled_decode_step_matches_the_dynamic_cache(make_engine, options):
+    """``rollout.compile_decode``: the torch.compile'd step (inductor's CPU backend here; on
+    CUDA the compiled step is what the graph captures) gives the eager loop's tokens and
+    log-probs, also with ``rollout.compile_autotune`` and ``compile_pdl``'s options (on the
+    CPU inductor's C++ templates are what autotuning weighs; PDL is a Triton option, so
+    here it shows only that the options reach ``torch.compile`` and change nothing computed)."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5, ignore_eos=True)
+    dynamic = make_engine().generate(PROMPTS, [params] * len(PROMPTS))
+    engine = make_engine()
+    engine._static = StaticDecoders(capture=False, compile_step=True, options=options)
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    for d, s in zip(dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
+
+
+def test_compile_options_name_inductors_settings():
+    assert compile_options(autotune=False, pdl=False) == {}
+    assert compile_options(autotune=False, pdl=True) == {"triton.enable_pdl": True}
+    tuned = compile_options(autotune=True, pdl=False)
+    assert tuned["max_autotune"] is True and "triton.enable_pdl" not in tuned
+
+
+def test_compile_options_without_pdl_in_this_torch_warn_and_go_on(monkeypatch, caplog):
+    from torch._inductor import config as inductor_config
+
+    monkeypatch.delattr(inductor_config.triton, "enable_pdl")
+    assert compile_options(autotune=False, pdl=True) == {}
+    assert "rollout.compile_pdl" in caplog.text
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_fused_static_steps_match_the_dynamic_cache_for_other_families(make_engine, family):
+    # Qwen3: per-head q/k norms before the rotary embedding; Llama: no projection biases
+    base = {k: v for k, v in TINY_QWEN2.items() if k != "model_type"}
+    init = {**base, "model_type": family, "head_dim": TINY_QWEN2["hidden_size"]
+            // TINY_QWEN2["num_attention_heads"]}
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=5, ignore_eos=True)
+    dynamic = make_engine(model={"init_config": init}).generate(PROMPTS, [params] * len(PROMPTS))
+    engine = _static(make_engine(model={"init_config": init}))
+    assert engine._fused is not None
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    for d, s in zip(dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_fused_static_steps_with_the_triton_attention_and_its_column_splits(make_engine, splits,
+                                                                          monkeypatch):
+    """``rollout.decode_attention = "triton"`` in the fused step, with the kernel's own column
+    splits and with ``rollout.decode_attention_splits`` pinned: the dynamic cache's tokens and
+    log-probs. Runs where the kernels do: CUDA, or the CPU under ``TRITON_INTERPRET=1``."""
+    from slime_core import kernels
+    from slime_std.engine.static_decode import TRITON_ATTENTION_NAME
+
+    if not kernels.available("cpu"):
+        pytest.skip("needs triton under TRITON_INTERPRET=1 on the CPU")
+    from slime_std.engine import static_decode
+
+    # a 256-column cache (4 tiles), so that pinned splits really split and combine
+    monkeypatch.setattr(static_decode, "BUCKET", 256)
+    init = {**TINY_QWEN2, "hidden_size": 64}  # head dim 16: the kernel's smallest
+    params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=5, ignore_eos=True)
+    dynamic = make_engine(model={"init_config": init}).generate(PROMPTS, [params] * len(PROMPTS))
+    engine = make_engine(model={"init_config": init})
+    engine._static = StaticDecoders(capture=False, decode_attention="triton", splits=splits)
+    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    (decoder,) = engine._static._by_shape.values()
+    assert decoder.attention == TRITON_ATTENTION_NAME and decoder.splits == splits
+    assert decoder.length == 256
+    for d, s in zip(dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)

@@ -1,0 +1,156 @@
+"""``LocalEngine`` weight updates, abort from another thread, sleep / shutdown, the plugin."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from slime_hookspecs import RolloutEngine, RolloutEngineRecord, SamplingParams
+
+from .conftest import TINY_QWEN2
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=12, ignore_eos=True)
+PROMPTS = [[5, 6, 7], [9], [3, 14, 15, 9, 26]]
+
+
+def greedy_tokens(engine):
+    return [o.token_ids for o in engine.generate(PROMPTS, [GREEDY] * len(PROMPTS))]
+
+
+def other_weights(engine_config):
+    """A full state dict of the same architecture with different values (another seed)."""
+    from slime_core.models.loading import load_causal_lm
+
+    cfg = engine_config()
+    model = load_causal_lm(cfg.model, "cpu", torch.float32, seed=cfg.run.seed + 100)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_update_weights_changes_outputs_and_version(make_engine, engine_config):
+    engine, twin = make_engine(), make_engine()
+    assert engine.weight_version() == 0
+    before = greedy_tokens(engine)
+    assert greedy_tokens(twin) == before
+    new = other_weights(engine_config)
+    engine.update_weights(new, version=3)
+    assert engine.weight_version() == 3
+    after = engine.generate(PROMPTS, [GREEDY] * len(PROMPTS))
+    assert [o.token_ids for o in after] != before
+    assert {o.weight_version for o in after} == {3}
+    # The same payload makes another engine identical (full sync).
+    twin.update_weights(new, version=3)
+    assert greedy_tokens(twin) == [o.token_ids for o in after]
+    for name, value in new.items():
+        assert torch.equal(engine._model.state_dict()[name], value), name
+
+
+def test_update_weights_takes_a_subset(make_engine):
+    engine = make_engine()
+    w = engine._model.state_dict()["model.layers.1.mlp.down_proj.weight"]
+    engine.update_weights({"model.layers.1.mlp.down_proj.weight": torch.zeros_like(w)}, version=1)
+    assert engine._model.state_dict()["model.layers.1.mlp.down_proj.weight"].abs().sum() == 0
+    assert engine.weight_version() == 1
+
+
+def test_update_weights_rejects_bad_tensors_naming_them(make_engine):
+    engine = make_engine()
+    before = greedy_tokens(engine)
+    good = torch.zeros(32)
+    with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.q_proj.weight' has shape \(3, 3\)"):
+        engine.update_weights({"model.norm.weight": good,
+                               "model.layers.0.self_attn.q_proj.weight": torch.zeros(3, 3)}, version=5)
+    with pytest.raises(KeyError, match="'model.nope.weight' is not a parameter"):
+        engine.update_weights({"model.nope.weight": good}, version=5)
+    with pytest.raises(TypeError, match="mapping"):
+        engine.update_weights([good], version=5)
+    # Nothing was copied, the version did not move.
+    assert engine.weight_version() == 0
+    assert greedy_tokens(engine) == before
+
+
+def test_abort_from_another_thread(make_engine):
+    engine = make_engine()
+    prompts = PROMPTS + [[1]]
+    params = [SamplingParams(max_new_tokens=240, ignore_eos=True)] * len(prompts)
+    result = {}
+
+    def work():
+        result["outs"] = engine.generate(prompts, params)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    while worker.is_alive():
+        engine.abort()
+        time.sleep(0.005)
+    worker.join()
+    outs = result["outs"]
+    assert {o.finish_reason for o in outs} == {"abort"}
+    assert all(len(o.token_ids) < 240 for o in outs)
+    assert all(len(o.log_probs) == len(o.token_ids) for o in outs)
+    # An abort before a call does not touch it.
+    engine.abort()
+    out = engine.generate([[5]], [SamplingParams(max_new_tokens=4, ignore_eos=True)])[0]
+    assert (len(out.token_ids), out.finish_reason) == (4, "length")
+
+
+def test_abort_ends_the_remaining_chunks(make_engine):
+    engine = make_engine(rollout={"generate_batch_size": 1})
+    params = [SamplingParams(max_new_tokens=200, ignore_eos=True)] * 6
+    result = {}
+
+    def work():
+        result["outs"] = engine.generate([[5]] * 6, params)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    while worker.is_alive():
+        engine.abort()
+        time.sleep(0.005)
+    worker.join()
+    outs = result["outs"]
+    assert {o.finish_reason for o in outs} == {"abort"}
+    assert outs[-1].token_ids == []
+
+
+def test_sleep_wake_shutdown_and_health(make_engine):
+    engine = make_engine()
+    assert engine.health()
+    engine.sleep()  # no-op on CPU
+    engine.wake_up()
+    assert greedy_tokens(engine)
+    engine.shutdown()
+    assert not engine.health()
+    with pytest.raises(RuntimeError, match="shut down"):
+        engine.generate([[1]], [GREEDY])
+
+
+def test_engine_satisfies_the_protocol(make_engine):
+    assert isinstance(make_engine(), RolloutEngine)
+
+
+def test_plugin_registers_local_lazily(engine_config):
+    from slime_std.engine import plugin as local_engine_plugin
+
+    (record,) = local_engine_plugin.slime_register_rollout_engines()
+    assert isinstance(record, RolloutEngineRecord) and record.name == "local"
+    engine = record.factory(engine_config(), 0, None)
+    assert type(engine).__name__ == "LocalEngine"
+    code = ("import sys, slime_std.engine.plugin as m; "
+            "m.slime_register_rollout_engines(); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_engine_uses_the_accelerator_device(engine_config):
+    from slime_core.executors.accelerators import CPUAccelerator
+    from slime_std.engine.local_engine import LocalEngine
+
+    engine = LocalEngine(engine_config(), 2, CPUAccelerator())
+    assert engine.device == torch.device("cpu")
+    assert engine.dtype == torch.float32
+    assert next(engine._model.parameters()).dtype == torch.float32
+    assert TINY_QWEN2["vocab_size"] == engine.vocab_size
