@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from slime_core.data import make_reasoning_gym_source  # noqa: E402
+from slime_std.data import make_reasoning_gym_source  # noqa: E402
 
 
 def rg_config(make_config, tok_dir, **data):

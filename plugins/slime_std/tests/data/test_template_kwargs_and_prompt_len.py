@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from slime_core.config import ConfigError
 from slime_core.config.eval_datasets import parse_datasets
-from slime_core.data import make_jsonl_source, make_reasoning_gym_source
-from slime_core.data.sft_chat import chat_loss_mask
 from slime_core.evaluation.suite import dataset_config
 from slime_core.testing import THINKING_CHAT_TEMPLATE, write_char_tokenizer
+from slime_std.data import make_jsonl_source, make_reasoning_gym_source
+from slime_std.data.sft_chat import chat_loss_mask
 
 
 @pytest.fixture(scope="module")
