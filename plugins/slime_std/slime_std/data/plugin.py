@@ -26,6 +26,6 @@ def slime_register_data_sources() -> list[DataSourceRecord]:
         DataSourceRecord(
             name="reasoning_gym", factory=make_reasoning_gym_source,
             summary="procedural reasoning-gym tasks (data.task, data.size, data.eval_seed)",
-            probe=probe("reasoning_gym"),
+            probe=probe("reasoning_gym"), extra={"eval_split": True},
         ),
     ]
