@@ -70,7 +70,7 @@ def test_sft_chat_masks_render_with_the_kwargs(tmp_path):
     chat = [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4"}]
     ids, mask = chat_loss_mask(tok, chat, template_kwargs={"preamble": "math"})
     assert tok.decode(ids) == "[math]<user>2+2\n<assistant>4\n"
-    assert tok.decode([i for i, m in zip(ids, mask) if m]) == "4\n"
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == "4\n"
     ids, _ = chat_loss_mask(tok, chat)
     assert tok.decode(ids) == "<user>2+2\n<assistant>4\n"
 
