@@ -57,8 +57,8 @@ def _rows(path: Path, n: int = 0) -> list[dict[str, Any]]:
 
 
 def _score(response: str, label: str) -> float:
-    from slime_core.rewards.math_reward import math_reward
     from slime_hookspecs import Sample
+    from slime_std.rewards.math_reward import math_reward
 
     return math_reward(Sample(response=response, label=label))
 

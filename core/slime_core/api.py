@@ -59,6 +59,12 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
   head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``);
   checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
+* **data sources and optional dependencies** (what slime-std's sources and rewards build on):
+  :class:`PromptDataSource` (the prompt buffer: epochs, seeded shuffle, return buffer, resume,
+  prompt templating and length filter; a source implements ``_num_rows`` and ``_row``),
+  :class:`PromptRow`, :func:`json_safe`, :func:`row_problem` / :class:`BadRows` (the row
+  checks and the one error naming every bad row); :func:`probe` / :func:`require` /
+  :class:`MissingExtraError` (a record unavailable, or a call failing, naming what to install).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 """
@@ -138,6 +144,15 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "shared_micro_batches": ("slime_core.trainkit.batching", "shared_micro_batches"),
     "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
     "untie": ("slime_core.weights.tensors", "untie"),
+    # slime_std: rewards and data
+    "PromptDataSource": ("slime_core.data.base", "PromptDataSource"),
+    "PromptRow": ("slime_core.data.base", "PromptRow"),
+    "json_safe": ("slime_core.data.jsonsafe", "json_safe"),
+    "row_problem": ("slime_core.data.rowcheck", "row_problem"),
+    "BadRows": ("slime_core.data.rowcheck", "BadRows"),
+    "probe": ("slime_core.extras", "probe"),
+    "require": ("slime_core.extras", "require"),
+    "MissingExtraError": ("slime_core.extras", "MissingExtraError"),
     # errors
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
@@ -152,8 +167,6 @@ if TYPE_CHECKING:
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
-    from slime_core.trainkit.reference import ref_model_config as ref_model_config
-    from slime_core.trainkit.reference import ref_update_due as ref_update_due
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
@@ -163,6 +176,15 @@ if TYPE_CHECKING:
     from slime_core.models.loading import resolve_dtype as resolve_dtype
     from slime_core.models.value import build_value_model as build_value_model
     from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
+    # slime_std: rewards and data
+    from slime_core.data.base import PromptDataSource as PromptDataSource
+    from slime_core.data.base import PromptRow as PromptRow
+    from slime_core.data.jsonsafe import json_safe as json_safe
+    from slime_core.data.rowcheck import BadRows as BadRows
+    from slime_core.data.rowcheck import row_problem as row_problem
+    from slime_core.extras import MissingExtraError as MissingExtraError
+    from slime_core.extras import probe as probe
+    from slime_core.extras import require as require
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
@@ -170,8 +192,8 @@ if TYPE_CHECKING:
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
     from slime_core.rewards.validate import reward_bound_error as reward_bound_error
     from slime_core.rollout.engine_client import EngineClient as EngineClient
-    from slime_core.session import load_run as load_run
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
+    from slime_core.session import load_run as load_run
     from slime_core.trainkit.accumulate import Accumulation as Accumulation
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import step_indices as step_indices
@@ -190,14 +212,16 @@ if TYPE_CHECKING:
     from slime_core.trainkit.data_parallel import global_totals as global_totals
     from slime_core.trainkit.data_parallel import set_data_parallel_group as set_data_parallel_group
     from slime_core.trainkit.data_parallel import sum_metrics as sum_metrics
-    from slime_core.trainkit.master import WeightVersions as WeightVersions
-    from slime_core.trainkit.master import make_adamw as make_adamw
-    from slime_core.trainkit.master import refresh_copy as refresh_copy
-    from slime_core.trainkit.schedule import lr_schedule as lr_schedule
     from slime_core.trainkit.health import SKIPPED_STEPS as SKIPPED_STEPS
     from slime_core.trainkit.health import NonFiniteWeightsError as NonFiniteWeightsError
     from slime_core.trainkit.health import TrainingHealth as TrainingHealth
     from slime_core.trainkit.health import check_finite_weights as check_finite_weights
+    from slime_core.trainkit.master import WeightVersions as WeightVersions
+    from slime_core.trainkit.master import make_adamw as make_adamw
+    from slime_core.trainkit.master import refresh_copy as refresh_copy
+    from slime_core.trainkit.reference import ref_model_config as ref_model_config
+    from slime_core.trainkit.reference import ref_update_due as ref_update_due
+    from slime_core.trainkit.schedule import lr_schedule as lr_schedule
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten

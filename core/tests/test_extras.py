@@ -47,20 +47,25 @@ def without(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_a_missing_extra_names_the_extra(without) -> None:
-    without("math_verify")
-    assert extras.missing("math_verify") == (
-        "math-verify is not installed (pip install 'slime-core[math]')")
-    with pytest.raises(extras.MissingExtraError, match=re.escape("pip install 'slime-core[math]'")):
-        extras.require("math_verify")
+    without("matplotlib")
+    assert extras.missing("matplotlib") == (
+        "matplotlib is not installed (pip install 'slime-core[report]')")
+    with pytest.raises(extras.MissingExtraError, match=re.escape("pip install 'slime-core[report]'")):
+        extras.require("matplotlib")
     # a package that is no extra of core keeps the plain hint
     without("wandb")
     assert extras.missing("wandb") == "wandb is not installed (pip install wandb)"
 
 
+def test_a_plugin_names_its_own_extra(without) -> None:
+    without("math_verify")
+    assert extras.probe("math_verify", "math-verify", "slime-std[math]")() == (
+        "math-verify is not installed (pip install 'slime-std[math]')")
+    with pytest.raises(extras.MissingExtraError, match=re.escape("pip install 'slime-std[math]'")):
+        extras.require("math_verify", "math-verify", "slime-std[math]")
+
+
 @pytest.mark.parametrize(("registry", "name", "module", "extra"), [
-    ("reward_function", "math", "math_verify", "math"),
-    ("reward_function", "reasoning_gym", "reasoning_gym", "reasoning-gym"),
-    ("data_source", "reasoning_gym", "reasoning_gym", "reasoning-gym"),
     ("logger", "tensorboard", "tensorboard", "tensorboard"),
 ])
 def test_records_that_need_an_extra_are_unavailable_naming_it(without, registry: str, name: str,
@@ -70,11 +75,3 @@ def test_records_that_need_an_extra_are_unavailable_naming_it(without, registry:
     with pytest.raises(UnavailableRecordError, match=re.escape(f"pip install 'slime-core[{extra}]'")):
         getattr(manager.registries, registry).get(name)
 
-
-def test_math_reward_fails_naming_the_extra_instead_of_scoring_zero(without) -> None:
-    from slime_core.rewards.math_reward import math_reward
-    from slime_hookspecs import Sample
-
-    without("math_verify")
-    with pytest.raises(extras.MissingExtraError, match=r"slime-core\[math\]"):
-        math_reward(Sample(prompt="1+1", response="2", label="2"))

@@ -270,6 +270,9 @@ class DataSourceRecord(Record):
         def csv_source(config, split):
             path = config.data.eval_path if split == "eval" else config.data.path
             return CsvSource(path, seed=config.run.seed)  # implements slime_hookspecs.DataSource
+
+    ``extra["eval_split"]``: ``True`` when the source makes its eval split itself, without
+    ``data.eval_path`` (reasoning-gym's held-out tasks); the run then evaluates on it.
     """
 
     kind: ClassVar[str] = "data_source"

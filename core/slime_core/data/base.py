@@ -296,7 +296,7 @@ class PromptDataSource:
         taken = list(taken)
         if len(taken) > want:
             raise ValueError(
-                f"buffer filter {getattr(fn, '__name__', fn)!r} returned {len(taken)} groups, "
+                f"buffer filter {getattr(self._buffer_filter, '__name__', self._buffer_filter)!r} returned {len(taken)} groups, "
                 f"asked for at most {want}"
             )
         ids = {id(g) for g in taken}

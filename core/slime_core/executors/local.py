@@ -36,7 +36,8 @@ class LocalExecutor:
         # the data first: a bad file or a prompt longer than the context fails in a second,
         # not after the models have loaded
         self.train_source = make_data_source(manager, config, "train")
-        self.eval_source = make_data_source(manager, config, "eval") if has_eval(config) else None
+        self.eval_source = (make_data_source(manager, config, "eval")
+                            if has_eval(config, manager) else None)
         attach_buffer_filter(manager, config, self.train_source)
         self.trainer: Any
         if config.train.num_ranks > 1:

@@ -11,9 +11,6 @@ BUILTIN_PLUGINS: tuple[tuple[str, str, bool], ...] = (
     ("core_loop", "slime_core.builtin.loop_defaults", True),
     ("core_accelerators", "slime_core.builtin.accelerators", True),
     ("core_loggers", "slime_core.builtin.loggers", False),
-    ("core_data", "slime_core.builtin.data_plugin", False),
-    ("core_rewards", "slime_core.builtin.rewards_plugin", False),
-    ("core_sft", "slime_core.builtin.sft_plugin", False),
     ("core_weights", "slime_core.builtin.weights_plugin", False),
     ("core_observe", "slime_core.builtin.observe_plugin", False),
 )

@@ -14,7 +14,7 @@ def make_data_source(manager: SlimePluginManager, config: Any, split: str) -> An
     if split == "eval" and config.eval.datasets:
         from slime_core.evaluation.suite import build_suite
 
-        plain = _plain_source(manager, config, split) if _has_plain_eval(config) else None
+        plain = _plain_source(manager, config, split) if _has_plain_eval(config, manager) else None
         return build_suite(manager, config, plain)
     return _plain_source(manager, config, split)
 
@@ -43,14 +43,26 @@ def _label_needed_by(manager: SlimePluginManager, config: Any, split: str) -> st
     return name if record.extra.get("needs_label") else None
 
 
-def has_eval(config: Any) -> bool:
+def has_eval(config: Any, manager: SlimePluginManager | None = None) -> bool:
     if config.eval.interval <= 0:
         return False
-    return _has_plain_eval(config) or bool(config.eval.datasets)
+    return _has_plain_eval(config, manager) or bool(config.eval.datasets)
 
 
-def _has_plain_eval(config: Any) -> bool:
-    return bool(config.data.eval_path) or config.data.source == "reasoning_gym"
+def _has_plain_eval(config: Any, manager: SlimePluginManager | None = None) -> bool:
+    """``data.eval_path``, or a source that makes its own eval split (its record's
+    ``extra["eval_split"]``); ``manager``: this process's by default."""
+    if config.data.eval_path:
+        return True
+    if manager is None:
+        from slime_core.context import get_manager
+
+        manager = get_manager()
+    registry = manager.registries.data_source
+    if config.data.source not in registry:
+        return False  # an unknown name fails where the source is built, naming the choices
+    record = registry.get(config.data.source, require_available=False)
+    return bool(record.extra.get("eval_split"))
 
 
 def attach_buffer_filter(manager: SlimePluginManager, config: Any, source: Any) -> None:

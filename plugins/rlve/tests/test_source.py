@@ -15,7 +15,7 @@ def score(groups, right: bool) -> None:
 
 
 def test_prompts_follow_the_level_and_are_scored_by_the_task(make_config):
-    from slime_core.rewards.reasoning_gym_reward import reasoning_gym_reward
+    from slime_std.rewards.reasoning_gym_reward import reasoning_gym_reward
 
     src = AdaptiveSource(make_config(), "train")
     (g,) = src.get_samples(1)

@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from slime_core.data import make_reasoning_gym_source  # noqa: E402
+from slime_std.data import make_reasoning_gym_source  # noqa: E402
 
 
-def rg_config(make_config, tok_dir, **data):
+def rg_config(make_config, tok_dir, eval=None, **data):
     return make_config(
-        model={"path": str(tok_dir)},
+        model={"path": str(tok_dir)}, eval=eval or {},
         data={"source": "reasoning_gym", "task": "basic_arithmetic", "size": 6, "eval_size": 4,
               "prompt_template": "{prompt} Answer in <answer></answer>.", **data},
         rollout={"n_samples_per_prompt": 2},
@@ -62,3 +62,17 @@ def test_unknown_task_lists_choices(make_config, tiny_tokenizer_dir):
     config = rg_config(make_config, tiny_tokenizer_dir, task="basic_arithmetc")
     with pytest.raises(ValueError, match="did you mean basic_arithmetic.*choose one of"):
         make_reasoning_gym_source(config, "train")
+
+
+def test_the_source_makes_its_own_eval_split(make_config, tiny_tokenizer_dir):
+    """``extra["eval_split"]`` on the record: a run evaluates on reasoning-gym's held-out
+    tasks without data.eval_path; a file source without one has no eval."""
+    from slime_core.pluginmgr import PluginSelection, SlimePluginManager
+    from slime_core.rollout.components import has_eval
+
+    manager = SlimePluginManager(PluginSelection(autoload=False)).load()
+    config = rg_config(make_config, tiny_tokenizer_dir, eval={"interval": 1})
+    assert not config.data.eval_path and has_eval(config, manager)
+    plain = make_config(model={"path": str(tiny_tokenizer_dir)}, data={"source": "jsonl"},
+                        eval={"interval": 1})
+    assert not has_eval(plain, manager)

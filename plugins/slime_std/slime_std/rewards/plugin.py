@@ -1,26 +1,28 @@
-"""Built-in plugin ``core_rewards``: the reward functions of slime's rm_hub and more: ``exact``,
+"""Default plugin ``core_rewards``: the reward functions of slime's rm_hub and more: ``exact``,
 ``math``, ``dapo``, ``deepscaler``, the ``boxed_`` form of each math reward, ``f1``, ``gpqa``,
 ``random``, ``reasoning_gym`` and ``remote``. A row's ``metadata.rm_type`` picks one of them per
-row (:mod:`slime_core.rewards.routing`). Heavy verifiers are imported on first use; probes only look for modules.
+row (the core's routing looks the name up among the records). Heavy verifiers are imported on
+first use; probes only look for modules.
 ``extra["needs_label"]`` makes the file sources refuse rows without a usable label
-(:mod:`slime_core.data.rowcheck`)."""
+(the core's row checks)."""
 
 from __future__ import annotations
 
-from slime_core.extras import probe
-from slime_core.rewards import (
+from slime_hookspecs import RewardFunctionRecord, hookimpl
+
+from slime_std.extras import probe
+from slime_std.rewards import (
     make_exact_reward,
     make_math_reward,
     make_reasoning_gym_reward,
     make_remote_reward,
 )
-from slime_core.rewards.dapo import make_boxed_dapo_reward, make_dapo_reward
-from slime_core.rewards.deepscaler import make_boxed_deepscaler_reward, make_deepscaler_reward
-from slime_core.rewards.f1 import make_f1_reward
-from slime_core.rewards.gpqa import make_gpqa_reward
-from slime_core.rewards.math_reward import make_boxed_math_reward
-from slime_core.rewards.random_reward import make_random_reward
-from slime_hookspecs import RewardFunctionRecord, hookimpl
+from slime_std.rewards.dapo import make_boxed_dapo_reward, make_dapo_reward
+from slime_std.rewards.deepscaler import make_boxed_deepscaler_reward, make_deepscaler_reward
+from slime_std.rewards.f1 import make_f1_reward
+from slime_std.rewards.gpqa import make_gpqa_reward
+from slime_std.rewards.math_reward import make_boxed_math_reward
+from slime_std.rewards.random_reward import make_random_reward
 
 
 @hookimpl

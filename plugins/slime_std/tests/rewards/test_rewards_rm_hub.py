@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 from slime_core.pluginmgr import SlimePluginManager
-from slime_core.rewards.boxed import last_boxed
-from slime_core.rewards.math_grade import grade
 from slime_hookspecs import Sample
+from slime_std.rewards.boxed import last_boxed
+from slime_std.rewards.math_grade import grade
 
 
 def fn(name: str, make_config, **rollout):

@@ -24,7 +24,7 @@ from typing import Any
 
 from slime_hookspecs import Sample
 
-from slime_core.rewards.boxed import last_boxed
+from slime_std.rewards.boxed import last_boxed
 
 TAIL_CHARS = 300
 _ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 from aiohttp import web
-from slime_core.rewards import RemoteRewardError, make_remote_reward
 from slime_hookspecs import Sample
+from slime_std.rewards import RemoteRewardError, make_remote_reward
 
 S = Sample(prompt="1+1=", response="2", label="2")
 

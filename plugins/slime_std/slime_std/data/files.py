@@ -5,7 +5,7 @@ The file type follows the extension (``.parquet`` / ``.pq`` -> parquet via pyarr
 the type of a file with another extension. The train split reads ``data.path``, the eval split
 ``data.eval_path``. Every row is read and checked when the source is built, so a bad file
 fails at start-up with one error that counts every bad row and quotes the first few as
-``x.jsonl:3: why`` (see :mod:`slime_core.data.rowcheck`); ``data.skip_bad_rows = true`` keeps
+``x.jsonl:3: why`` (see :func:`slime_core.api.row_problem`); ``data.skip_bad_rows = true`` keeps
 the good rows instead and logs how many were skipped. A row is bad when it is:
 
 * not UTF-8 or not JSON (a JSONL line);
@@ -13,7 +13,7 @@ the good rows instead and logs how many were skipped. A row is bad when it is:
 * without a usable label when the configured reward needs one (``exact``, ``math``);
 * a prompt that fills the context: at least ``rollout.max_context_len`` (or the model's
   ``max_position_embeddings``) tokens after templating, so no response fits
-  (:mod:`slime_core.data.length_filter`).
+  (the core's :class:`~slime_core.api.PromptDataSource`).
 
 A missing file fails naming the config key and the path.
 
@@ -21,18 +21,17 @@ Row to sample (keys from ``[data]``): ``input_key`` -> prompt (text, or a list o
 messages); ``label_key`` -> label (``None`` when absent); ``metadata_key`` -> metadata (a dict,
 or a JSON string holding one); the row's other keys go to ``metadata["raw"]`` (for rewards that
 need more than the label); ``tools_key`` -> the chat template's ``tools`` and
-``metadata["tools"]``. Values are made JSON-safe (see :mod:`slime_core.data.jsonsafe`).
+``metadata["tools"]``. Values are made JSON-safe (see :func:`slime_core.api.json_safe`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from slime_core.data.base import PromptDataSource, PromptRow
-from slime_core.data.jsonsafe import json_safe
-from slime_core.data.rowcheck import BadRows, row_problem
+from slime_core.api import BadRows, PromptDataSource, PromptRow, json_safe, row_problem
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from slime_core.data import make_jsonl_source, make_parquet_source
 from slime_hookspecs import DataSource, Sample, Status
+from slime_std.data import make_jsonl_source, make_parquet_source
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -24,9 +24,9 @@ import difflib
 import math
 from typing import Any
 
-from slime_core.data.base import PromptDataSource, PromptRow
-from slime_core.data.jsonsafe import json_safe
-from slime_core.extras import require
+from slime_core.api import PromptDataSource, PromptRow, json_safe
+
+from slime_std.extras import require
 
 
 def task_names(spec: str) -> list[str]:

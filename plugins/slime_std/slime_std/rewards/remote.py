@@ -22,7 +22,8 @@ import functools
 import json
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_hookspecs import Sample
 

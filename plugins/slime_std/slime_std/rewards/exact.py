@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from slime_core.rewards.text import cut_at_stop
 from slime_hookspecs import Sample
+
+from slime_std.rewards.text import cut_at_stop
 
 
 def exact_reward(sample: Sample, stops: tuple[str, ...] = ()) -> float:

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from slime_core.data.sft_chat import chat_loss_mask, split_prompt_response
+from slime_std.data.sft_chat import chat_loss_mask, split_prompt_response
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 MODEL = ROOT / "examples" / "tiny_arith" / "model"
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")

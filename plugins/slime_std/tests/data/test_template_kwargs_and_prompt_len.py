@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from slime_core.config import ConfigError
 from slime_core.config.eval_datasets import parse_datasets
-from slime_core.data import make_jsonl_source, make_reasoning_gym_source
-from slime_core.data.sft_chat import chat_loss_mask
 from slime_core.evaluation.suite import dataset_config
 from slime_core.testing import THINKING_CHAT_TEMPLATE, write_char_tokenizer
+from slime_std.data import make_jsonl_source, make_reasoning_gym_source
+from slime_std.data.sft_chat import chat_loss_mask
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +70,7 @@ def test_sft_chat_masks_render_with_the_kwargs(tmp_path):
     chat = [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4"}]
     ids, mask = chat_loss_mask(tok, chat, template_kwargs={"preamble": "math"})
     assert tok.decode(ids) == "[math]<user>2+2\n<assistant>4\n"
-    assert tok.decode([i for i, m in zip(ids, mask) if m]) == "4\n"
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == "4\n"
     ids, _ = chat_loss_mask(tok, chat)
     assert tok.decode(ids) == "<user>2+2\n<assistant>4\n"
 

@@ -9,9 +9,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from slime_core.rewards import RemoteRewardError, make_remote_reward
 from slime_hookspecs import Sample
+from slime_std.rewards import RemoteRewardError, make_remote_reward
 
 
 class Server:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pickle
 
 import pytest
-
-from slime_core.rewards import (
+from slime_hookspecs import Sample
+from slime_std.rewards import (
     extract_answer,
     make_exact_reward,
     make_math_reward,
     make_reasoning_gym_reward,
 )
-from slime_hookspecs import Sample
 
 
 def sample(response: str, label=None, **kw) -> Sample:
@@ -57,7 +56,7 @@ def test_extract_answer():
 
 def test_reasoning_gym_scorer_from_the_source(make_config, tiny_tokenizer_dir):
     pytest.importorskip("reasoning_gym")
-    from slime_core.data import make_reasoning_gym_source
+    from slime_std.data import make_reasoning_gym_source
 
     config = make_config(
         model={"path": str(tiny_tokenizer_dir)},
@@ -77,7 +76,7 @@ def test_reasoning_gym_scorer_from_the_source(make_config, tiny_tokenizer_dir):
 
 def test_reasoning_gym_reward_from_file_metadata_and_missing_entry():
     pytest.importorskip("reasoning_gym")
-    from slime_core.rewards import reasoning_gym_reward
+    from slime_std.rewards import reasoning_gym_reward
 
     s = sample("<answer>7</answer>", "7", metadata={"source_dataset": "basic_arithmetic"})
     assert reasoning_gym_reward(s) == 1.0

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from slime_core.extras import require
-from slime_core.rewards.text import extract_answer
 from slime_hookspecs import Sample
+
+from slime_std.extras import require
+from slime_std.rewards.text import extract_answer
 
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def score_fn(name: str) -> Callable[[str | None, dict[str, Any]], float]:
     """The ``score_answer`` of reasoning-gym dataset ``name``."""
     require("reasoning_gym")

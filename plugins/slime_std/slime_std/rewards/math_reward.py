@@ -16,11 +16,12 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from slime_hookspecs import Sample
 
-from slime_core.extras import require
+from slime_std.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def make_math_reward(config: Any) -> Callable[[Sample], float]:
 def boxed_math_reward(sample: Sample, timeout: int = 5) -> float:
     """``math`` on the last ``\\boxed{}`` of the response alone; 0.0 without one (a bare
     number elsewhere in the text does not count)."""
-    from slime_core.rewards.boxed import last_boxed
+    from slime_std.rewards.boxed import last_boxed
 
     box = last_boxed(sample.response or "")
     if box is None:

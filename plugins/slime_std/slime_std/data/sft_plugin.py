@@ -1,4 +1,4 @@
-"""Built-in plugin ``core_sft``: supervised fine-tuning with the same ``core run``.
+"""Default plugin ``core_sft``: supervised fine-tuning with the same ``core run``.
 
 With ``train.loss = "sft"`` the rollout is replaced by demonstrations: each prompt's target
 (``data.response_key``, else ``data.label_key``) is tokenized and appended to the prompt ids
@@ -7,7 +7,7 @@ with loss mask 1, followed by EOS. The loss is ``reducer(-log p)`` over those to
 A row whose prompt is a chat with assistant turns (``{"prompt": [{"role": "user", ...},
 {"role": "assistant", ...}, ...]}``) is a multi-turn demonstration (slime's ``sft_loss``): the
 whole chat is rendered by the chat template and only the assistant turns are trained on
-(:mod:`slime_core.data.sft_chat`); no label is needed.
+(:mod:`slime_std.data.sft_chat`); no label is needed.
 Tokenizing the target is correct here: it is data, not model output.
 """
 
@@ -24,7 +24,7 @@ class _Tokenizer:
     @classmethod
     def get(cls, config: Config) -> Any:
         if cls._tok is None:
-            from slime_core.models.loading import load_tokenizer
+            from slime_core.api import load_tokenizer
 
             cls._tok = load_tokenizer(config.model)
         return cls._tok
@@ -62,7 +62,7 @@ def _is_chat(prompt: Any) -> bool:
 
 def _set_chat(tok: Any, s: Any, rollout_id: int, template_kwargs: dict[str, Any]) -> None:
     """Prompt ids, response ids and the loss mask of a whole chat, from its template."""
-    from slime_core.data.sft_chat import chat_loss_mask, split_prompt_response
+    from slime_std.data.sft_chat import chat_loss_mask, split_prompt_response
 
     ids, mask = chat_loss_mask(tok, s.prompt, s.metadata.get("tools"), template_kwargs)
     prompt_ids, response_ids, response_mask = split_prompt_response(ids, mask)

@@ -3,7 +3,7 @@
 As slime's ``deepscaler`` reward: the solution is the text after the last ``</think>`` (else
 after the first ``###Response``); a response with neither scores 0.0, so does one whose
 solution has no ``\\boxed{}``. The boxed answer is graded against the label (its own
-``\\boxed{}`` content when it has one) by :func:`slime_core.rewards.math_grade.grade`:
+``\\boxed{}`` content when it has one) by :func:`slime_std.rewards.math_grade.grade`:
 MATH string normalisation, else sympy equivalence (``\\frac{1}{2}`` = ``0.5``, but ``2/4`` is not
 ``1/2`` and ``\\sqrt{4}`` is not ``2``). An empty label scores 0.0.
 
@@ -18,8 +18,8 @@ from typing import Any
 
 from slime_hookspecs import Sample
 
-from slime_core.rewards.boxed import last_boxed
-from slime_core.rewards.math_grade import grade
+from slime_std.rewards.boxed import last_boxed
+from slime_std.rewards.math_grade import grade
 
 
 def _truth(label: Any) -> str | None:
