@@ -3,7 +3,8 @@
 * forced completion length: ``slime_generate`` wraps the built-in single-turn generate with
   ``SamplingParams.ignore_eos`` (EOS may be sampled but never ends a row), so every sample
   has exactly ``rollout.max_new_tokens`` tokens;
-* the reward: the share of digit characters in the completion (cheap, the same in TRL);
+* the reward: the share of digit characters in the completion (cheap, the same in TRL), the
+  record ``bench_digit_share`` that the plugin names in ``rollout.reward``;
 * timing: a timestamp (wall and process CPU time) at the end of every weight sync (the initial one and the one that ends
   each step) and the wall time of each phase; with ``cuda=True`` every timestamp is taken after
   ``torch.cuda.synchronize()`` so queued GPU work is counted in the phase that queued it, and
@@ -18,6 +19,8 @@ import time
 from typing import Any
 
 from slime_hookspecs import hookimpl
+
+REWARD = "bench_digit_share"
 
 
 def plugin_selection(extra: tuple[str, ...] = ()) -> Any:
@@ -133,8 +136,19 @@ class BenchPlugin:
             gc.callbacks.remove(self._on_gc)
 
     @hookimpl
-    def slime_reward(self, config: Any, sample: Any) -> float:
-        return digit_share(sample.response)
+    def slime_register_reward_functions(self) -> list[Any]:
+        from slime_hookspecs import RewardFunctionRecord
+
+        return [RewardFunctionRecord(
+            name=REWARD, summary="share of digit characters in the completion (benchmarks)",
+            factory=lambda config: lambda sample: digit_share(sample.response))]
+
+    @hookimpl
+    def slime_configure(self, config: Any) -> None:
+        # historic: also called when the plugin is registered after the config was resolved
+        from slime_core.api import replace_choice
+
+        replace_choice(config, "rollout.reward", REWARD)
 
     @hookimpl
     def slime_before_rollout(self, config: Any, rollout_id: int) -> None:

@@ -106,3 +106,38 @@ def test_typed_config_is_current() -> None:
     assert text == render_typed(), (
         "hookspecs/slime_hookspecs/config.py drifted from the config sections: run "
         "`python -m slime_core.config.typed --write`")
+
+
+def test_deprecated_hooks_say_so_and_name_the_replacement() -> None:
+    """One way per extension point (docs/plugin_api.md): the hooks the core warns about are
+    exactly those whose docstring says ``.. deprecated::``, and each names its record."""
+    from slime_core.pluginmgr.deprecation import DEPRECATED_HOOKS
+
+    said = {name for name, spec in _specs().items()
+            if ".. deprecated::" in (inspect.getdoc(spec.function) or "")}
+    assert said == set(DEPRECATED_HOOKS)
+    for name in said:
+        doc = inspect.getdoc(_specs()[name].function) or ""
+        record = re.search(r"records\.(\w+Record)", doc.split(".. deprecated::")[1])
+        assert record and record.group(1) in DEPRECATED_HOOKS[name], name
+    plugin_api = (REPO / "docs" / "plugin_api.md").read_text()
+    section = plugin_api.split("## One way per extension point", 1)[1]
+    for name in said:
+        assert f"`{name}`" in section, f"{name}: not in docs/plugin_api.md's table"
+
+
+def test_first_party_plugins_and_examples_implement_no_deprecated_hook() -> None:
+    """The repository's own plugins, examples and benchmarks use the records; only tests
+    implement a deprecated hook, on purpose (asserting the warning)."""
+    from slime_core.pluginmgr.deprecation import DEPRECATED_HOOKS
+
+    pattern = re.compile(rf"def ({'|'.join(DEPRECATED_HOOKS)})\(")
+    roots = [*(REPO / "plugins").glob("*/*/"), REPO / "examples", REPO / "bench"]
+    found = []
+    for root in roots:
+        for path in root.rglob("*.py"):
+            if "tests" in path.relative_to(REPO).parts or path.name.startswith("test_"):
+                continue
+            for m in pattern.finditer(path.read_text(errors="replace")):
+                found.append(f"{path.relative_to(REPO)}: {m.group(1)}")
+    assert not found, found

@@ -15,6 +15,23 @@ from slime_hookspecs import FilterResult, RolloutResult, Sample, Status, hookimp
 from tests.conftest import read_metrics
 
 
+@pytest.fixture
+def deprecated():
+    """``deprecated("slime_reward")``: expect the deprecated hook's one warning, naming the
+    test's plugin and the record that replaces it (the memory of what was reported is reset,
+    since it is once per process)."""
+    from slime_core.pluginmgr.deprecation import HookDeprecationWarning, reset_warned
+
+    reset_warned()
+
+    def expect(hook: str, plugin: str = "test_plugin_0"):
+        return pytest.warns(HookDeprecationWarning,
+                            match=f'plugin "{plugin}" implements the deprecated hook {hook} .*Record')
+
+    yield expect
+    reset_warned()
+
+
 class Recorder:
     """Observes every notification hook and the training batches."""
 
@@ -139,7 +156,7 @@ def test_generate_two_turns_with_masked_observation(base_config, run_slime) -> N
         assert tokens[len(tokens) - n + obs[0]].item() == 5 and first >= 1
 
 
-def test_reward_hooks_and_failure_path(base_config, run_slime) -> None:
+def test_reward_hooks_and_failure_path(base_config, run_slime, deprecated) -> None:
     class Rewards:
         @hookimpl
         def slime_reward(self, config, sample):
@@ -147,7 +164,8 @@ def test_reward_hooks_and_failure_path(base_config, run_slime) -> None:
                 raise RuntimeError("judge timed out")
             return 0.25
 
-    run_dir = run_slime(base_config, [Rewards()])
+    with deprecated("slime_reward"):
+        run_dir = run_slime(base_config, [Rewards()])
     m = read_metrics(run_dir)[0]
     assert m["rollout/reward_mean"] == pytest.approx(0.25)
     assert m["rollout/failed"] == 1.0 and m["rollout/failed/reward"] == 1.0
@@ -157,13 +175,16 @@ def test_reward_hooks_and_failure_path(base_config, run_slime) -> None:
         async def slime_reward_group(self, config, samples):
             return [float(i) for i in range(len(samples))]
 
-    run_dir = run_slime({**base_config, "run": {**base_config["run"], "run_dir": str(run_dir) + "2"}},
-                        [GroupRewards()])
+    with deprecated("slime_reward_group"):
+        run_dir = run_slime({**base_config, "run": {**base_config["run"],
+                                                    "run_dir": str(run_dir) + "2"}},
+                            [GroupRewards()])
     m = read_metrics(run_dir.parent / (run_dir.name))[0]
     assert m["rollout/reward_mean"] == pytest.approx(1.5)
 
 
-def test_every_sample_failing_stops_the_step_and_fires_on_error(base_config, run_slime) -> None:
+def test_every_sample_failing_stops_the_step_and_fires_on_error(base_config, run_slime,
+                                                               deprecated) -> None:
     errors: list[str] = []
 
     class AllFail:
@@ -175,12 +196,14 @@ def test_every_sample_failing_stops_the_step_and_fires_on_error(base_config, run
         def slime_on_error(self, config, phase, error):
             errors.append(phase)
 
-    with pytest.raises(RuntimeError, match="every sample of step 0 failed"):
+    with pytest.raises(RuntimeError, match="every sample of step 0 failed"), \
+            deprecated("slime_reward"):
         run_slime(base_config, [AllFail()])
     assert errors == ["train"]
 
 
-def test_dynamic_filter_sample_filter_and_post_process(base_config, run_slime) -> None:
+def test_dynamic_filter_sample_filter_and_post_process(base_config, run_slime,
+                                                      deprecated) -> None:
     class Filters:
         def __init__(self) -> None:
             self.seen = 0
@@ -200,7 +223,8 @@ def test_dynamic_filter_sample_filter_and_post_process(base_config, run_slime) -
             return raw, [2 * r for r in raw]
 
     rec = Recorder()
-    run_dir = run_slime(base_config, [Filters(), rec])
+    with deprecated("slime_dynamic_sampling_filter"), deprecated("slime_rollout_sample_filter"):
+        run_dir = run_slime(base_config, [Filters(), rec])
     m = read_metrics(run_dir)[0]
     assert m["rollout/dropped/odd_group"] >= 1 and m["rollout/sampling_rounds"] >= 2
     batch = rec.batches[0]
@@ -210,7 +234,7 @@ def test_dynamic_filter_sample_filter_and_post_process(base_config, run_slime) -
     assert batch.raw_rewards == [float(i) for i in batch.sample_indices]
 
 
-def test_buffer_filter_sees_surplus_groups(base_config, run_slime) -> None:
+def test_buffer_filter_sees_surplus_groups(base_config, run_slime, deprecated) -> None:
     class Buffer:
         def __init__(self) -> None:
             self.sizes: list[int] = []
@@ -224,7 +248,8 @@ def test_buffer_filter_sees_surplus_groups(base_config, run_slime) -> None:
 
     buf = Buffer()
     base_config["rollout"]["over_sampling_batch_size"] = 4
-    run_dir = run_slime(base_config, [buf])
+    with deprecated("slime_buffer_filter"):
+        run_dir = run_slime(base_config, [buf])
     m = read_metrics(run_dir)[0]
     # The two extra groups either finished after the batch was full (surplus) or were
     # still generating and got aborted; which one depends on engine timing, but both
@@ -233,7 +258,8 @@ def test_buffer_filter_sees_surplus_groups(base_config, run_slime) -> None:
     assert buf.sizes and buf.sizes[0] == 2
 
 
-def test_custom_rollout_and_data_source(base_config, run_slime, tokenizer_dir) -> None:
+def test_custom_rollout_and_data_source(base_config, run_slime, tokenizer_dir,
+                                        deprecated) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -278,13 +304,14 @@ def test_custom_rollout_and_data_source(base_config, run_slime, tokenizer_dir) -
             return RolloutResult(groups=groups, metrics={"rollout/custom": 7.0})
 
     rec = Recorder()
-    run_dir = run_slime(base_config, [Custom(), rec])
+    with deprecated("slime_make_data_source"):
+        run_dir = run_slime(base_config, [Custom(), rec])
     m = read_metrics(run_dir)[0]
     assert m["rollout/custom"] == 7.0 and m["rollout/reward_mean"] == 0.5
     assert all(t[-2:].tolist() == [tok.convert_tokens_to_ids("2"), 1] for t in rec.batches[0].tokens)
 
 
-def test_training_hooks_change_the_update(base_config, run_slime) -> None:
+def test_training_hooks_change_the_update(base_config, run_slime, deprecated) -> None:
     class ZeroAdvantages:
         @hookimpl
         def slime_compute_advantages(self, config, batch):
@@ -292,7 +319,8 @@ def test_training_hooks_change_the_update(base_config, run_slime) -> None:
             batch.metadata.setdefault("metrics", {})["train/custom_adv"] = float(len(batch))
             return [torch.zeros(n) for n in batch.response_lengths]
 
-    run_dir = run_slime(base_config, [ZeroAdvantages()])
+    with deprecated("slime_compute_advantages"):
+        run_dir = run_slime(base_config, [ZeroAdvantages()])
     assert all(m["train/grad_norm"] == 0.0 for m in read_metrics(run_dir))
     assert [m["train/custom_adv"] for m in read_metrics(run_dir)] == [8.0, 8.0]
 
@@ -311,19 +339,21 @@ def test_training_hooks_change_the_update(base_config, run_slime) -> None:
             return loss, {"train/custom_nll": float(loss.detach())}
 
     base_config["run"]["run_dir"] += "_b"
-    run_dir = run_slime(base_config, [LossAndReducer()])
+    with deprecated("slime_pg_loss_reducer"):
+        run_dir = run_slime(base_config, [LossAndReducer()])
     m = read_metrics(run_dir)[0]
     assert m["train/custom_nll"] > 0 and "train/pg_loss" not in m
     assert calls[:2] == ["reducer", "loss"]
 
 
-def test_is_correction_hook_and_mismatch_metric(base_config, run_slime) -> None:
+def test_is_correction_hook_and_mismatch_metric(base_config, run_slime, deprecated) -> None:
     class Correction:
         @hookimpl
         def slime_is_correction(self, config, pg_loss, train_log_probs, rollout_log_probs, loss_masks):
             return [p * 0 for p in pg_loss], loss_masks, {"train/zeroed": 1.0}
 
-    run_dir = run_slime(base_config, [Correction()])
+    with deprecated("slime_is_correction"):
+        run_dir = run_slime(base_config, [Correction()])
     m = read_metrics(run_dir)[0]
     assert m["train/zeroed"] == 1.0 and m["train/pg_loss"] == 0.0
     assert 0 <= m["train/mismatch_abs_logprob_diff"] < 1e-3  # same weights, fp32

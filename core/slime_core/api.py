@@ -18,6 +18,10 @@ Groups:
   hooks, ``.registries`` for records), :func:`get_registries`, :func:`accelerator_record`
   (the record of ``run.accelerator``: device type, ``torch.distributed`` backend),
   :func:`load_run` (resolve a run's plugins and config in this process without running it).
+* **choices** (one way per extension point: a plugin that changes a choice the config names
+  registers a record and points the key at it): :func:`replace_choice` (in
+  ``slime_configure``: set ``"rollout.reward"`` to the plugin's record, returning the user's
+  choice) and :func:`replaced_choice` (the user's choice, for the record to build on).
 The three groups **algorithm composition**, **data parallelism** and **training steps** are the
 backend author's kit, :mod:`slime_core.trainkit` (the torch and megatron backends both build on
 it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
@@ -82,6 +86,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "get_registries": ("slime_core.context", "get_registries"),
     "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
+    # choices
+    "replace_choice": ("slime_core.config.choices", "replace_choice"),
+    "replaced_choice": ("slime_core.config.choices", "replaced_choice"),
     # algorithm composition
     "compute_advantages": ("slime_core.trainkit.compose", "compute_advantages"),
     "compute_loss": ("slime_core.trainkit.compose", "compute_loss"),
@@ -167,6 +174,8 @@ if TYPE_CHECKING:
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
+    from slime_core.config.choices import replace_choice as replace_choice
+    from slime_core.config.choices import replaced_choice as replaced_choice
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients

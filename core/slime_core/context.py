@@ -7,6 +7,8 @@ manager, built by the driver or rebuilt in a Ray worker from the driver's plugin
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,6 +29,20 @@ def get_manager() -> SlimePluginManager:
             "(the driver and Ray workers do this)"
         )
     return _MANAGER
+
+
+@contextmanager
+def managing(manager: SlimePluginManager) -> Iterator[None]:
+    """``manager`` is this process's while the block runs, the previous one (or none)
+    afterwards: ``slime_configure`` implementations may look up records while a config is
+    resolved (a plugin that replaces a choice builds on the user's)."""
+    global _MANAGER
+    previous = _MANAGER
+    _MANAGER = manager
+    try:
+        yield
+    finally:
+        _MANAGER = previous
 
 
 def get_registries() -> Any:

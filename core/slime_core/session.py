@@ -15,6 +15,7 @@ from slime_core.config.names import (
     remember_sources,
 )
 from slime_core.config.schema import build_schema
+from slime_core.context import managing
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 
 
@@ -61,7 +62,8 @@ def resolve(
     sources = Sources.of(config_path, overrides, data)
     check_sections(manager, schema, sources)
     config = load_config(schema, config_path, overrides, data)
-    manager.hook.slime_configure.call_historic(kwargs={"config": config})
+    with managing(manager):  # a slime_configure may look up records (get_registries)
+        manager.hook.slime_configure.call_historic(kwargs={"config": config})
     remember_sources(config, sources)
     if check_names:
         check_record_names(manager, config, schema, sources)

@@ -61,7 +61,7 @@ def teacher_config(config: Any) -> Any:
     sections = {name: config.section(name) for name in config.sections()}
     train = dataclasses.replace(config.train, routing_replay="off")
     return Config({**sections, "model": teacher_model_config(config), "train": train},
-                  config.source)
+                  config.source, vars(config).get("_replaced"))
 
 
 def zero_task_rewards(config: Any, batch: Any) -> None:

@@ -13,9 +13,12 @@ class ConfigError(ValueError):
 class Config:
     """Resolved run configuration; ``config.rollout.temperature`` style access."""
 
-    def __init__(self, sections: dict[str, Any], source: str | None = None) -> None:
+    def __init__(self, sections: dict[str, Any], source: str | None = None,
+                 replaced: dict[str, str] | None = None) -> None:
         self._sections = dict(sections)
         self._source = source
+        # key -> the user's choice a plugin replaced (slime_core.config.choices)
+        self._replaced = dict(replaced or {})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

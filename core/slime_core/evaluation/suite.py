@@ -39,7 +39,8 @@ def dataset_config(config: Any, spec: EvalDatasetSpec) -> Any:
     ev = dataclasses.replace(config.eval, n_samples_per_prompt=int(spec.n_samples or 1),
                              datasets=[])
     sections = {name: config.section(name) for name in config.sections()}
-    return Config({**sections, "data": data, "eval": ev}, config.source)
+    return Config({**sections, "data": data, "eval": ev}, config.source,
+                  vars(config).get("_replaced"))
 
 
 class EvalSuite:
@@ -91,6 +92,7 @@ class EvalSuite:
 def build_suite(manager: Any, config: Any, plain: Any | None) -> EvalSuite:
     """One source per ``eval.datasets`` entry (rows checked against its reward's needs)."""
     from slime_core.data.rowcheck import labels_required_by
+    from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 
     specs = resolved(config)
     sources = {}
@@ -98,6 +100,7 @@ def build_suite(manager: Any, config: Any, plain: Any | None) -> EvalSuite:
         sub = dataset_config(config, spec)
         rec = manager.registries.reward_function.get(spec.reward)
         with labels_required_by(spec.reward if rec.extra.get("needs_label") else None):
+            warn_deprecated_impls(manager.hook.slime_make_data_source)
             custom = manager.hook.slime_make_data_source(config=sub, split="eval")
             sources[spec.name] = custom if custom is not None else \
                 manager.registries.data_source.get(spec.source).factory(sub, "eval")

@@ -6,6 +6,7 @@ from typing import Any
 
 from slime_core.data.rowcheck import labels_required_by
 from slime_core.pluginmgr import SlimePluginManager
+from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 
 
 def make_data_source(manager: SlimePluginManager, config: Any, split: str) -> Any:
@@ -21,6 +22,7 @@ def make_data_source(manager: SlimePluginManager, config: Any, split: str) -> An
 
 def _plain_source(manager: SlimePluginManager, config: Any, split: str) -> Any:
     with labels_required_by(_label_needed_by(manager, config, split)):
+        warn_deprecated_impls(manager.hook.slime_make_data_source)  # data.source's alias
         custom = manager.hook.slime_make_data_source(config=config, split=split)
         if custom is not None:
             return custom
@@ -66,11 +68,13 @@ def _has_plain_eval(config: Any, manager: SlimePluginManager | None = None) -> b
 
 
 def attach_buffer_filter(manager: SlimePluginManager, config: Any, source: Any) -> None:
-    """Give ``source`` (if it takes one) the buffer filter: ``slime_buffer_filter`` first, then
-    ``rollout.buffer_filter`` (any plugin's record). Runs in the rollout manager's process."""
+    """Give ``source`` (if it takes one) the buffer filter: ``rollout.buffer_filter`` (any
+    plugin's record), after the deprecated ``slime_buffer_filter`` hook when a plugin still
+    implements it. Runs in the rollout manager's process."""
     if not hasattr(source, "set_buffer_filter"):
         return
     hook = manager.hook
+    warn_deprecated_impls(hook.slime_buffer_filter)
     named = config.rollout.buffer_filter
     fallback = manager.registries.filter.get(named).factory(config) if named else None
 

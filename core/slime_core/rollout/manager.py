@@ -4,13 +4,16 @@ Default rollout of one training step (``slime_rollout`` trylast implementation):
 
 1. take groups from the data source (``rollout.over_sampling_batch_size`` per round);
 2. generate every sample concurrently (``slime_generate``; engines batch the requests);
-3. reward each finished group (``slime_reward_group`` or per sample ``slime_reward`` or the
-   configured reward function), then ``slime_after_generate`` per sample;
-4. dynamic sampling (``slime_dynamic_sampling_filter`` + ``rollout.dynamic_sampling_filter``):
+3. reward each finished group with the reward function ``rollout.reward`` names (the
+   deprecated ``slime_reward_group`` / ``slime_reward`` hooks first, when a plugin still
+   implements them), then ``slime_after_generate`` per sample;
+4. dynamic sampling (``rollout.dynamic_sampling_filter``; the deprecated
+   ``slime_dynamic_sampling_filter`` too):
    kept groups count towards ``rollout.batch_size``; once the batch is full, in-flight requests
    are aborted through the engine and their groups go back to the data source (with their
    partial responses when ``rollout.partial_rollout``);
-5. sample filter (``slime_rollout_sample_filter``) and ``slime_rollout_all_samples``.
+5. sample filter (``rollout.sample_filter``; the deprecated ``slime_rollout_sample_filter``
+   too) and ``slime_rollout_all_samples``.
 
 A data source whose groups come back already generated (``delivers_finished_samples``: the
 rollout buffer, where agent workers run the episodes) replaces steps 1-2: complete groups are
@@ -42,6 +45,7 @@ from slime_core.algo.opd import build_teacher_engine, score_with_teacher, teache
 from slime_core.context import get_manager, set_rollout_engine_clients
 from slime_core.evaluation.settings import EvalSettings
 from slime_core.observe.trace import span
+from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 from slime_core.rewards.routing import RewardFunctions, row_reward_name
 from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
 from slime_core.rollout.engine_client import EngineClient, EngineLostError
@@ -175,6 +179,8 @@ class RolloutManager:
     def _reward_hooks(self) -> tuple[FirstAnswer, FirstAnswer]:
         # built on first use: tests register plugins after the manager was loaded
         if self._hook_calls is None:
+            warn_deprecated_impls(self.manager.hook.slime_reward_group)  # rollout.reward's
+            warn_deprecated_impls(self.manager.hook.slime_reward)  # aliases
             self._hook_calls = (FirstAnswer(self.manager.pluggy, "slime_reward_group"),
                                 FirstAnswer(self.manager.pluggy, "slime_reward"))
         return self._hook_calls
@@ -261,6 +267,7 @@ class RolloutManager:
         if self._sample_filter is not None:
             self._sample_filter(kept)
         hook = self.manager.hook
+        warn_deprecated_impls(hook.slime_rollout_sample_filter)  # rollout.sample_filter's alias
         hook.slime_rollout_sample_filter(config=self.config, groups=kept)
         hook.slime_rollout_all_samples(config=self.config, groups=all_groups, data_source=source)
 
@@ -395,7 +402,9 @@ class RolloutManager:
     def _keep(self, group: list[Sample]) -> tuple[bool, str]:
         if all(s.status == Status.ABORTED for s in group):
             return False, "aborted"
-        answers = self.manager.hook.slime_dynamic_sampling_filter(config=self.config, group=group)
+        caller = self.manager.hook.slime_dynamic_sampling_filter
+        warn_deprecated_impls(caller)  # rollout.dynamic_sampling_filter's alias
+        answers = caller(config=self.config, group=group)
         if self._ds_filter is not None:
             answers.append(self._ds_filter(group))
         for a in answers:

@@ -1,4 +1,4 @@
-"""Turn hook answers and registry records into advantages and a micro-batch loss.
+"""Turn registry records (and hook answers) into advantages and a micro-batch loss.
 
 Every trainer backend calls :func:`compute_advantages` once per step and :func:`compute_loss`
 per micro-batch, so the per-call hooks fire identically whatever the backend. With ``[opd]``
@@ -6,11 +6,17 @@ enabled, :func:`compute_advantages` also adds the on-policy distillation term
 (:mod:`slime_core.algo.opd`); the backend must have set ``batch.old_log_probs`` and, in
 trainer mode, ``batch.teacher_log_probs`` before calling it.
 
+The records named by ``[algorithm]`` are the way to supply an estimator, a policy loss, a
+mismatch correction and a reducer; ``slime_compute_advantages``, ``slime_is_correction`` and
+``slime_pg_loss_reducer`` are deprecated aliases, still asked first and reported once
+(:mod:`slime_core.pluginmgr.deprecation`). ``slime_loss`` replaces the whole micro-batch loss.
+
 Loss composition (when no ``slime_loss`` implementation answers):
 
 * ``train.loss = "sft"``: ``reducer(-log_probs)`` over loss-masked tokens;
 * ``train.loss = "policy"``: per-token policy loss from ``algorithm.policy_loss``, corrected
-  for the rollout/train mismatch (``slime_is_correction`` or ``algorithm.is_correction``),
+  for the rollout/train mismatch (``algorithm.is_correction``; the deprecated
+  ``slime_is_correction`` first),
   reduced by the reducer; plus ``kl_loss_coef * reducer(kl)`` when ``use_kl_loss`` and minus
   ``entropy_coef * reducer(entropy)``.
 
@@ -27,6 +33,7 @@ from slime_hookspecs import TrainBatch
 
 from slime_core.algo.opd import apply_opd, opd_enabled, teacher_in_trainer, zero_task_rewards
 from slime_core.context import get_manager
+from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 
 Reducer = Callable[[list[torch.Tensor]], torch.Tensor]
 
@@ -50,6 +57,7 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
         return
     zero_task_rewards(config, batch)
     manager = get_manager()
+    warn_deprecated_impls(manager.hook.slime_compute_advantages)  # the estimator's alias
     adv = manager.hook.slime_compute_advantages(config=config, batch=batch)
     if adv is None:
         estimator = manager.registries.advantage_estimator.built(
@@ -102,6 +110,7 @@ def prepare_batch(config: Any, batch: TrainBatch,
 def make_reducer(config: Any, batch: TrainBatch) -> tuple[Reducer, str]:
     """The micro-batch reducer and how micro-batches are weighted (``samples``/``tokens``)."""
     manager = get_manager()
+    warn_deprecated_impls(manager.hook.slime_pg_loss_reducer)  # the loss reducer's alias
     red = manager.hook.slime_pg_loss_reducer(
         config=config, response_lengths=batch.response_lengths, loss_masks=batch.loss_masks
     )
@@ -162,6 +171,7 @@ def _is_correction(
     rollout = batch.rollout_log_probs
     old = batch.old_log_probs
     metrics = {"train/mismatch_abs_logprob_diff": _masked_abs_diff(old, rollout, masks)}
+    warn_deprecated_impls(manager.hook.slime_is_correction)  # the IS correction's alias
     out = manager.hook.slime_is_correction(
         config=config, pg_loss=pg, train_log_probs=old, rollout_log_probs=rollout,
         loss_masks=masks,

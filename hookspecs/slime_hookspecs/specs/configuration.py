@@ -34,9 +34,11 @@ def slime_configure(config: Config) -> None:
 
     **When**: after the TOML file and ``-o`` overrides are merged and typed, before any
     component is built; historic.
-    **Process**: the driver (workers receive the config it produced).
+    **Process**: the driver (workers receive the config it produced); while a config is
+    resolved, ``slime_core.api.get_registries()`` answers with that run's records.
     **Args**: ``config`` -- the resolved :class:`slime_core.config.Config`; sections are
-    attributes (``config.rollout.temperature``).
+    attributes (``config.rollout.temperature``). A plugin that changes a choice the config
+    names points the key at its own record here (``slime_core.api.replace_choice``).
     **Returns**: nothing.
 
     .. versionadded:: 0.1

@@ -92,6 +92,11 @@ def slime_reward(config: Config, sample: Sample) -> float | dict[str, float] | N
     marks the sample FAILED with the reason; the step continues unless every sample failed.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.RewardFunctionRecord` and name it in
+       ``rollout.reward`` (a plugin that changes the run's reward points the key at its record
+       in ``slime_configure`` with ``slime_core.api.replace_choice``, and builds on the user's
+       choice from ``replaced_choice``). Still called first; the core warns once per plugin.
     """
 
 
@@ -105,6 +110,12 @@ def slime_reward_group(config: Config, samples: list[Sample]) -> list[float] | N
     **Returns**: one reward per sample in order, or ``None``. May be a coroutine function.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.RewardFunctionRecord` with
+       ``group=True``, named in ``rollout.reward`` (a plugin that changes the run's choice
+       points the key at its record in ``slime_configure`` with
+       ``slime_core.api.replace_choice``). Still called where it was; the core warns once
+       per plugin.
     """
 
 
@@ -120,6 +131,12 @@ def slime_dynamic_sampling_filter(config: Config, group: list[Sample]) -> Filter
     more prompts until the batch is full (over-sampling) and aborts the surplus.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.FilterRecord` with
+       ``stage="dynamic_sampling"``, named in ``rollout.dynamic_sampling_filter`` (a plugin
+       that changes the run's choice points the key at its record in ``slime_configure``
+       with ``slime_core.api.replace_choice``). Still called where it was; the core warns
+       once per plugin.
     """
 
 
@@ -135,6 +152,11 @@ def slime_buffer_filter(
     **Returns**: up to ``num_groups`` groups, or ``None`` for first-in first-out.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.FilterRecord` with ``stage="buffer"``,
+       named in ``rollout.buffer_filter`` (a plugin that changes the run's choice points the
+       key at its record in ``slime_configure`` with ``slime_core.api.replace_choice``).
+       Still called where it was; the core warns once per plugin.
     """
 
 
@@ -150,6 +172,11 @@ def slime_rollout_sample_filter(config: Config, groups: list[list[Sample]]) -> N
     **Returns**: nothing.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.FilterRecord` with ``stage="sample"``,
+       named in ``rollout.sample_filter`` (a plugin that changes the run's choice points the
+       key at its record in ``slime_configure`` with ``slime_core.api.replace_choice``).
+       Still called where it was; the core warns once per plugin.
     """
 
 
@@ -225,6 +252,11 @@ def slime_make_data_source(config: Config, split: str) -> DataSource | None:
     registered source named by the config.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.DataSourceRecord`, named in
+       ``data.source`` (a plugin that changes the run's choice points the key at its record
+       in ``slime_configure`` with ``slime_core.api.replace_choice``). Still called where it
+       was; the core warns once per plugin.
     """
 
 
@@ -247,6 +279,11 @@ def slime_compute_advantages(config: Config, batch: TrainBatch) -> list[Any] | N
     training metrics (a critic's value loss, for example).
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register an :class:`~slime_hookspecs.records.AdvantageEstimatorRecord`, named in
+       ``algorithm.advantage_estimator`` (a plugin that changes the run's choice points the
+       key at its record in ``slime_configure`` with ``slime_core.api.replace_choice``).
+       Still called where it was; the core warns once per plugin.
     """
 
 
@@ -254,7 +291,14 @@ def slime_compute_advantages(config: Config, batch: TrainBatch) -> list[Any] | N
 def slime_loss(
     config: Config, batch: TrainBatch, log_probs: list[Any], reducer: Callable[[list[Any]], Any]
 ) -> tuple[Any, dict[str, float]] | None:
-    """Compute the loss of one micro-batch (``--custom-loss-function-path``).
+    """Replace the whole loss of one micro-batch (``--custom-loss-function-path``).
+
+    Not the way to supply a policy loss: that is a
+    :class:`~slime_hookspecs.records.PolicyLossRecord` named in ``algorithm.policy_loss``,
+    whose per-token loss the core then corrects, masks, reduces and combines with the KL and
+    entropy terms. This hook stands in for all of that composition (the SFT loss too), which no
+    config key names: slime's custom loss (given the reducer, returning the scalar) and a
+    plugin that must override whatever loss is configured (slime_ppo's critic-only warm-up).
 
     **When**: for every micro-batch of every optimizer step.
     **Process**: each trainer rank.
@@ -304,6 +348,11 @@ def slime_is_correction(
     configured registry entry.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register an :class:`~slime_hookspecs.records.ISCorrectionRecord`, named in
+       ``algorithm.is_correction`` (a plugin that changes the run's choice points the key at
+       its record in ``slime_configure`` with ``slime_core.api.replace_choice``). Still
+       called where it was; the core warns once per plugin.
     """
 
 
@@ -318,6 +367,11 @@ def slime_pg_loss_reducer(
     for ``algorithm.loss_reducer``.
 
     .. versionadded:: 0.1
+    .. deprecated:: 0.1
+       Register a :class:`~slime_hookspecs.records.LossReducerRecord`, named in
+       ``algorithm.loss_reducer`` (a plugin that changes the run's choice points the key at
+       its record in ``slime_configure`` with ``slime_core.api.replace_choice``). Still
+       called where it was; the core warns once per plugin.
     """
 
 

@@ -5,8 +5,10 @@ eval) is rolled out by the decorated agent function through the run's agent API.
 * ``slime_run_start`` (driver): imports the entry point and checks that ``model.tokenizer``
   has a chat template (the agent API needs one), so either fails before step 1;
 * ``slime_generate`` (rollout manager, ``tryfirst``): :func:`slime_agent.episode.run_episode`;
-* ``slime_reward`` (rollout manager, ``tryfirst``): the function's returned reward; a sample
-  whose function returned ``None`` goes on to ``rollout.reward``;
+* ``slime_configure`` and the ``agent_episode`` reward records (:mod:`slime_agent.reward`):
+  ``rollout.reward`` (and a set ``eval.reward``) names the record that gives the function's
+  returned reward; a sample whose function returned ``None`` goes on to the reward the user
+  chose;
 * ``slime_hold_rollouts`` / ``slime_release_rollouts`` (rollout manager, fully-async mode):
   the agent API holds the engine calls of the generator's episodes across a weight update,
   so an episode longer than the interval between updates continues instead of restarting.
@@ -25,6 +27,7 @@ from typing import Any
 from slime_hookspecs import Config, ConfigSection, hookimpl
 
 from slime_agent.config import AgentSection
+from slime_agent.reward import slime_register_reward_functions  # noqa: F401 - its records
 
 
 def _entry(config: Config) -> str:
@@ -95,10 +98,10 @@ def slime_release_rollouts(config: Config, end: bool) -> None:
     release_rollouts(end)
 
 
-@hookimpl(tryfirst=True)
-def slime_reward(config: Config, sample: Any) -> Any:
-    from slime_agent.episode import REWARD_KEY
-
+@hookimpl
+def slime_configure(config: Config) -> None:
     if not _entry(config):
-        return None
-    return sample.metadata.get(REWARD_KEY)
+        return
+    from slime_agent.reward import take_over
+
+    take_over(config)

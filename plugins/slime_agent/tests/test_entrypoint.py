@@ -115,8 +115,24 @@ def test_run_start_fails_early_on_a_wrong_name_or_a_tools_clash(tmp_path):
     no_template = str(HERE.parents[2] / "examples" / "tiny_arith" / "model")
     with pytest.raises(ValueError, match=r"model\.tokenizer .*has no chat template"):
         plugin.slime_run_start(cfg(good, tokenizer=no_template), str(tmp_path))
-    # the reward hook answers only with the agent's reward, and only when the plugin is on
-    s = Sample(metadata={"agent_reward": 0.3})
-    assert plugin.slime_reward(cfg(good), s) == 0.3
-    assert plugin.slime_reward(cfg(""), s) is None
-    assert plugin.slime_reward(cfg(good), Sample()) is None
+    # the plugin no longer answers the deprecated slime_reward hook: its reward is a record
+    assert not hasattr(plugin, "slime_reward")
+
+
+def test_agent_reward_record_prefers_the_agents_reward(monkeypatch):
+    """``agent_episode``: the function's returned reward, else the reward the user chose (per
+    sample or per group)."""
+    from types import SimpleNamespace
+
+    from slime_agent import reward as agent_reward
+
+    users = {"rollout.reward": SimpleNamespace(factory=lambda config: lambda s: 0.9)}
+    monkeypatch.setattr(agent_reward, "_users", lambda config, key: users[key])
+    fn = agent_reward.agent_episode(None)
+    assert fn(Sample(metadata={"agent_reward": 0.3})) == 0.3
+    assert fn(Sample()) == 0.9
+    users["rollout.reward"] = SimpleNamespace(
+        factory=lambda config: lambda samples: [0.1 * (i + 1) for i in range(len(samples))])
+    group = agent_reward.agent_episode_group(None)
+    out = asyncio.run(group([Sample(), Sample(metadata={"agent_reward": 0.5}), Sample()]))
+    assert out == [0.1, 0.5, 0.2]

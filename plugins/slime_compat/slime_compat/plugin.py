@@ -1,7 +1,10 @@
-"""Entry point of ``slime-compat``: the ``[slime]`` section and one hook per slime flag.
+"""Entry point of ``slime-compat``: the ``[slime]`` section and one hook or record per slime flag.
 
 Each hook answers only when its ``[slime]`` path is set (``None`` otherwise, so the project's
-defaults run). Kept light: the adapters (torch, aiohttp) load on first use, and the shim
+defaults run). A flag that stands for a choice the config names (a reward, a filter, the data
+source, the estimator, the IS correction, the reducer) is a record instead
+(:mod:`slime_compat.choices`), which ``slime_configure`` names in the config when the flag is
+set. Kept light: the adapters (torch, aiohttp) load on first use, and the shim
 ``slime`` package is only put on ``sys.path`` (:mod:`slime_compat.shim`), nothing is imported.
 """
 
@@ -13,6 +16,14 @@ from typing import Any
 from slime_hookspecs import Config, ConfigSection, hookimpl
 
 from slime_compat import shim
+from slime_compat.choices import (  # noqa: F401 - the records' registration hooks
+    slime_register_advantage_estimators,
+    slime_register_data_sources,
+    slime_register_filters,
+    slime_register_is_corrections,
+    slime_register_loss_reducers,
+    slime_register_reward_functions,
+)
 from slime_compat.config import SECTION, SlimeSection
 
 shim.install()
@@ -60,6 +71,9 @@ def slime_configure(config: Config) -> None:
 
         read_custom_config(sec.custom_config_path)  # a bad YAML fails before any model loads
     check_paths(sec.paths())
+    from slime_compat.choices import take_over
+
+    take_over(config, sec)
 
 
 @hookimpl
@@ -100,76 +114,12 @@ def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: An
 
 
 @hookimpl
-def slime_reward(config: Config, sample: Any) -> Any:
-    sec = _sec(config)
-    if sec is None:
-        return None
-    if not sec.custom_rm_path or sec.group_rm:
-        # slime keeps a reward a custom generate function already filled in
-        if sec.custom_generate_function_path and sample.reward is not None and not sec.group_rm:
-            return sample.reward
-        return None
-    from slime_compat.rollout_side import reward
-
-    return reward(config, sample)
-
-
-@hookimpl
-def slime_reward_group(config: Config, samples: list[Any]) -> Any:
-    sec = _sec(config)
-    if sec is None or not (sec.custom_rm_path and sec.group_rm):
-        return None
-    from slime_compat.rollout_side import reward_group
-
-    return reward_group(config, samples)
-
-
-@hookimpl
-def slime_dynamic_sampling_filter(config: Config, group: list[Any]) -> Any:
-    sec = _sec(config)
-    if sec is None or not sec.dynamic_sampling_filter_path:
-        return None
-    from slime_compat.rollout_side import dynamic_filter
-
-    return dynamic_filter(config, group)
-
-
-@hookimpl
-def slime_buffer_filter(config: Config, rollout_id: int, buffer: list[list[Any]], num_groups: int) -> Any:
-    sec = _sec(config)
-    if sec is None or not sec.buffer_filter_path:
-        return None
-    from slime_compat.rollout_side import buffer_filter
-
-    return buffer_filter(config, rollout_id, buffer, num_groups)
-
-
-@hookimpl
-def slime_rollout_sample_filter(config: Config, groups: list[list[Any]]) -> None:
-    sec = _sec(config)
-    if sec is not None and sec.rollout_sample_filter_path:
-        from slime_compat.rollout_side import sample_filter
-
-        sample_filter(config, groups)
-
-
-@hookimpl
 def slime_rollout_all_samples(config: Config, groups: list[list[Any]], data_source: Any) -> None:
     sec = _sec(config)
     if sec is not None and sec.rollout_all_samples_process_path:
         from slime_compat.rollout_side import all_samples
 
         all_samples(config, groups, data_source)
-
-
-@hookimpl
-def slime_make_data_source(config: Config, split: str) -> Any:
-    sec = _sec(config)
-    if sec is None or not sec.data_source_path:
-        return None
-    from slime_compat.data_source import make
-
-    return make(config, split)
 
 
 # -- driver: conversion and logs -----------------------------------------------------------------
@@ -231,16 +181,6 @@ def slime_run_end(config: Config, run_dir: str, status: str) -> None:
 
 # -- trainer ranks ------------------------------------------------------------------------------
 @hookimpl
-def slime_compute_advantages(config: Config, batch: Any) -> Any:
-    sec = _sec(config)
-    if sec is None or not (sec.custom_advantage_function_path or sec.rollout_data_postprocess_path):
-        return None
-    from slime_compat.train_side import advantages
-
-    return advantages(config, batch)
-
-
-@hookimpl
 def slime_loss(config: Config, batch: Any, log_probs: list[Any], reducer: Any) -> Any:
     sec = _sec(config)
     if sec is None or not sec.custom_loss_function_path:
@@ -248,27 +188,6 @@ def slime_loss(config: Config, batch: Any, log_probs: list[Any], reducer: Any) -
     from slime_compat.train_side import loss
 
     return loss(config, batch, log_probs, reducer)
-
-
-@hookimpl
-def slime_is_correction(config: Config, pg_loss: list[Any], train_log_probs: list[Any],
-                        rollout_log_probs: list[Any], loss_masks: list[Any]) -> Any:
-    sec = _sec(config)
-    if sec is None or not sec.custom_tis_function_path:
-        return None
-    from slime_compat.train_side import is_correction
-
-    return is_correction(config, pg_loss, train_log_probs, rollout_log_probs, loss_masks)
-
-
-@hookimpl
-def slime_pg_loss_reducer(config: Config, response_lengths: list[int], loss_masks: list[Any]) -> Any:
-    sec = _sec(config)
-    if sec is None or not sec.custom_pg_loss_reducer_function_path:
-        return None
-    from slime_compat.train_side import pg_loss_reducer
-
-    return pg_loss_reducer(config, response_lengths, loss_masks)
 
 
 @hookimpl

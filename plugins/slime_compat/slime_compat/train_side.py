@@ -40,8 +40,8 @@ def convert(config: Any, samples: list[Sample]) -> TrainBatch:
     return batch_from_dict(data, samples, config)
 
 
-def advantages(config: Any, batch: TrainBatch) -> list[Any] | None:
-    """``custom_advantage_function_path`` (else the configured estimator), then
+def advantages(config: Any, batch: TrainBatch, estimator: str) -> list[Any]:
+    """``custom_advantage_function_path`` (else ``estimator``, the one the config chose), then
     ``rollout_data_postprocess_path``, which slime calls right after the advantages."""
     rt = runtime(config)
     sec = rt.section
@@ -56,7 +56,7 @@ def advantages(config: Any, batch: TrainBatch) -> list[Any] | None:
     else:
         from slime_core.api import get_registries
 
-        rec = get_registries().advantage_estimator.get(config.algorithm.advantage_estimator)
+        rec = get_registries().advantage_estimator.get(estimator)
         # a record's factory builds the estimator, which the batch is then given
         batch.advantages, batch.returns = (list(x) if x is not None else None
                                            for x in rec.factory(config)(batch))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
-from slime_hookspecs import hookimpl
+from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 CRITIC_KEYS = (
     "train/value_loss",
@@ -25,11 +25,21 @@ CRITIC_KEYS = (
 )
 
 
+def _digit_share(sample) -> float:
+    text = sample.response or ""
+    return sum(ch.isdigit() for ch in text) / max(len(text), 1)
+
+
 class DigitReward:
+    """The share of digits in the response: a reward record the run's config names."""
+
     @hookimpl
-    def slime_reward(self, config, sample):
-        text = sample.response or ""
-        return sum(ch.isdigit() for ch in text) / max(len(text), 1)
+    def slime_register_reward_functions(self):
+        return [RewardFunctionRecord(name="digit_share", factory=lambda config: _digit_share)]
+
+    @hookimpl
+    def slime_configure(self, config):
+        config.rollout.reward = "digit_share"
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
