@@ -15,7 +15,9 @@ import torch: entry-point modules may import it at module level and listing comm
 Groups:
 
 * **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
-  hooks, ``.registries`` for records), :func:`get_registries`, :func:`accelerator_record`
+  hooks, ``.registries`` for records), :func:`get_registries`, :func:`run_context` /
+  :class:`RunContext` (what a run's components share in this process: the rollout manager's
+  engine clients, the trainer's data-parallel group), :func:`accelerator_record`
   (the record of ``run.accelerator``: device type, ``torch.distributed`` backend),
   :func:`load_run` (resolve a run's plugins and config in this process without running it).
 The three groups **algorithm composition**, **data parallelism** and **training steps** are the
@@ -80,6 +82,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # process state
     "get_manager": ("slime_core.context", "get_manager"),
     "get_registries": ("slime_core.context", "get_registries"),
+    "run_context": ("slime_core.context", "run_context"),
+    "RunContext": ("slime_core.context", "RunContext"),
     "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
     # algorithm composition
@@ -167,15 +171,13 @@ if TYPE_CHECKING:
     from slime_core.algo.opd import opd_enabled as opd_enabled
     from slime_core.algo.opd import teacher_in_trainer as teacher_in_trainer
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
+    from slime_core.context import RunContext as RunContext
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
     from slime_core.context import run_agent_api as run_agent_api
-    from slime_core.models.loading import load_causal_lm as load_causal_lm
-    from slime_core.models.loading import load_tokenizer as load_tokenizer
-    from slime_core.models.loading import resolve_dtype as resolve_dtype
-    from slime_core.models.value import build_value_model as build_value_model
-    from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.context import run_context as run_context
+
     # slime_std: rewards and data
     from slime_core.data.base import PromptDataSource as PromptDataSource
     from slime_core.data.base import PromptRow as PromptRow
@@ -185,8 +187,21 @@ if TYPE_CHECKING:
     from slime_core.extras import MissingExtraError as MissingExtraError
     from slime_core.extras import probe as probe
     from slime_core.extras import require as require
+
+    # slime_std: engine and trainer
+    from slime_core.kernels import choose as choose_kernel  # noqa: F401 (renamed export)
+    from slime_core.kernels import pdl_supported as pdl_supported
+    from slime_core.models.loading import load_causal_lm as load_causal_lm
+    from slime_core.models.loading import load_tokenizer as load_tokenizer
+    from slime_core.models.loading import resolve_dtype as resolve_dtype
+    from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.models.value import build_value_model as build_value_model
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
+    from slime_core.moe.routing import RoutingControl as RoutingControl
+    from slime_core.moe.routing import check_routes as check_routes
+    from slime_core.moe.routing import config_moe_shape as config_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32
+    from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
@@ -199,6 +214,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.accumulate import step_indices as step_indices
     from slime_core.trainkit.batching import micro_batches as micro_batches
     from slime_core.trainkit.batching import response_log_probs as response_log_probs
+    from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainkit.compose import compute_advantages as compute_advantages
     from slime_core.trainkit.compose import compute_loss as compute_loss
@@ -216,25 +232,17 @@ if TYPE_CHECKING:
     from slime_core.trainkit.health import NonFiniteWeightsError as NonFiniteWeightsError
     from slime_core.trainkit.health import TrainingHealth as TrainingHealth
     from slime_core.trainkit.health import check_finite_weights as check_finite_weights
+    from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
     from slime_core.trainkit.master import WeightVersions as WeightVersions
     from slime_core.trainkit.master import make_adamw as make_adamw
     from slime_core.trainkit.master import refresh_copy as refresh_copy
     from slime_core.trainkit.reference import ref_model_config as ref_model_config
     from slime_core.trainkit.reference import ref_update_due as ref_update_due
     from slime_core.trainkit.schedule import lr_schedule as lr_schedule
+    from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten
-    # slime_std: engine and trainer
-    from slime_core.kernels import choose as choose_kernel  # noqa: F401 (renamed export)
-    from slime_core.kernels import pdl_supported as pdl_supported
-    from slime_core.moe.routing import RoutingControl as RoutingControl
-    from slime_core.moe.routing import config_moe_shape as config_moe_shape
-    from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
-    from slime_core.moe.routing import check_routes as check_routes
-    from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
-    from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
-    from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
     from slime_core.weights.tensors import untie as untie
 
 
