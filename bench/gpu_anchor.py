@@ -260,9 +260,9 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
 
     import torch
     from slime_core.engine.local_engine import LocalEngine
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.testing import build_test_config
     from slime_hookspecs import SamplingParams
+    from slime_std.accelerators.devices import TorchAccelerator
 
     tok_dir, _ = write_inputs(work)
     model = dict(QWEN2_05B)
