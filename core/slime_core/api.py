@@ -69,6 +69,23 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :class:`MissingExtraError` (a record unavailable, or a call failing, naming what to install).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
+* **weight transports** (the machinery the transports share): :func:`call_engine_side` (a
+  transport's engine side, run in the engine's process: under the ray executor through the
+  engine actor's one generic entry ``weight_transport_call``), :func:`make_buckets`,
+  :func:`pack_bucket` / :func:`unpack_bucket` (a bucket as one flat byte tensor),
+  :func:`weights_nbytes`, :func:`engine_actor_handles` / :func:`engine_actor_ids` (the Ray
+  actors behind engine facades), :func:`untie` (copies of tensors that share storage, for
+  safetensors); a process group of its own (the broadcast transport's): :class:`StoreServer`,
+  :func:`connect_store`, :func:`resolve_dist_host`, :func:`pin_interface`,
+  :func:`new_process_group`, :func:`broadcast_tensor`, :func:`is_loopback_host`.
+* **observability** (the run trace, rollout dumps and files that ``core_observe`` and
+  ``core_loggers`` wire): :func:`span`, :func:`current_tracer`, :func:`start_tracer`,
+  :func:`stop_tracer`, :func:`trace_sample_context`, :func:`write_run_trace`,
+  ``TRACE_DRIVER_PID``, ``TRACE_SAMPLES_PID``, ``TRACE_ROLLOUT_TID``; :func:`write_dump`,
+  :func:`read_dump`, :func:`list_dumps`, :func:`dump_path`, :class:`DumpError`;
+  :func:`atomic_write` (a file replaced whole or not at all).
+* **optional dependencies**: :func:`probe` (a record's probe: unavailable while a module is
+  missing), :func:`require`, :class:`MissingExtraError` (the message names what to install).
 """
 
 from __future__ import annotations
@@ -161,6 +178,39 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
     "DuplicateRecordError": ("slime_core.pluginmgr.registry", "DuplicateRecordError"),
+    # slime_std: weights, observe, accelerators
+    # weight transports
+    "call_engine_side": ("slime_core.weights.engine_side", "call_engine_side"),
+    "make_buckets": ("slime_core.weights.buckets", "make_buckets"),
+    "pack_bucket": ("slime_core.weights.buckets", "pack_bucket"),
+    "unpack_bucket": ("slime_core.weights.buckets", "unpack_bucket"),
+    "weights_nbytes": ("slime_core.weights.buckets", "nbytes"),
+    "engine_actor_handles": ("slime_core.weights.buckets", "actor_handles"),
+    "engine_actor_ids": ("slime_core.weights.buckets", "actor_ids"),
+    "StoreServer": ("slime_core.runtime.dist_group", "StoreServer"),
+    "connect_store": ("slime_core.runtime.dist_group", "connect_store"),
+    "resolve_dist_host": ("slime_core.runtime.dist_group", "resolve_host"),
+    "pin_interface": ("slime_core.runtime.dist_group", "pin_interface"),
+    "new_process_group": ("slime_core.runtime.dist_group", "new_group"),
+    "broadcast_tensor": ("slime_core.runtime.dist_group", "broadcast"),
+    "is_loopback_host": ("slime_core.runtime.dist_group", "is_loopback"),
+    # observability
+    "span": ("slime_core.observe.trace", "span"),
+    "current_tracer": ("slime_core.observe.trace", "current"),
+    "start_tracer": ("slime_core.observe.trace", "start"),
+    "stop_tracer": ("slime_core.observe.trace", "stop"),
+    "trace_sample_context": ("slime_core.observe.trace", "sample_context"),
+    "write_run_trace": ("slime_core.observe.trace", "write_run_trace"),
+    "TRACE_DRIVER_PID": ("slime_core.observe.trace", "DRIVER_PID"),
+    "TRACE_SAMPLES_PID": ("slime_core.observe.trace", "SAMPLES_PID"),
+    "TRACE_ROLLOUT_TID": ("slime_core.observe.trace", "ROLLOUT_TID"),
+    "write_dump": ("slime_core.observe.dumps", "write_dump"),
+    "read_dump": ("slime_core.observe.dumps", "read_dump"),
+    "list_dumps": ("slime_core.observe.dumps", "list_dumps"),
+    "dump_path": ("slime_core.observe.dumps", "dump_path"),
+    "DumpError": ("slime_core.observe.dumps", "DumpError"),
+    "atomic_write": ("slime_core.runtime.durable", "atomic_write"),
+    # optional dependencies
 }
 
 __all__ = list(_EXPORTS)
@@ -244,6 +294,37 @@ if TYPE_CHECKING:
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten
     from slime_core.weights.tensors import untie as untie
+
+    # slime_std: weights, observe, accelerators
+    from slime_core.observe.dumps import DumpError as DumpError
+    from slime_core.observe.dumps import dump_path as dump_path
+    from slime_core.observe.dumps import list_dumps as list_dumps
+    from slime_core.observe.dumps import read_dump as read_dump
+    from slime_core.observe.dumps import write_dump as write_dump
+    from slime_core.observe.trace import DRIVER_PID as TRACE_DRIVER_PID  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import ROLLOUT_TID as TRACE_ROLLOUT_TID  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import SAMPLES_PID as TRACE_SAMPLES_PID  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import current as current_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import sample_context as trace_sample_context  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import span as span
+    from slime_core.observe.trace import start as start_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import stop as stop_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import write_run_trace as write_run_trace
+    from slime_core.runtime.dist_group import StoreServer as StoreServer
+    from slime_core.runtime.dist_group import broadcast as broadcast_tensor  # noqa: F401 (renamed export)
+    from slime_core.runtime.dist_group import connect_store as connect_store
+    from slime_core.runtime.dist_group import is_loopback as is_loopback_host  # noqa: F401 (renamed export)
+    from slime_core.runtime.dist_group import new_group as new_process_group  # noqa: F401 (renamed export)
+    from slime_core.runtime.dist_group import pin_interface as pin_interface
+    from slime_core.runtime.dist_group import resolve_host as resolve_dist_host  # noqa: F401 (renamed export)
+    from slime_core.runtime.durable import atomic_write as atomic_write
+    from slime_core.weights.buckets import actor_handles as engine_actor_handles  # noqa: F401 (renamed export)
+    from slime_core.weights.buckets import actor_ids as engine_actor_ids  # noqa: F401 (renamed export)
+    from slime_core.weights.buckets import make_buckets as make_buckets
+    from slime_core.weights.buckets import nbytes as weights_nbytes  # noqa: F401 (renamed export)
+    from slime_core.weights.buckets import pack_bucket as pack_bucket
+    from slime_core.weights.buckets import unpack_bucket as unpack_bucket
+    from slime_core.weights.engine_side import call_engine_side as call_engine_side
 
 
 def __getattr__(name: str) -> Any:
