@@ -45,7 +45,7 @@ def _batches(model_dir: Path, tokenizer: Any, n: int) -> list[torch.Tensor]:
 
 
 def _changed_fraction(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor]) -> float:
-    from slime_core.weights.delta import _bits
+    from slime_std.weights.delta import _bits
 
     changed = total = 0
     for k, t in new.items():
@@ -59,8 +59,8 @@ def run_one(model_dir: Path, dtype: torch.dtype, lr: float, mode: str, steps: in
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection, SlimePluginManager
     from slime_core.testing import build_test_config
-    from slime_core.weights.disk import DiskTransport
     from slime_std.engine.local_engine import LocalEngine
+    from slime_std.weights.disk import DiskTransport
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     set_manager(SlimePluginManager(PluginSelection(autoload=False)).load())

@@ -259,9 +259,9 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
     import time
 
     import torch
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.testing import build_test_config
     from slime_hookspecs import SamplingParams
+    from slime_std.accelerators.devices import TorchAccelerator
     from slime_std.engine.local_engine import LocalEngine
 
     tok_dir, _ = write_inputs(work)

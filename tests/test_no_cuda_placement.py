@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SEARCHED = ("core", "plugins")
 NOT_SEARCHED = {
-    "core/slime_core/builtin/accelerators.py": "the cpu and cuda accelerator records",
-    "core/slime_core/executors/accelerators.py": "the cpu and cuda accelerators (torch.cuda calls)",
+    "plugins/slime_std/slime_std/accelerators/plugin.py": "the cpu and cuda accelerator records",
+    "plugins/slime_std/slime_std/accelerators/devices.py": "the cpu and cuda accelerators (torch.cuda calls)",
     "plugins/ascend_npu/ascend_npu/plugin.py": "the npu accelerator record",
     "core/slime_core/cli/gpu_check.py": "GPU-only check, run by hand on 2 CUDA devices",
 }
@@ -66,11 +66,11 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the rollout.cuda_graphs key's name in the keys a resume may change"),
     ("plugins/slime_compat/slime_compat/importer.py", "slime's nccl broadcast",
      "the text of slime-import's note on slime's --update-weight-transport nccl; decides nothing"),
-    ("core/slime_core/observe/config.py", "cuda_time_total",
+    ("plugins/slime_std/slime_std/observe/config.py", "cuda_time_total",
      "profiler table sort keys (names of torch profiler columns)"),
-    ("core/slime_core/observe/profiler.py", "torch.cuda.is_available()",
+    ("plugins/slime_std/slime_std/observe/profiler.py", "torch.cuda.is_available()",
      "adds the CUDA profiler activity when CUDA exists; profiles, places nothing"),
-    ("core/slime_core/observe/profiler.py", "ProfilerActivity.CUDA",
+    ("plugins/slime_std/slime_std/observe/profiler.py", "ProfilerActivity.CUDA",
      "same profiler activity"),
     ("plugins/sglang_rollout/sglang_rollout/tensors.py", ".is_cuda",
      "CUDA tensors need SGLang's IPC reduction patch; reacts to where tensors are"),
@@ -98,7 +98,7 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the record's summary text"),
     ("plugins/slime_std/slime_std/trainer/plugin.py", "bf16 on GPU",
      "the record's summary text (the dtype follows the device the record gave)"),
-    ("core/slime_core/builtin/weights_plugin.py", "gloo/nccl",
+    ("plugins/slime_std/slime_std/weights/plugin.py", "gloo/nccl",
      "the record's summary text"),
     ("core/slime_core/runtime/dist_group.py", "neither gloo, nccl",
      "error message"),

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from slime_core.observe.commands import report_command, trace_command
 from slime_core.observe.dumps import list_dumps, read_dump
 from slime_core.observe.trace import DRIVER_PID, PHASE_TID, ROLLOUT_TID, SAMPLES_PID, span
-from slime_core.observe.trace_analysis import validate
 from slime_hookspecs import Status, hookimpl
+from slime_std.observe.commands import report_command, trace_command
+from slime_std.observe.trace_analysis import validate
 
 from tests.conftest import read_metrics
 

@@ -7,6 +7,7 @@ Select with ``-m ray``. One local Ray instance serves the module (``ray_session`
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from tests.conftest import read_metrics
 from tests.ray_support import RAY_PLUGINS, ray_config, ray_session, run  # noqa: F401
 
 pytestmark = pytest.mark.ray
+
+TRANSPORT_PLUGIN = "tests.ray_transport_plugin"
 
 COMPARED = ("rollout/reward_mean", "rollout/reward_std", "rollout/response_length_mean",
             "train/loss", "train/grad_norm", "train/pg_loss", "train/entropy")
@@ -163,6 +166,27 @@ def test_local_and_ray_executors_give_the_same_metrics(ray_session, base_config,
     for ma, mc in zip(a, c, strict=True):
         for key in COMPARED:
             assert mc[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), (ma["step"], key)
+
+
+def test_a_third_party_transport_has_its_engine_side(ray_session, base_config) -> None:  # noqa: F811
+    """A transport defined outside slime_std (``tests.ray_transport_plugin``) gets its engine
+    side in the engine actor through the record (the actor's one generic entry): the weights
+    it delivers are byte-identical to rank 0's (``weights.verify``)."""
+    cfg = ray_config(base_config,
+                     run={"num_rollouts": 1, "plugin_modules": [RAY_PLUGINS, TRANSPORT_PLUGIN]},
+                     weights={"transport": "via_files", "verify": True})
+    run_dir = run(cfg)
+    m = read_metrics(run_dir)
+    assert [x["step"] for x in m] == [1] and m[0]["perf/weight_sync_verified"] == 1.0
+    marks = [p.name.split("-") for p in (run_dir / "via_files").iterdir() if "-" in p.name]
+    trainer = {pid for kind, pid, _ in marks if kind == "trainer"}
+    engine = {pid for kind, pid, _ in marks if kind == "engine"}
+    built = [pid for kind, pid, _ in marks if kind == "built"]
+    # versions 0 (before the first rollout) and 1, sent by rank 0, loaded in the one engine
+    # actor's process (not the trainer's, not the driver's), whose engine side was built once
+    assert sorted(v for kind, _, v in marks if kind == "engine") == ["v0", "v1"]
+    assert len(trainer) == 1 and len(engine) == 1 and built == list(engine)
+    assert not engine & trainer and str(os.getpid()) not in engine | trainer
 
 
 def test_async_one_step_off_records_staleness(ray_session, base_config) -> None:  # noqa: F811

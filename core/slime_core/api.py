@@ -15,7 +15,9 @@ import torch: entry-point modules may import it at module level and listing comm
 Groups:
 
 * **process state**: :func:`get_manager` (this process's plugin manager: ``.hook`` to call
-  hooks, ``.registries`` for records), :func:`get_registries`, :func:`accelerator_record`
+  hooks, ``.registries`` for records), :func:`get_registries`, :func:`run_context` /
+  :class:`RunContext` (what a run's components share in this process: the rollout manager's
+  engine clients, the trainer's data-parallel group), :func:`accelerator_record`
   (the record of ``run.accelerator``: device type, ``torch.distributed`` backend),
   :func:`load_run` (resolve a run's plugins and config in this process without running it).
 * **choices** (one way per extension point: a plugin that changes a choice the config names
@@ -71,6 +73,23 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :class:`MissingExtraError` (a record unavailable, or a call failing, naming what to install).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
+* **weight transports** (the machinery the transports share): :func:`call_engine_side` (a
+  transport's engine side, run in the engine's process: under the ray executor through the
+  engine actor's one generic entry ``weight_transport_call``), :func:`make_buckets`,
+  :func:`pack_bucket` / :func:`unpack_bucket` (a bucket as one flat byte tensor),
+  :func:`weights_nbytes`, :func:`engine_actor_handles` / :func:`engine_actor_ids` (the Ray
+  actors behind engine facades), :func:`untie` (copies of tensors that share storage, for
+  safetensors); a process group of its own (the broadcast transport's): :class:`StoreServer`,
+  :func:`connect_store`, :func:`resolve_dist_host`, :func:`pin_interface`,
+  :func:`new_process_group`, :func:`broadcast_tensor`, :func:`is_loopback_host`.
+* **observability** (the run trace, rollout dumps and files that ``core_observe`` and
+  ``core_loggers`` wire): :func:`span`, :func:`current_tracer`, :func:`start_tracer`,
+  :func:`stop_tracer`, :func:`trace_sample_context`, :func:`write_run_trace`,
+  ``TRACE_DRIVER_PID``, ``TRACE_SAMPLES_PID``, ``TRACE_ROLLOUT_TID``; :func:`write_dump`,
+  :func:`read_dump`, :func:`list_dumps`, :func:`dump_path`, :class:`DumpError`;
+  :func:`atomic_write` (a file replaced whole or not at all).
+* **optional dependencies**: :func:`probe` (a record's probe: unavailable while a module is
+  missing), :func:`require`, :class:`MissingExtraError` (the message names what to install).
 """
 
 from __future__ import annotations
@@ -84,6 +103,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # process state
     "get_manager": ("slime_core.context", "get_manager"),
     "get_registries": ("slime_core.context", "get_registries"),
+    "run_context": ("slime_core.context", "run_context"),
+    "RunContext": ("slime_core.context", "RunContext"),
     "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
     # choices
@@ -164,6 +185,39 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
     "DuplicateRecordError": ("slime_core.pluginmgr.registry", "DuplicateRecordError"),
+    # slime_std: weights, observe, accelerators
+    # weight transports
+    "call_engine_side": ("slime_core.weights.engine_side", "call_engine_side"),
+    "make_buckets": ("slime_core.weights.buckets", "make_buckets"),
+    "pack_bucket": ("slime_core.weights.buckets", "pack_bucket"),
+    "unpack_bucket": ("slime_core.weights.buckets", "unpack_bucket"),
+    "weights_nbytes": ("slime_core.weights.buckets", "nbytes"),
+    "engine_actor_handles": ("slime_core.weights.buckets", "actor_handles"),
+    "engine_actor_ids": ("slime_core.weights.buckets", "actor_ids"),
+    "StoreServer": ("slime_core.runtime.dist_group", "StoreServer"),
+    "connect_store": ("slime_core.runtime.dist_group", "connect_store"),
+    "resolve_dist_host": ("slime_core.runtime.dist_group", "resolve_host"),
+    "pin_interface": ("slime_core.runtime.dist_group", "pin_interface"),
+    "new_process_group": ("slime_core.runtime.dist_group", "new_group"),
+    "broadcast_tensor": ("slime_core.runtime.dist_group", "broadcast"),
+    "is_loopback_host": ("slime_core.runtime.dist_group", "is_loopback"),
+    # observability
+    "span": ("slime_core.observe.trace", "span"),
+    "current_tracer": ("slime_core.observe.trace", "current"),
+    "start_tracer": ("slime_core.observe.trace", "start"),
+    "stop_tracer": ("slime_core.observe.trace", "stop"),
+    "trace_sample_context": ("slime_core.observe.trace", "sample_context"),
+    "write_run_trace": ("slime_core.observe.trace", "write_run_trace"),
+    "TRACE_DRIVER_PID": ("slime_core.observe.trace", "DRIVER_PID"),
+    "TRACE_SAMPLES_PID": ("slime_core.observe.trace", "SAMPLES_PID"),
+    "TRACE_ROLLOUT_TID": ("slime_core.observe.trace", "ROLLOUT_TID"),
+    "write_dump": ("slime_core.observe.dumps", "write_dump"),
+    "read_dump": ("slime_core.observe.dumps", "read_dump"),
+    "list_dumps": ("slime_core.observe.dumps", "list_dumps"),
+    "dump_path": ("slime_core.observe.dumps", "dump_path"),
+    "DumpError": ("slime_core.observe.dumps", "DumpError"),
+    "atomic_write": ("slime_core.runtime.durable", "atomic_write"),
+    # optional dependencies
 }
 
 __all__ = list(_EXPORTS)
@@ -176,15 +230,13 @@ if TYPE_CHECKING:
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
     from slime_core.config.choices import replace_choice as replace_choice
     from slime_core.config.choices import replaced_choice as replaced_choice
+    from slime_core.context import RunContext as RunContext
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
     from slime_core.context import run_agent_api as run_agent_api
-    from slime_core.models.loading import load_causal_lm as load_causal_lm
-    from slime_core.models.loading import load_tokenizer as load_tokenizer
-    from slime_core.models.loading import resolve_dtype as resolve_dtype
-    from slime_core.models.value import build_value_model as build_value_model
-    from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.context import run_context as run_context
+
     # slime_std: rewards and data
     from slime_core.data.base import PromptDataSource as PromptDataSource
     from slime_core.data.base import PromptRow as PromptRow
@@ -194,8 +246,21 @@ if TYPE_CHECKING:
     from slime_core.extras import MissingExtraError as MissingExtraError
     from slime_core.extras import probe as probe
     from slime_core.extras import require as require
+
+    # slime_std: engine and trainer
+    from slime_core.kernels import choose as choose_kernel  # noqa: F401 (renamed export)
+    from slime_core.kernels import pdl_supported as pdl_supported
+    from slime_core.models.loading import load_causal_lm as load_causal_lm
+    from slime_core.models.loading import load_tokenizer as load_tokenizer
+    from slime_core.models.loading import resolve_dtype as resolve_dtype
+    from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
+    from slime_core.models.value import build_value_model as build_value_model
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
+    from slime_core.moe.routing import RoutingControl as RoutingControl
+    from slime_core.moe.routing import check_routes as check_routes
+    from slime_core.moe.routing import config_moe_shape as config_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32
+    from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
     from slime_core.pluginmgr.registry import DuplicateRecordError as DuplicateRecordError
     from slime_core.pluginmgr.registry import UnavailableRecordError as UnavailableRecordError
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
@@ -208,6 +273,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.accumulate import step_indices as step_indices
     from slime_core.trainkit.batching import micro_batches as micro_batches
     from slime_core.trainkit.batching import response_log_probs as response_log_probs
+    from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainkit.compose import compute_advantages as compute_advantages
     from slime_core.trainkit.compose import compute_loss as compute_loss
@@ -225,26 +291,49 @@ if TYPE_CHECKING:
     from slime_core.trainkit.health import NonFiniteWeightsError as NonFiniteWeightsError
     from slime_core.trainkit.health import TrainingHealth as TrainingHealth
     from slime_core.trainkit.health import check_finite_weights as check_finite_weights
+    from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
     from slime_core.trainkit.master import WeightVersions as WeightVersions
     from slime_core.trainkit.master import make_adamw as make_adamw
     from slime_core.trainkit.master import refresh_copy as refresh_copy
     from slime_core.trainkit.reference import ref_model_config as ref_model_config
     from slime_core.trainkit.reference import ref_update_due as ref_update_due
     from slime_core.trainkit.schedule import lr_schedule as lr_schedule
+    from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten
-    # slime_std: engine and trainer
-    from slime_core.kernels import choose as choose_kernel  # noqa: F401 (renamed export)
-    from slime_core.kernels import pdl_supported as pdl_supported
-    from slime_core.moe.routing import RoutingControl as RoutingControl
-    from slime_core.moe.routing import config_moe_shape as config_moe_shape
-    from slime_core.moe.routing import to_record as routes_to_record  # noqa: F401 (renamed export)
-    from slime_core.moe.routing import check_routes as check_routes
-    from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
-    from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
-    from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
     from slime_core.weights.tensors import untie as untie
+
+    # slime_std: weights, observe, accelerators
+    from slime_core.observe.dumps import DumpError as DumpError
+    from slime_core.observe.dumps import dump_path as dump_path
+    from slime_core.observe.dumps import list_dumps as list_dumps
+    from slime_core.observe.dumps import read_dump as read_dump
+    from slime_core.observe.dumps import write_dump as write_dump
+    from slime_core.observe.trace import DRIVER_PID as TRACE_DRIVER_PID  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import ROLLOUT_TID as TRACE_ROLLOUT_TID  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import SAMPLES_PID as TRACE_SAMPLES_PID  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import current as current_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import sample_context as trace_sample_context  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import span as span
+    from slime_core.observe.trace import start as start_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import stop as stop_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import write_run_trace as write_run_trace
+    from slime_core.runtime.dist_group import StoreServer as StoreServer
+    from slime_core.runtime.dist_group import broadcast as broadcast_tensor  # noqa: F401 (renamed export)
+    from slime_core.runtime.dist_group import connect_store as connect_store
+    from slime_core.runtime.dist_group import is_loopback as is_loopback_host  # noqa: F401 (renamed export)
+    from slime_core.runtime.dist_group import new_group as new_process_group  # noqa: F401 (renamed export)
+    from slime_core.runtime.dist_group import pin_interface as pin_interface
+    from slime_core.runtime.dist_group import resolve_host as resolve_dist_host  # noqa: F401 (renamed export)
+    from slime_core.runtime.durable import atomic_write as atomic_write
+    from slime_core.weights.buckets import actor_handles as engine_actor_handles  # noqa: F401 (renamed export)
+    from slime_core.weights.buckets import actor_ids as engine_actor_ids  # noqa: F401 (renamed export)
+    from slime_core.weights.buckets import make_buckets as make_buckets
+    from slime_core.weights.buckets import nbytes as weights_nbytes  # noqa: F401 (renamed export)
+    from slime_core.weights.buckets import pack_bucket as pack_bucket
+    from slime_core.weights.buckets import unpack_bucket as unpack_bucket
+    from slime_core.weights.engine_side import call_engine_side as call_engine_side
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,10 @@
-"""The plugin manager of this process.
+"""The plugin manager of this process and the run context it carries.
 
 Components built by factories (trainers, engines) call hooks; every process holds exactly one
 manager, built by the driver or rebuilt in a Ray worker from the driver's plugin selection.
+What a run's components share in a process beyond the config (the engine clients of the
+rollout manager, the trainer's data-parallel group) is the manager's :class:`RunContext`, one
+documented place instead of module globals in each package that needs it.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,33 +49,51 @@ def managing(manager: SlimePluginManager) -> Iterator[None]:
         _MANAGER = previous
 
 
+@dataclass
+class RunContext:
+    """What the components of a run share in one process, set by whoever owns each part.
+
+    * ``engine_clients``: the rollout manager's :class:`~slime_core.api.EngineClient` of each
+      engine, in engine order (set in the rollout manager's process when it is built, before
+      ``slime_rollout_engines_ready`` fires; empty elsewhere);
+    * ``dp_group``: the ``torch.distributed`` group the trainer of this process reduces over
+      (``None``: the default group, every rank a data-parallel peer); set by the trainer
+      backend before any hook that reduces over data-parallel ranks.
+    """
+
+    engine_clients: list[Any] = field(default_factory=list)
+    dp_group: Any = None
+
+
+_LONE_CONTEXT = RunContext()  # a process with no manager yet (a backend's unit test)
+
+
+def run_context() -> RunContext:
+    """This process's :class:`RunContext` (its plugin manager's; one per process)."""
+    if _MANAGER is None:
+        return _LONE_CONTEXT
+    ctx = getattr(_MANAGER, "run_context", None)
+    if ctx is None:
+        ctx = _MANAGER.run_context = RunContext()
+    return ctx
+
+
 def get_registries() -> Any:
     """The record registries of this process's plugin manager (``.trainer_backend``,
     ``.advantage_estimator``, ...; ``.get(kind)`` by kind name)."""
     return get_manager().registries
 
 
-# Deprecated channel: the hook slime_rollout_engines_ready hands plugins the clients.
-# Kept one minor version for api.rollout_engine_clients (the stability promise of
-# docs/plugin_api.md); nothing in the core or the first-party plugins reads it.
-_ENGINE_CLIENTS: list[Any] = []
-
-
-def set_rollout_engine_clients(clients: list[Any]) -> None:
-    """The engine clients of this process's rollout manager (set by the manager when it is
-    built), for the deprecated :func:`rollout_engine_clients`."""
-    global _ENGINE_CLIENTS
-    _ENGINE_CLIENTS = list(clients)
-
-
 def rollout_engine_clients() -> list[Any]:
-    """Deprecated, removed in slime-core 0.2: implement ``slime_rollout_engines_ready(config,
-    clients)``, which hands the same :class:`~slime_core.rollout.engine_client.EngineClient`
-    list to the plugin in the rollout manager's process."""
+    """Deprecated, removed in slime-core 0.2: ``run_context().engine_clients``, or the hook
+    ``slime_rollout_engines_ready(config, clients)``, which hands the same
+    :class:`~slime_core.rollout.engine_client.EngineClient` list to the plugin in the rollout
+    manager's process."""
     warnings.warn("slime_core.api.rollout_engine_clients() is deprecated and goes in slime-core "
-                  "0.2: implement the hook slime_rollout_engines_ready(config, clients)",
+                  "0.2: read slime_core.api.run_context().engine_clients, or implement the hook "
+                  "slime_rollout_engines_ready(config, clients)",
                   DeprecationWarning, stacklevel=2)
-    return list(_ENGINE_CLIENTS)
+    return list(run_context().engine_clients)
 
 
 def run_agent_api(config: Any) -> Any:

@@ -315,15 +315,42 @@ class FilterRecord(Record):
 class WeightTransportRecord(Record):
     """``factory(config, accelerator) -> WeightTransport`` (one per run, trainer side).
 
+    ``engine_side(config, engine) -> object`` (optional): the transport's part that runs in
+    the engine's process, built there once per engine from this record, the first time the
+    trainer side calls it. The trainer side calls its methods with
+    ``slime_core.api.call_engine_side(config, engine, name, method, *args)`` for each engine
+    it was given in ``send``: directly for an engine of the local executor (same process),
+    through the engine actor's one generic entry ``weight_transport_call(name, method,
+    *args)`` under the ray executor (``handle.weight_transport_call.remote(...)`` when the
+    call must not block, e.g. while rank 0 broadcasts). The actor finds the record in its own
+    registry, so the plugin must be loaded in every worker (an entry point, or
+    ``run.plugin_modules``). Arguments and results must be picklable; the object lives as
+    long as the engine's process (a restarted engine actor builds a new one, so state it
+    keeps, such as a delta base, must be optional).
+
     Example::
 
-        @records.register(WeightTransportRecord, "s3", summary="versions through a bucket")
-        def s3_transport(config, accelerator):
-            return S3Transport(config.weights.dir)  # implements slime_hookspecs.WeightTransport
+        class S3EngineSide:
+            def __init__(self, config, engine):
+                self.engine = engine
+
+            def load(self, url, version):  # runs in the engine's process
+                self.engine.update_weights(fetch(url), version)
+
+        records.add(WeightTransportRecord(
+            name="s3", factory=lambda config, accelerator: S3Transport(config),
+            engine_side=S3EngineSide, summary="versions through a bucket"))
+
+        # S3Transport.send(weights, version, engines), after uploading to url:
+        #     for e in engines:
+        #         call_engine_side(self.config, e, "s3", "load", url, version)
     """
 
     kind: ClassVar[str] = "weight_transport"
     hook: ClassVar[str] = "slime_register_weight_transports"
+    # (config, engine) -> the object whose methods run in the engine's process; None: the
+    # transport needs nothing there (it calls the engine's own methods, e.g. update_weights)
+    engine_side: Callable[[Any, Any], Any] | None = None
 
 
 @dataclass

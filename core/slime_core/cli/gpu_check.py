@@ -39,6 +39,11 @@ def _config(tmp: Path) -> tuple[Any, Any]:
     return resolve(PluginSelection(plugins=["slime_grpo"]), None, (), data)
 
 
+def _cuda(manager: Any) -> Any:
+    """The ``cuda`` accelerator, built by its record (the default plugin core_accelerators)."""
+    return manager.registries.accelerator.get("cuda").factory()
+
+
 def _batch() -> Any:
     import torch
     from slime_hookspecs import TrainBatch
@@ -77,7 +82,6 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     import torch
 
     from slime_core.context import set_manager
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.executors.sharding import shard_by_tokens
     from slime_core.runtime.dist_group import (
         broadcast,
@@ -85,14 +89,13 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
         init_data_parallel,
         new_group,
     )
-    from slime_core.weights.broadcast import pack, unpack
-    from slime_core.weights.buckets import make_buckets
+    from slime_core.weights.buckets import make_buckets, pack_bucket, unpack_bucket
 
     torch.backends.cuda.matmul.allow_tf32 = False
     manager, config = _config(Path(tmp))
     set_manager(manager)
     init_data_parallel("nccl", "127.0.0.1", port, "dp/", rank, 2, 120, None)
-    accel = TorchAccelerator("cuda")
+    accel = _cuda(manager)
     trainer = _trainer(manager, config, rank, 2, accel)
     batch = _batch()
     shard = shard_by_tokens(batch.group_indices, [len(t) for t in batch.tokens], 2)[rank]
@@ -105,9 +108,9 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
                for k, v in trainer.export_weights().items()}
     received: dict[str, Any] = {}
     for bucket in make_buckets(weights, 1):
-        buf, meta = pack(bucket, torch.device("cuda"))
+        buf, meta = pack_bucket(bucket, torch.device("cuda"))
         broadcast(group, buf, root=0)
-        received.update(unpack(buf, meta))
+        received.update(unpack_bucket(buf, meta))
     expected = {k: v.detach() + 1 for k, v in trainer.export_weights().items()}
     ok = all(torch.equal(received[k], expected[k]) for k in expected)
     report = {"broadcast_ok": ok, "device": torch.cuda.get_device_name(0)}
@@ -130,7 +133,6 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
     from slime_core.context import set_manager
-    from slime_core.executors.accelerators import TorchAccelerator
     from slime_core.runtime.dist_group import StoreServer
 
     if torch.cuda.device_count() < 2:
@@ -152,7 +154,7 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
     manager, config = _config(Path(tmp))
     set_manager(manager)
-    single = _trainer(manager, config, 0, 1, TorchAccelerator("cuda"))
+    single = _trainer(manager, config, 0, 1, _cuda(manager))
     ref_metrics = single.train_step(_batch(), 0)
     ref = _grads(single)
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]

@@ -152,8 +152,9 @@ def _call(fn: Any, **kwargs: Any) -> Any:
         return None
 
 
-def provided_by(manager: SlimePluginManager, record: type[Record], name: str) -> list[Inactive]:
-    """Inactive plugins that register a ``record`` called ``name``."""
+def provided_by(manager: SlimePluginManager, record: type[Record],
+                name: str | None) -> list[Inactive]:
+    """Inactive plugins that register a ``record`` called ``name`` (any name: ``None``)."""
     found = []
     for plug in inactive_plugins(manager):
         fn = _impl(plug.plugin, record.hook) if plug.plugin is not None else None
@@ -161,7 +162,7 @@ def provided_by(manager: SlimePluginManager, record: type[Record], name: str) ->
         if produced is None:
             continue
         items = [produced] if isinstance(produced, Record) else list(produced)
-        if any(isinstance(r, record) and r.name == name for r in items):
+        if any(isinstance(r, record) and name in (None, r.name) for r in items):
             found.append(plug)
     return found
 
@@ -243,6 +244,15 @@ def check_record_names(manager: SlimePluginManager, config: Config,
             value = getattr(values, key)
             source, explicit = sources.describe(section, key, value)
             registry = manager.registries.get(spec.record.kind)
+            if len(registry) == 0 and value in spec.special:
+                # "auto" picks among the records: with none registered it cannot; say which
+                # inactive plugin registers some (a disabled default plugin, most likely)
+                found = provided_by(manager, spec.record, None)
+                if found:
+                    raise ConfigError(
+                        f"config {section}.{key} = {value!r} (from {source}): no "
+                        f"{registry.label} is registered; {registry.label}s are provided by "
+                        f"{_provider_text(manager, found)}")
             if not explicit and value == defaults.get(key) and len(registry) == 0:
                 continue
             for name in value if isinstance(value, list) else [value]:

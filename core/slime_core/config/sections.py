@@ -314,7 +314,7 @@ class WeightsSection:
     dir: str = ""  # disk transport directory (default run_dir/weights)
     verify: bool = False  # after each sync, check every engine's weights equal the trainer's
     # disk transport: after the first full version, write only what changed since the engines'
-    # version, checksummed ("off" | "xor" | "overwrite"; slime_core.weights.delta); engines
+    # version, checksummed ("off" | "xor" | "overwrite"; slime_std.weights.delta); engines
     # that load files themselves (vLLM, SGLang) still get full versions
     delta: str = "off"
     delta_full_interval: int = 0  # with weights.delta: a full version every N syncs (0: only the first and resyncs)

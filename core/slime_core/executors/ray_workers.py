@@ -11,7 +11,8 @@ warns about them.
 The classes are plain Python (``ray.remote`` wraps them in :mod:`.ray_executor`):
 
 * :class:`EngineWorker`: one rollout engine built from its registry record; also the engine
-  side of the ``ray`` / ``broadcast`` / ``disk`` transports and the weight digest;
+  side of every weight transport (one generic entry, ``weight_transport_call``: the record's
+  ``engine_side``, see :mod:`slime_core.weights.engine_side`) and the weight digest;
 * :class:`TrainerWorker`: one data-parallel trainer rank (joins the default process group)
   and, on rank 0, the sender of every weight transport;
 * :class:`RolloutManagerWorker`: the data sources, the :class:`RolloutManager` (rewards,
@@ -74,8 +75,7 @@ class EngineWorker:
         _, accel = make_accelerator(self.manager, accelerator)
         rec = self.manager.registries.rollout_engine.get(config.rollout.engine)
         self.engine = rec.factory(config, index, accel)
-        self._group: Any = None
-        self._backend = "gloo"
+        self._transport_sides: dict[str, Any] = {}  # weight transport name -> its engine side
 
     def ping(self) -> int:
         return os.getpid()
@@ -91,40 +91,29 @@ class EngineWorker:
     def update_weights(self, weights: Any, version: int) -> None:
         self.engine.update_weights(weights, version)
 
-    # -- the engine side of the weight transports (slime_core.weights) -----------------------
+    # -- weights ------------------------------------------------------------------------------
+    def weight_transport_call(self, transport: str, method: str, *args: Any) -> Any:
+        """The one entry of every weight transport's engine side: ``method(*args)`` of the
+        object the record ``transport`` builds here (``engine_side(config, engine)``, once
+        per actor process), looked up in this actor's registry."""
+        from slime_core.weights.engine_side import build_engine_side
+
+        side = self._transport_sides.get(transport)
+        if side is None:
+            side = build_engine_side(self.manager.registries, self.config, self.engine,
+                                     transport)
+            self._transport_sides[transport] = side
+        return getattr(side, method)(*args)
+
     def update_weights_from_refs(self, refs: list[Any], version: int) -> None:
-        """``ray`` transport and fault-tolerant re-sync: fetch every bucket, load once."""
-        from slime_core.weights import ray_store
+        """Fault-tolerant re-sync of a restarted engine (:class:`EngineSupervisor`): fetch the
+        newest version's buckets from the object store, load them in one update."""
+        import ray
 
-        ray_store.receive(self.engine, refs, version)
-
-    def receive_from_disk(self, version_dir: str, version: int,
-                          keep_base: bool = False) -> str | None:
-        """``disk`` transport: ``slime_before_weights_read`` in this process, then load (None),
-        or why a delta version was refused."""
-        from slime_core.weights import disk
-
-        return disk.receive(self.engine, version_dir, version, keep_base)
-
-    def disk_accepts_delta(self) -> bool:
-        from slime_core.weights import disk
-
-        return disk.accepts_delta(self.engine)
-
-    def join_weight_group(self, host: str, port: int, prefix: str, rank: int, size: int,
-                          backend: str, timeout_s: float) -> None:
-        from slime_core.weights import broadcast
-
-        self._group = broadcast.join(host, port, prefix, rank, size, backend, timeout_s)
-        self._backend = backend
-
-    def receive_weights(self, metas: list[Any], version: int) -> None:
-        """``broadcast`` transport: every bucket from rank 0, then one ``update_weights``."""
-        from slime_core.weights import broadcast
-
-        if self._group is None:
-            raise RuntimeError(f"engine {self.index}: no weight broadcast group joined")
-        broadcast.receive(self.engine, self._group, self._backend, metas, version)
+        merged: dict[str, Any] = {}
+        for part in ray.get(list(refs)):
+            merged.update(part)
+        self.engine.update_weights(merged, version)
 
     def weight_version(self) -> int:
         return int(self.engine.weight_version())
@@ -196,13 +185,10 @@ class RemoteEngine:
     def update_weights(self, weights: Any, version: int) -> None:
         self._call("update_weights", weights, version)
 
-    def receive_from_disk(self, version_dir: str, version: int,
-                          keep_base: bool = False) -> str | None:
-        """The ``disk`` transport's engine side, run in the actor."""
-        return self._call("receive_from_disk", version_dir, version, keep_base)
-
-    def disk_accepts_delta(self) -> bool:
-        return bool(self._call("disk_accepts_delta"))
+    def weight_transport_call(self, transport: str, method: str, *args: Any) -> Any:
+        """A weight transport's engine side, run in the actor (what
+        ``slime_core.api.call_engine_side`` calls for an actor)."""
+        return self._call("weight_transport_call", transport, method, *args)
 
     def weight_version(self) -> int:
         if self.supervisor is not None:

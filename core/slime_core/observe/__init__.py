@@ -1,13 +1,10 @@
-"""Seeing what a run does: traces, rollout dumps and replay, reports, profiling.
+"""What the loop itself needs to be seen: traces, rollout dumps, rollout metrics.
 
-Wired into runs by the built-in plugin ``core_observe`` (:mod:`slime_core.builtin.observe_plugin`)
-through ordinary hooks only. Modules here import torch and matplotlib inside the functions that
-need them, so ``core plugins`` / ``core hooks`` stay light.
+The plugins that wire them into runs (traces, dumps and replay, profiling, ``core trace``,
+``core report``, the metric loggers) are the default plugins ``core_observe`` and
+``core_loggers`` (``slime_std.observe``); they reach these modules through ``slime_core.api``.
 
 * :mod:`~slime_core.observe.trace` -- Chrome trace-event spans (``span(name, **args)`` API);
-* :mod:`~slime_core.observe.trace_analysis` -- phase breakdown and slowest samples (``core trace``);
 * :mod:`~slime_core.observe.dumps` -- the rollout dump format (``debug.save_rollouts``);
-* :mod:`~slime_core.observe.replay` -- training from dumps (``debug.replay_rollouts``);
-* :mod:`~slime_core.observe.profiler` -- torch profiler over ``profile.steps``;
-* :mod:`~slime_core.observe.report` -- PNG plots and ``report.html`` (``core report``).
+* :mod:`~slime_core.observe.rollout_metrics` -- the ``rollout/*`` metrics of a step's samples.
 """

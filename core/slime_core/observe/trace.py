@@ -19,7 +19,7 @@ started, ``pid``/``tid``, ``cat``, ``args``) and ``"ph": "M"`` events name the t
 
 Generate implementations add their own spans with::
 
-    from slime_core.observe.trace import span
+    from slime_core.api import span
 
     with span("turn", turn=i) as info:   # lands on the current sample's lane
         out = await engine.generate(ids, params)

@@ -9,10 +9,6 @@ from __future__ import annotations
 BUILTIN_PLUGINS: tuple[tuple[str, str, bool], ...] = (
     ("core_config", "slime_core.builtin.config_sections", True),
     ("core_loop", "slime_core.builtin.loop_defaults", True),
-    ("core_accelerators", "slime_core.builtin.accelerators", True),
-    ("core_loggers", "slime_core.builtin.loggers", False),
-    ("core_weights", "slime_core.builtin.weights_plugin", False),
-    ("core_observe", "slime_core.builtin.observe_plugin", False),
 )
 
 ESSENTIAL = frozenset(name for name, _, essential in BUILTIN_PLUGINS if essential)

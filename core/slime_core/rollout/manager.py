@@ -42,7 +42,7 @@ from slime_hookspecs import (
 )
 
 from slime_core.algo.opd import build_teacher_engine, score_with_teacher, teacher_in_engine
-from slime_core.context import get_manager, set_rollout_engine_clients
+from slime_core.context import get_manager, run_context
 from slime_core.evaluation.settings import EvalSettings
 from slime_core.observe.trace import span
 from slime_core.pluginmgr.deprecation import warn_deprecated_impls
@@ -135,7 +135,7 @@ class RolloutManager:
         self.manager.pluggy.register(_DefaultRollout(self), name=DEFAULT_ROLLOUT_PLUGIN)
         batch = config.rollout.generate_batch_size
         self.clients = [EngineClient(e, batch, i) for i, e in enumerate(engines)]
-        set_rollout_engine_clients(self.clients)  # api.rollout_engine_clients (deprecated)
+        run_context().engine_clients = list(self.clients)
         self._host: CallerThreadHost | None = None  # set while a main-thread rollout runs
         self.train_source = train_source
         self.eval_source = eval_source

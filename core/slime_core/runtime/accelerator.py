@@ -17,7 +17,11 @@ def select_accelerator(manager: SlimePluginManager, name: str) -> AcceleratorRec
         return reg.get(name)
     usable = [r for r in reg if r.unavailable_reason() is None]
     if not usable:
-        raise RuntimeError("no accelerator is available (not even cpu?)")
+        found = "; ".join(f"{r.name} (plugin {r.owner}): {r.unavailable_reason()}"
+                          for r in reg) or "none is registered"
+        raise RuntimeError(
+            f"run.accelerator = 'auto': no accelerator record is available ({found}); "
+            "enable or install a plugin that registers one (core plugins --all lists them)")
     return max(usable, key=lambda r: r.priority)
 
 

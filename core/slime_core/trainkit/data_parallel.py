@@ -14,8 +14,8 @@ The default process group (``torch.distributed.init_process_group``) is used unl
 is given a ``group``; the ray executor creates it with the accelerator record's backend
 (gloo on CPU, nccl on GPU). A backend whose ranks are not all data-parallel peers (megatron:
 tensor-parallel peers hold the same samples) sets its data-parallel group for the process
-(:func:`set_data_parallel_group`); algorithm plugins pass :func:`data_parallel_group` to
-these helpers, so a batch statistic counts every sample once.
+(:func:`set_data_parallel_group`: the run context's ``dp_group``); algorithm plugins pass
+:func:`data_parallel_group` to these helpers, so a batch statistic counts every sample once.
 """
 
 from __future__ import annotations
@@ -25,20 +25,19 @@ from typing import Any
 
 import torch
 
-_DP_GROUP: Any = None
+from slime_core.context import run_context
 
 
 def set_data_parallel_group(group: Any) -> None:
-    """Set this process's data-parallel group (``None``: the default group, all ranks). The
-    trainer backend calls it in its rank's process, before any hook that reduces over
-    data-parallel ranks (``slime_trainer_init``, each ``train_step``)."""
-    global _DP_GROUP
-    _DP_GROUP = group
+    """Set this process's data-parallel group (``None``: the default group, all ranks), the
+    run context's ``dp_group``. The trainer backend calls it in its rank's process, before any
+    hook that reduces over data-parallel ranks (``slime_trainer_init``)."""
+    run_context().dp_group = group
 
 
 def data_parallel_group() -> Any:
     """The data-parallel group the trainer of this process set (``None``: the default group)."""
-    return _DP_GROUP
+    return run_context().dp_group
 
 
 def active(world_size: int, group: Any = None) -> bool:

@@ -1,8 +1,11 @@
-"""What the weight transports share: buckets, byte counts, the Ray actors of engines."""
+"""What weight transports share: buckets, their wire format, byte counts, the Ray actors of
+engines (exported by :mod:`slime_core.api`; ``core gpu-check`` uses the buckets too)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+BucketMeta = list[tuple[str, str, tuple[int, ...], int]]  # name, dtype, shape, nbytes
 
 
 def nbytes(weights: dict[str, Any]) -> int:
@@ -25,6 +28,32 @@ def make_buckets(weights: dict[str, Any], bucket_mb: int) -> list[dict[str, Any]
         size += n
     if cur:
         out.append(cur)
+    return out
+
+
+def pack_bucket(bucket: dict[str, Any], device: Any) -> tuple[Any, BucketMeta]:
+    """One flat uint8 tensor of a bucket's tensors, plus what is needed to cut it up again."""
+    import torch
+
+    meta: BucketMeta = []
+    parts = []
+    for name, t in bucket.items():
+        flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+        meta.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), int(flat.numel())))
+        parts.append(flat)
+    return torch.cat(parts).to(device), meta
+
+
+def unpack_bucket(buf: Any, meta: BucketMeta) -> dict[str, Any]:
+    """The tensors of a bucket packed by :func:`pack_bucket` (``buf`` on any device)."""
+    import torch
+
+    out = {}
+    offset = 0
+    for name, dtype, shape, n in meta:
+        # clone first: a byte slice at an odd offset cannot be viewed as a wider dtype
+        out[name] = buf[offset:offset + n].clone().view(getattr(torch, dtype)).reshape(shape)
+        offset += n
     return out
 
 

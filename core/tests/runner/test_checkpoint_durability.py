@@ -102,7 +102,7 @@ def test_remove_stale_deletes_what_killed_saves_left(tmp_path: Path) -> None:
 
 
 def test_jsonl_rewind_keeps_one_row_per_step_up_to_the_checkpoint(tmp_path: Path) -> None:
-    from slime_core.observe.loggers import JsonlLogger
+    from slime_std.observe.loggers import JsonlLogger
 
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": s, "v": s} for s in (0, 1, 2, 3, 2, 3, 4)]  # an old duplicate of 2 and 3

@@ -182,7 +182,7 @@ def test_before_weights_read_fires_in_the_engine_process(fake_server, make_engin
                                                          monkeypatch, resolve) -> None:
     """The disk transport's engine side fires the hook, then the server reloads."""
     import slime_core.context as context
-    from slime_core.weights.disk import receive
+    from slime_std.weights.disk import receive
 
     calls: list[tuple[str, int]] = []
 

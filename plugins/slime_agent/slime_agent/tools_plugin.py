@@ -97,13 +97,6 @@ def slime_run_start(config: Config, run_dir: str) -> None:
 
 
 @hookimpl
-def slime_rollout_engines_ready(config: Config, clients: list[Any]) -> None:
-    from slime_agent.buffer.services import use_engine_clients
-
-    use_engine_clients(clients)  # the agent API's engines
-
-
-@hookimpl
 def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: Any) -> Any:
     if not _tools_on(config):
         return None

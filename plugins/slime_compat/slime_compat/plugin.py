@@ -97,13 +97,6 @@ def slime_rollout(config: Config, rollout_id: int, data_source: Any, evaluation:
 
 
 @hookimpl
-def slime_rollout_engines_ready(config: Config, clients: list[Any]) -> None:
-    from slime_compat.runtime import use_engine_clients
-
-    use_engine_clients(clients)  # what the /generate endpoint serves
-
-
-@hookimpl
 def slime_generate(config: Config, sample: Any, sampling_params: Any, engine: Any) -> Any:
     sec = _sec(config)
     if sec is None or not (sec.custom_generate_function_path or sec.rollout_sample_hook_path):

@@ -34,7 +34,7 @@ class Runtime:
         if self.server is not None or not self.section.serves_generate():
             return self.server
         with self._lock:
-            if self.server is None and _engine_clients:
+            if self.server is None and engine_clients():
                 from slime_compat.server import GenerateServer
 
                 self.server = GenerateServer(engine_clients, self.tokenizer,
@@ -77,16 +77,12 @@ class Runtime:
 
 _current: Runtime | None = None
 # this process's rollout engine clients (slime_rollout_engines_ready; none on trainer ranks):
-# per process, not per Runtime, since a config copy (an eval dataset's) gets its own Runtime
-_engine_clients: list[Any] = []
-
-
-def use_engine_clients(clients: list[Any]) -> None:
-    _engine_clients[:] = clients
-
-
 def engine_clients() -> list[Any]:
-    return list(_engine_clients)
+    """The rollout manager's engine clients in this process (its run context; per process, not
+    per Runtime, since a config copy, an eval dataset's, gets its own Runtime)."""
+    from slime_core.api import run_context
+
+    return list(run_context().engine_clients)
 
 
 def runtime(config: Any) -> Runtime:

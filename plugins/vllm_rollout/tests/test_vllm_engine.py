@@ -246,7 +246,7 @@ def check_against_trainer(engine: Any, model: torch.nn.Module, version: int) -> 
 
 @pytest.mark.usefixtures("restore_weights")
 def test_logprobs_match_the_trainer_after_an_in_process_sync(config: Any, engine: Any) -> None:
-    from slime_core.weights.inprocess import InProcessTransport
+    from slime_std.weights.inprocess import InProcessTransport
 
     before = engine.generate([PROMPTS[1]], [SamplingParams(temperature=0, max_new_tokens=8)])[0]
     model = perturbed(config, 0.2, seed=1)
@@ -263,7 +263,7 @@ def test_logprobs_match_the_trainer_after_an_in_process_sync(config: Any, engine
 @pytest.mark.usefixtures("restore_weights")
 def test_logprobs_match_the_trainer_after_a_disk_sync(
         setup: tuple[Any, Any, Any], config: Any, engine: Any) -> None:
-    from slime_core.weights.disk import DiskTransport
+    from slime_std.weights.disk import DiskTransport
 
     manager = setup[0]
     seen: list[tuple[str, int]] = []

@@ -65,7 +65,7 @@ def run_agent_api(config: Any) -> Any:
         if api is None:
             from slime_agent.api import AgentApiServer
 
-            clients = _API.get("clients") or []
+            clients = _engine_clients()
             if not clients:
                 raise RuntimeError("the agent API serves the rollout engines of this process, "
                                    "and it has none (no rollout manager here)")
@@ -126,10 +126,12 @@ def agent_api_counters() -> dict[str, int]:
     return {"continued_calls": api.continued} if api is not None else {}
 
 
-def use_engine_clients(clients: list[Any]) -> None:
-    """The engine clients of this process's rollout manager (``slime_rollout_engines_ready``):
-    what :func:`run_agent_api` serves."""
-    _API["clients"] = list(clients)
+def _engine_clients() -> list[Any]:
+    """The engine clients of this process's rollout manager (its run context): what
+    :func:`run_agent_api` serves."""
+    from slime_core.api import run_context
+
+    return list(run_context().engine_clients)
 
 
 def start_task(config: Any, source: Any) -> None:
@@ -149,7 +151,7 @@ def start_task(config: Any, source: Any) -> None:
         else:  # workers generate elsewhere; the engines here still know the model's context
             from slime_agent.api import engine_int
 
-            clients = _API.get("clients") or []
+            clients = _engine_clients()
             context = engine_int(clients[0].engine, "context_length") if clients else None
         # the buffer then refuses samples longer than the model's context
         source.start(engine, context_length=context)
@@ -184,7 +186,6 @@ def shutdown_services() -> None:
     """Stop the agent API and the buffer sources of this process (end of the run)."""
     for src in live_sources():
         src.close()
-    _API.pop("clients", None)
     _API.pop("paused", None)
     _API.pop("rollouts_held", None)
     api = _API.pop("server", None)

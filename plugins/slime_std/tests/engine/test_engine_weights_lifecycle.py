@@ -146,7 +146,7 @@ def test_plugin_registers_local_lazily(engine_config):
 
 
 def test_engine_uses_the_accelerator_device(engine_config):
-    from slime_core.executors.accelerators import CPUAccelerator
+    from slime_std.accelerators.devices import CPUAccelerator
     from slime_std.engine.local_engine import LocalEngine
 
     engine = LocalEngine(engine_config(), 2, CPUAccelerator())

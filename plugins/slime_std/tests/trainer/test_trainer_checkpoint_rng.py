@@ -68,7 +68,7 @@ def test_checkpoints_without_device_rng_still_load(config: Any, tmp_path: Path) 
 def test_the_accelerator_decides_the_fused_optimizer(config: Any, tmp_path: Path) -> None:
     """``fused_optimizer`` on the accelerator object (torch has a fused AdamW on the CPU too,
     so the flag's effect runs here); absent, the multi-tensor AdamW is kept."""
-    from slime_core.executors.accelerators import CPUAccelerator
+    from slime_std.accelerators.devices import CPUAccelerator
 
     fused = RecordingAccelerator(state=0)
     fused.fused_optimizer = True  # type: ignore[attr-defined]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from slime_core.observe import trace as tr
-from slime_core.observe.trace_analysis import validate
 from slime_hookspecs import Sample
+from slime_std.observe.trace_analysis import validate
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from slime_core.observe.dumps import DumpError, dump_path, list_dumps, read_dump, write_dump
-from slime_core.observe.replay import ReplayEngine, configure_replay, replay_rollout
 from slime_hookspecs import RolloutResult, Sample, Status
+from slime_std.observe.replay import ReplayEngine, configure_replay, replay_rollout
 
 
 def _sample(group: int, index: int) -> Sample:

@@ -15,7 +15,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def trace_command(run_dir: str, top: int, as_json: bool) -> None:
     """Phase breakdown and slowest samples of a run's trace.json."""
-    from slime_core.observe.trace_analysis import (
+    from slime_std.observe.trace_analysis import (
         TraceFileError,
         format_summary,
         load_trace,
@@ -40,8 +40,9 @@ def trace_command(run_dir: str, top: int, as_json: bool) -> None:
               help="output directory (default RUN_DIR/report)")
 def report_command(run_dir: str, out_dir: str | None) -> None:
     """PNG plots of metrics.jsonl and a one-page report.html (config, plugins, phases)."""
-    from slime_core.extras import MissingExtraError
-    from slime_core.observe.report import ReportError, write_report
+    from slime_core.api import MissingExtraError
+
+    from slime_std.observe.report import ReportError, write_report
 
     try:
         rep = write_report(run_dir, out_dir)

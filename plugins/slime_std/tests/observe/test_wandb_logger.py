@@ -28,7 +28,7 @@ def test_wandb_record_is_unavailable_with_its_reason() -> None:
 @pytest.mark.skipif(not HAVE_WANDB, reason="wandb is not installed (pip install wandb)")
 def test_wandb_offline_logs_without_network(make_config, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from slime_core.observe.loggers import WandbLogger
+    from slime_std.observe.loggers import WandbLogger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

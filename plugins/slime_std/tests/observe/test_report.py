@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slime_core.observe.commands import report_command
-from slime_core.observe.report import ReportError, write_report
+from slime_std.observe.commands import report_command
+from slime_std.observe.report import ReportError, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from slime_core.weights.buckets import nbytes
+from slime_core.api import weights_nbytes
 
 
 class InProcessTransport:
@@ -17,4 +17,5 @@ class InProcessTransport:
         t0 = time.perf_counter()
         for e in engines:
             e.update_weights(weights, version)
-        return {"bytes": float(nbytes(weights) * len(engines)), "seconds": time.perf_counter() - t0}
+        return {"bytes": float(weights_nbytes(weights) * len(engines)),
+                "seconds": time.perf_counter() - t0}

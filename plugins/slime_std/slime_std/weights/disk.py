@@ -5,7 +5,7 @@ is written under a temporary name and renamed into place when complete, so a cra
 instant leaves no half-written version under a final name (an interrupted writer's temporary
 directories are removed when the next transport starts). ``slime_after_weights_written``
 fires on the writer (trainer rank 0) after each directory is in place, then the engine side
-(:func:`receive`) runs in each engine's process: it fires ``slime_before_weights_read`` there
+(:class:`DiskEngineSide`, :func:`receive`) runs in each engine's process: it fires ``slime_before_weights_read`` there
 and has the engine load the directory (its own ``update_weights_from_disk`` where it has one,
 e.g. an SGLang server or vLLM reloading the files itself; else the tensors are read here and
 given to ``update_weights``). Under the ray executor that process is the engine actor
@@ -13,7 +13,7 @@ given to ``update_weights``). Under the ray executor that process is the engine 
 
 **Delta versions** (``weights.delta = "xor"`` or ``"overwrite"``): after the first full
 version, a sync writes ``<weights.dir>/delta-v<version>/`` with only what changed since the
-previous version (encodings, manifest and checks: :mod:`slime_core.weights.delta`). The
+previous version (encodings, manifest and checks: :mod:`slime_std.weights.delta`). The
 transport keeps a CPU copy of the version it sent last to diff against; each engine's process
 keeps the tensors its engine received last (the base the next delta applies to). An engine
 refuses a delta when it does not serve the delta's base version, does not hold its tensors
@@ -41,10 +41,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slime_core.weights import delta as delta_format
-from slime_core.weights.buckets import nbytes
-from slime_core.weights.tensors import untie
+from slime_core.api import (
+    call_engine_side,
+    engine_actor_ids,
+    get_manager,
+    untie,
+    weights_nbytes,
+)
 
+from slime_std.weights import delta as delta_format
+
+NAME = "disk"
 MODEL_FILE = "model.safetensors"
 _VERSION_DIR = re.compile(r"^(delta-)?v(\d{6,})$")
 
@@ -118,8 +125,6 @@ def receive(engine: Any, version_dir: str, version: int, keep_base: bool = False
     base. Returns None when the engine serves ``version``, or why it refused the delta (it
     keeps its weights; the sender then resyncs it with a full version).
     """
-    from slime_core.context import get_manager
-
     get_manager().hook.slime_before_weights_read(version_dir=version_dir, target_version=version)
     if os.path.isfile(os.path.join(version_dir, delta_format.MANIFEST)):
         return _receive_delta(engine, version_dir, version)
@@ -157,6 +162,20 @@ def _receive_delta(engine: Any, version_dir: str, version: int) -> str | None:
     return None
 
 
+class DiskEngineSide:
+    """The record's engine side: :func:`receive` and :func:`accepts_delta` for one engine, in
+    its process (the engine actor under the ray executor)."""
+
+    def __init__(self, config: Any, engine: Any) -> None:
+        self.engine = engine
+
+    def receive(self, version_dir: str, version: int, keep_base: bool = False) -> str | None:
+        return receive(self.engine, version_dir, version, keep_base)
+
+    def accepts_delta(self) -> bool:
+        return accepts_delta(self.engine)
+
+
 # -- trainer side ------------------------------------------------------------------------------
 def _host_copy(t: Any) -> Any:
     """A CPU copy that owns its storage: a CPU trainer updates its tensors in place, and the
@@ -184,8 +203,6 @@ class DiskTransport:
                engines: list[Any]) -> tuple[str, int]:
         """Write a version directory under a temporary name, rename it into place, fire
         ``slime_after_weights_written``; its path and bytes."""
-        from slime_core.context import get_manager
-
         final = self.root / name
         tmp = self.root / f".{name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -199,17 +216,16 @@ class DiskTransport:
         return str(final), size
 
     def _receive(self, engine: Any, version_dir: str, version: int) -> str | None:
-        keep = self.delta != "off"
-        if getattr(engine, "handle", None) is not None:  # a Ray engine actor: receive() runs there
-            return engine.receive_from_disk(version_dir, version, keep)
-        return receive(engine, version_dir, version, keep)
+        """The engine side's :func:`receive`, in the engine's process."""
+        return call_engine_side(self.config, engine, NAME, "receive", version_dir, version,
+                                self.delta != "off")
 
     def _accepts_delta(self, i: int, engine: Any) -> bool:
-        handle = getattr(engine, "handle", None)  # a Ray engine actor: ask in its process
-        key = handle._actor_id.hex() if handle is not None else id(engine)
+        handle = getattr(engine, "handle", None)  # a Ray engine actor: one answer per actor
+        key = engine_actor_ids([handle])[0] if handle is not None else id(engine)
         if key not in self._accepts:
-            self._accepts[key] = bool(engine.disk_accepts_delta() if handle is not None
-                                      else accepts_delta(engine))
+            self._accepts[key] = bool(call_engine_side(self.config, engine, NAME,
+                                                       "accepts_delta"))
             if not self._accepts[key]:
                 print(f"slime: disk transport: engine {i} loads files itself "
                       "(update_weights_from_disk): it gets full versions, not "
@@ -260,7 +276,7 @@ class DiskTransport:
             self._base, self._base_version = cpu, version
         self._prune()
         return {"bytes": float(written + moved), "written_bytes": float(written),
-                "full_bytes": float(nbytes(cpu)), "delta": float(bool(to_delta)),
+                "full_bytes": float(weights_nbytes(cpu)), "delta": float(bool(to_delta)),
                 "resyncs": float(len(refused)), "seconds": time.perf_counter() - t0}
 
     def _prune(self) -> None:

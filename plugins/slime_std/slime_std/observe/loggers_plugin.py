@@ -1,12 +1,12 @@
-"""Built-in plugin ``core_loggers``: the ``jsonl``, ``tensorboard`` and ``wandb`` metric loggers
-(:mod:`slime_core.observe.loggers`)."""
+"""Default plugin ``core_loggers``: the ``jsonl``, ``tensorboard`` and ``wandb`` metric loggers
+(:mod:`slime_std.observe.loggers`)."""
 
 from __future__ import annotations
 
+from slime_core.api import probe
 from slime_hookspecs import LoggerRecord, hookimpl
 
-from slime_core.extras import probe
-from slime_core.observe.loggers import JsonlLogger, TensorBoardLogger, WandbLogger
+from slime_std.observe.loggers import JsonlLogger, TensorBoardLogger, WandbLogger
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""Built-in plugin ``core_observe``: traces, rollout dumps and replay, profiling, ``core trace``
+"""Default plugin ``core_observe``: traces, rollout dumps and replay, profiling, ``core trace``
 and ``core report`` -- through ordinary hooks only (the proof that the hook surface suffices).
 
 * **Traces** (``[trace]``): hook wrappers on the lifecycle pairs (``slime_before_*`` /
@@ -7,12 +7,12 @@ and ``core report`` -- through ordinary hooks only (the proof that the hook surf
   ``log_probs`` / ``advantages`` / ``train_step`` (each ends where the next trainer hook fires,
   or at ``slime_after_train``); a wrapper on ``slime_rollout`` times evaluations and starts the
   sample lanes; a wrapper on ``slime_generate`` records each sample's ``generate`` span and makes
-  its lane the target of :func:`slime_core.observe.trace.span` inside. ``RUN_DIR/trace.json``
+  its lane the target of ``slime_core.api.span`` inside. ``RUN_DIR/trace.json``
   is written at ``slime_run_end`` (which fires after errors too).
 * **Dumps / replay** (``[debug]``): ``slime_after_rollout`` (after every other plugin) writes
   the step's groups; a ``tryfirst`` ``slime_rollout`` returns them back when replaying, and the
   ``replay`` engine record stands in for the inference engine (see
-  :mod:`slime_core.observe.replay`).
+  :mod:`slime_std.observe.replay`).
 * **Profiling** (``[profile]``): ``slime_before_train`` / ``slime_after_train``.
 
 Nothing heavy is imported at module level: torch and matplotlib load inside the functions.
@@ -25,9 +25,17 @@ import sys
 from collections.abc import Generator
 from typing import Any
 
+from slime_core.api import (
+    TRACE_ROLLOUT_TID,
+    current_tracer,
+    span,
+    start_tracer,
+    stop_tracer,
+    trace_sample_context,
+    write_dump,
+    write_run_trace,
+)
 from slime_hookspecs import Config, ConfigSection, RolloutEngineRecord, hookimpl
-
-from slime_core.observe import trace as tr
 
 _STATE: dict[str, Any] = {"profiler": None}
 
@@ -50,7 +58,7 @@ def _debug(config: Config, key: str) -> str:
 
 @hookimpl
 def slime_add_config(schema: Any) -> list[ConfigSection]:
-    from slime_core.observe.config import ProfileSection, TraceSection
+    from slime_std.observe.config import ProfileSection, TraceSection
 
     return [
         ConfigSection(name="trace", schema=TraceSection,
@@ -62,21 +70,21 @@ def slime_add_config(schema: Any) -> list[ConfigSection]:
 
 @hookimpl
 def slime_configure(config: Config) -> None:
-    from slime_core.observe.replay import configure_replay
+    from slime_std.observe.replay import configure_replay
 
     if _section(config, "debug") is not None:
         configure_replay(config)
     _STATE["profiler"] = None
     sec = _section(config, "trace")
     if sec is not None and sec.enabled:
-        tr.start(sec.max_events, sec.samples).open("setup", "setup")
+        start_tracer(sec.max_events, sec.samples).open("setup", "setup")
     else:
-        tr.stop()
+        stop_tracer()
 
 
 @hookimpl
 def slime_register_commands(cli: Any) -> None:
-    from slime_core.observe.commands import report_command, trace_command
+    from slime_std.observe.commands import report_command, trace_command
 
     cli.add_command(trace_command)
     cli.add_command(report_command)
@@ -84,7 +92,7 @@ def slime_register_commands(cli: Any) -> None:
 
 @hookimpl
 def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
-    from slime_core.observe.replay import make_replay_engine
+    from slime_std.observe.replay import make_replay_engine
 
     return [RolloutEngineRecord(
         name="replay", factory=make_replay_engine, routing_replay=True,  # dumps keep records
@@ -97,13 +105,13 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
 
 @hookimpl
 def slime_run_start(config: Config, run_dir: str) -> None:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.close("setup")
         tracer.open("run", "run", run_dir=run_dir)
     prof = _section(config, "profile")
     if prof is not None and prof.steps:
-        from slime_core.observe.profiler import StepProfiler
+        from slime_std.observe.profiler import StepProfiler
 
         if getattr(_section(config, "run"), "executor", "local") != "local":
             print("profile.steps: the trainer runs in other processes under this executor; the "
@@ -113,7 +121,7 @@ def slime_run_start(config: Config, run_dir: str) -> None:
 
 @hookimpl
 def slime_on_error(config: Config, phase: str, error: BaseException) -> None:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.close_all(keep=("run", "setup"), error=f"{type(error).__name__}: {error}")
 
@@ -123,10 +131,10 @@ def slime_run_end(config: Config, run_dir: str, status: str) -> None:
     profiler, _STATE["profiler"] = _STATE["profiler"], None
     if profiler is not None:
         profiler.finish()
-    tracer = tr.stop()
+    tracer = stop_tracer()
     if tracer is not None:
         tracer.close_all(status=status)
-        tr.write_run_trace(tracer, run_dir, status=status)
+        write_run_trace(tracer, run_dir, status=status)
 
 
 # -- rollout --------------------------------------------------------------------------------------
@@ -134,7 +142,7 @@ def slime_run_end(config: Config, run_dir: str, status: str) -> None:
 
 @hookimpl(wrapper=True)
 def slime_before_rollout(config: Config, rollout_id: int) -> Generator[None, Any, Any]:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         run = _section(config, "run")
         if run is None or not (run.async_rollout or run.rollout_mode == "one_step_off"):
@@ -142,21 +150,19 @@ def slime_before_rollout(config: Config, rollout_id: int) -> Generator[None, Any
             # rollout starts before this step trains, so steps are not drawn there
             tracer.close("step")
             tracer.open("step", "step", rollout_id=rollout_id)
-        tracer.open(f"rollout:{rollout_id}", "rollout", tr.ROLLOUT_TID, rollout_id=rollout_id)
+        tracer.open(f"rollout:{rollout_id}", "rollout", TRACE_ROLLOUT_TID, rollout_id=rollout_id)
     return (yield)
 
 
 @hookimpl(wrapper=True)
 def slime_after_rollout(config: Config, rollout_id: int, result: Any) -> Generator[None, Any, Any]:
     out = yield  # every other plugin first: the dump holds what training will see
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.close(f"rollout:{rollout_id}", samples=sum(len(g) for g in result.groups))
     save = _debug(config, "save_rollouts")
     if save:
-        from slime_core.observe.dumps import write_dump
-
-        with tr.span("dump_rollout", rollout_id=rollout_id):
+        with span("dump_rollout", rollout_id=rollout_id):
             write_dump(save, rollout_id, result, evaluation=False)
     return out
 
@@ -167,7 +173,7 @@ def replay_rollout_impl(config: Config, rollout_id: int, data_source: Any, evalu
     directory = _debug(config, "replay_rollouts")
     if not directory:
         return None
-    from slime_core.observe.replay import replay_rollout
+    from slime_std.observe.replay import replay_rollout
 
     return replay_rollout(directory, rollout_id, evaluation)
 
@@ -175,7 +181,7 @@ def replay_rollout_impl(config: Config, rollout_id: int, data_source: Any, evalu
 @hookimpl(wrapper=True)
 def slime_rollout(config: Config, rollout_id: int, data_source: Any,
                   evaluation: bool) -> Generator[None, Any, Any]:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.start_rollout(rollout_id, evaluation)
         if evaluation:
@@ -187,8 +193,6 @@ def slime_rollout(config: Config, rollout_id: int, data_source: Any,
         if tracer is not None and evaluation:
             tracer.close("eval", samples=sum(len(g) for g in res.groups) if res is not None else 0)
         if save and res is not None:
-            from slime_core.observe.dumps import write_dump
-
             write_dump(save, rollout_id, res, evaluation=True)
         return res
 
@@ -203,7 +207,7 @@ def slime_rollout(config: Config, rollout_id: int, data_source: Any,
 @hookimpl(wrapper=True)
 def slime_generate(config: Config, sample: Any, sampling_params: Any,
                    engine: Any) -> Generator[None, Any, Any]:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is None or not tracer.samples:
         return (yield)
     pid, tid = tracer.sample_track(sample)
@@ -222,7 +226,7 @@ def slime_generate(config: Config, sample: Any, sampling_params: Any,
             info["error"] = f"{type(error).__name__}: {error}"
         tracer.add("generate", start, tracer.now(), pid, tid, "sample", info)
 
-    with tr.sample_context(sample):  # sync implementations' spans land on this lane
+    with trace_sample_context(sample):  # sync implementations' spans land on this lane
         try:
             result = yield
         except BaseException as exc:
@@ -233,7 +237,7 @@ def slime_generate(config: Config, sample: Any, sampling_params: Any,
         return result
 
     async def timed() -> Any:
-        with tr.sample_context(sample):  # async implementations run here, when awaited
+        with trace_sample_context(sample):  # async implementations run here, when awaited
             try:
                 res = await result
             except BaseException as exc:
@@ -250,7 +254,7 @@ def slime_generate(config: Config, sample: Any, sampling_params: Any,
 
 def _trainer_phase(name: str, **args: Any) -> None:
     """Close the current training sub-phase and open ``name`` (only inside ``train``)."""
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None and tracer.is_open("train"):
         tracer.close("trainer")
         tracer.open("trainer", name, **args)
@@ -258,7 +262,7 @@ def _trainer_phase(name: str, **args: Any) -> None:
 
 @hookimpl(wrapper=True)
 def slime_before_train(config: Config, rollout_id: int) -> Generator[None, Any, Any]:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.open("train", "train", rollout_id=rollout_id)
     profiler = _STATE["profiler"]
@@ -290,13 +294,13 @@ def slime_before_train_step(config: Config, rollout_id: int, step_id: int, model
 def slime_after_train(config: Config, rollout_id: int,
                       metrics: dict[str, float]) -> Generator[None, Any, Any]:
     out = yield
-    tracer = tr.current()
+    tracer = current_tracer()
     profiler = _STATE["profiler"]
     if tracer is not None:
         tracer.close("trainer")
     if profiler is not None:
         if tracer is not None and profiler.active and rollout_id >= profiler.last:
-            with tr.span("profile_export", rollout_id=rollout_id):
+            with span("profile_export", rollout_id=rollout_id):
                 profiler.after_train(rollout_id)
         else:
             profiler.after_train(rollout_id)
@@ -311,7 +315,7 @@ def slime_after_train(config: Config, rollout_id: int,
 
 @hookimpl(wrapper=True)
 def slime_before_weight_sync(config: Config, version: int) -> Generator[None, Any, Any]:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.open("weight_sync", "weight_sync", version=version)
     return (yield)
@@ -321,7 +325,7 @@ def slime_before_weight_sync(config: Config, version: int) -> Generator[None, An
 def slime_after_weight_sync(config: Config, version: int,
                             stats: dict[str, float]) -> Generator[None, Any, Any]:
     out = yield
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.close("weight_sync", bytes=stats.get("bytes"))
     return out
@@ -329,7 +333,7 @@ def slime_after_weight_sync(config: Config, version: int,
 
 @hookimpl(wrapper=True)
 def slime_before_save(config: Config, rollout_id: int, path: str) -> Generator[None, Any, Any]:
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.open("save", "save", rollout_id=rollout_id)
     return (yield)
@@ -338,7 +342,7 @@ def slime_before_save(config: Config, rollout_id: int, path: str) -> Generator[N
 @hookimpl(wrapper=True)
 def slime_after_save(config: Config, rollout_id: int, path: str) -> Generator[None, Any, Any]:
     out = yield
-    tracer = tr.current()
+    tracer = current_tracer()
     if tracer is not None:
         tracer.close("save", path=path)
     return out

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 from slime_core.cli.main import cli
-from slime_core.observe.commands import trace_command
 from slime_core.observe.trace import DRIVER_PID, PHASE_TID, ROLLOUT_TID, SAMPLES_PID
-from slime_core.observe.trace_analysis import format_summary, summarize
+from slime_std.observe.commands import trace_command
+from slime_std.observe.trace_analysis import format_summary, summarize
 
 
 def _x(name: str, ts: float, dur: float, pid: int = DRIVER_PID, tid: int = PHASE_TID, **args):

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime_core.observe.trace import DRIVER_PID, SAMPLES_PID
+from slime_core.api import TRACE_DRIVER_PID as DRIVER_PID
+from slime_core.api import TRACE_SAMPLES_PID as SAMPLES_PID
 
 CONTAINERS = ("run", "step")
 _PHASES = ("X", "B", "E", "M", "i", "I", "C", "b", "e", "n")

@@ -1,5 +1,7 @@
-"""Built-in plugin ``core_accelerators``: the ``cpu`` and ``cuda`` accelerator records
-(:mod:`slime_core.executors.accelerators`).
+"""Default plugin ``core_accelerators``: the ``cpu`` and ``cuda`` accelerator records
+(:mod:`slime_std.accelerators.devices`). Disabled (``--disable-plugin core_accelerators``), a
+run has no accelerator unless another plugin registers one, and fails naming
+``run.accelerator``.
 
 Probes never import torch (``core plugins`` must stay torch-free); device-specific calls
 live on the objects the factories build.
@@ -12,7 +14,7 @@ import sys
 
 from slime_hookspecs import AcceleratorRecord, hookimpl
 
-from slime_core.executors.accelerators import CPUAccelerator, TorchAccelerator
+from slime_std.accelerators.devices import CPUAccelerator, TorchAccelerator
 
 
 def _cuda_probe() -> str | None:

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slime_core.api import DumpError, dump_path, list_dumps, read_dump
 from slime_hookspecs import RolloutResult
-
-from slime_core.observe.dumps import DumpError, dump_path, list_dumps, read_dump
 
 ENGINE_NAME = "replay"
 

@@ -1,5 +1,5 @@
-"""The built-in metric loggers: ``jsonl``, ``tensorboard``, ``wandb`` (registered by ``core_loggers``,
-:mod:`slime_core.builtin.loggers`)."""
+"""The standard metric loggers: ``jsonl``, ``tensorboard``, ``wandb`` (registered by ``core_loggers``,
+:mod:`slime_std.observe.loggers_plugin`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import os
 from typing import Any
 
-from slime_core.runtime.durable import atomic_write
+from slime_core.api import atomic_write
 
 
 class JsonlLogger:

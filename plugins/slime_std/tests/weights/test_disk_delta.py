@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 from slime_core.testing import build_test_config
-from slime_core.weights import delta as delta_format
-from slime_core.weights import disk
 from slime_hookspecs import hookimpl
+from slime_std.weights import delta as delta_format
+from slime_std.weights import disk
 
-MODEL = Path(__file__).resolve().parents[3] / "examples" / "tiny_arith" / "model"
+MODEL = Path(__file__).resolve().parents[4] / "examples" / "tiny_arith" / "model"
 
 
 class Trainer:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime_core.extras import require
+from slime_core.api import require
 
 
 @dataclass
@@ -240,7 +240,7 @@ def _dataset_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _trace_table(run: Path) -> str:
-    from slime_core.observe.trace_analysis import TraceFileError, load_trace, summarize
+    from slime_std.observe.trace_analysis import TraceFileError, load_trace, summarize
 
     try:
         summary = summarize(load_trace(run))

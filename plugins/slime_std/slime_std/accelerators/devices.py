@@ -1,5 +1,5 @@
 """The ``cpu`` and ``cuda`` accelerators (registered by ``core_accelerators``,
-:mod:`slime_core.builtin.accelerators`).
+:mod:`slime_std.accelerators.plugin`).
 
 Probes never import torch (``core plugins`` must stay torch-free); device-specific calls
 live on the objects the factories build.
@@ -8,7 +8,6 @@ live on the objects the factories build.
 from __future__ import annotations
 
 from typing import Any
-
 
 
 class TorchAccelerator:
