@@ -141,8 +141,12 @@ def test_a_key_of_an_inactive_plugin_names_the_plugin() -> None:
                                           r"slime_grpo,slime_ppo"):
         resolve(GRPO, ARITH, ("algorithm.lam=0.9",))
     with pytest.raises(ConfigError, match="algorithm.eps_clip .* belongs to plugin slime_grpo"):
-        resolve(PluginSelection(plugins=["slime_ppo"], autoload=False), ARITH,
-                ("algorithm.eps_clip=0.3",))
+        resolve(PluginSelection(plugins=[], autoload=False), ARITH, ("algorithm.eps_clip=0.3",))
+    # slime-ppo declares slime-grpo (it reads slime_grpo's [algorithm] keys): selecting it
+    # loads both, so slime_grpo's keys are known
+    _, cfg = resolve(PluginSelection(plugins=["slime_ppo"], autoload=False), ARITH,
+                     ("algorithm.eps_clip=0.3",))
+    assert cfg.algorithm.eps_clip == 0.3
 
 
 def test_an_empty_record_key_with_records_to_choose_from_is_refused() -> None:
