@@ -7,8 +7,6 @@ import pickle
 import warnings
 
 import pytest
-from slime_hookspecs import hookimpl
-
 from slime_core.config.choices import replace_choice, replaced_choice
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.pluginmgr.deprecation import (
@@ -17,6 +15,7 @@ from slime_core.pluginmgr.deprecation import (
     reset_warned,
     warn_deprecated_impls,
 )
+from slime_hookspecs import hookimpl
 
 
 @pytest.fixture(autouse=True)
