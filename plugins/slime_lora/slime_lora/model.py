@@ -15,7 +15,7 @@ The reference model (KL) is :class:`AdaptersOff`: the same module with peft's
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -83,10 +83,10 @@ class AdaptersOff(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with peft_of(self._policy).disable_adapter():
-            return self._policy(*args, **kwargs)
+            return cast(Any, self._policy)(*args, **kwargs)
 
     def parameters(self, recurse: bool = True) -> Any:  # noqa: D102 - see the class
-        return self._policy.parameters(recurse)
+        return cast(Any, self._policy).parameters(recurse)
 
     def requires_grad_(self, requires_grad: bool = True) -> AdaptersOff:
         return self  # freezing the reference must not freeze the policy's adapters

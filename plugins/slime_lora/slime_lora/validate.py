@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -148,7 +148,7 @@ def check_config(config: Any) -> None:
         targets = cfg.get("target_modules")
         lora.rank, lora.alpha = int(cfg["r"]), float(cfg["lora_alpha"])
         lora.dropout = float(cfg.get("lora_dropout") or 0.0)
-        lora.target_modules = ([targets] if isinstance(targets, str) else sorted(targets))
+        lora.target_modules = ([targets] if isinstance(targets, str) else sorted(cast(Any, targets)))
     model = meta_model(config.model)
     targets = lora.peft_targets()
     check_targets(model, targets, where)
