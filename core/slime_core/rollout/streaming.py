@@ -99,20 +99,26 @@ FINISHED_SOURCE_METHODS = ("poll_finished", "open_groups", "pause_generation",
                            "resume_generation")
 
 
-def _warn_bypassed_rollouts(pluggy_manager: Any) -> None:
+def _warn_bypassed_rollouts(manager: Any) -> None:
     """A plugin's ``slime_rollout`` is not asked for training rollouts in this mode (the
     generator takes groups one by one; evaluations still go through the hook). Whether an
     implementation answers training calls cannot be known without calling it, so this warns,
-    naming each plugin; a plugin that knows it does refuses the mode itself."""
+    naming each plugin; a plugin that knows it does refuses the mode itself. The core's and
+    the default plugins' own (a rollout manager's default, slime-std's SFT rollout, which
+    answers only ``train.loss = "sft"``) are not named."""
+    infos = getattr(manager, "infos", {})
     names = []
-    for impl in pluggy_manager.hook.slime_rollout.get_hookimpls():
+    for impl in manager.pluggy.hook.slime_rollout.get_hookimpls():
         if impl.wrapper or impl.hookwrapper:
             continue
         plugin = impl.plugin
         module = getattr(plugin, "__name__", None) if inspect.ismodule(plugin) \
             else type(plugin).__module__
-        if not str(module).startswith("slime_core."):
-            names.append(impl.plugin_name)
+        info = infos.get(impl.plugin_name)
+        if str(module).startswith("slime_core.") or (
+                info is not None and info.source in ("builtin", "default")):
+            continue
+        names.append(impl.plugin_name)
     if names:
         warnings.warn(
             f"run.rollout_mode = \"fully_async\": plugin(s) {', '.join(sorted(names))} implement "
@@ -145,7 +151,7 @@ class StreamingRollout:
             raise ValueError(
                 "run.rollout_mode = \"fully_async\" with [opd] mode = \"engine\" (a teacher "
                 "engine scoring each rollout) is not supported yet; use \"one_step_off\"")
-        _warn_bypassed_rollouts(manager.manager.pluggy)
+        _warn_bypassed_rollouts(manager.manager)
         self.m, self.config, self.source = manager, config, source
         self.capacity = async_buffer_groups(config)
         self.chunk = int(config.run.async_chunk_tokens)
