@@ -44,3 +44,31 @@ def test_setup_installs_every_package_of_the_repository() -> None:
     assert listed == packages, (
         f"requirements.txt misses {sorted(packages - listed)} / lists unknown {sorted(listed - packages)}")
     assert "-r requirements-dev.txt" in lines and any(line.startswith("torch") for line in lines)
+
+
+def test_ci_type_checks_every_package() -> None:
+    """``.ci/run`` runs ``mypy`` after the set-up and before the tests, and ``[tool.mypy]``
+    checks every package of the repository (``files``) against the others' sources
+    (``mypy_path``: the editable installs carry no py.typed, so without it an import of
+    ``slime_core`` from a plugin would be ``Any``)."""
+    import tomllib
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    ci_lines = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert "mypy" in ci_lines
+    setup = ci_lines.index(_first_block_after("## Set up", readme))
+    test = ci_lines.index(_first_block_after("## Test", readme))
+    assert setup < ci_lines.index("mypy") < test
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    roots = {p.removeprefix("$MYPY_CONFIG_FILE_DIR/") for p in conf["mypy_path"]}
+    lines = [line.split("#", 1)[0].strip()
+             for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()]
+    packages = {line[len("-e ./"):].split("[", 1)[0] for line in lines if line.startswith("-e ./")}
+    assert roots == packages, f"mypy_path misses {sorted(packages - roots)}"
+    wanted = {str(init.parent.relative_to(REPO)) for p in packages
+              for init in (REPO / p).glob("*/__init__.py") if init.parent.name != "tests"}
+    assert set(conf["files"]) == wanted, (
+        f"[tool.mypy] files misses {sorted(wanted - set(conf['files']))} / lists unknown "
+        f"{sorted(set(conf['files']) - wanted)}")
+    dev = (REPO / "requirements-dev.txt").read_text(encoding="utf-8")
+    assert re.search(r"^mypy==", dev, re.MULTILINE)

@@ -169,7 +169,7 @@ def build_schema(manager: SlimePluginManager) -> ConfigSchema:
     schema = ConfigSchema()
     for impl in manager.pluggy.hook.slime_add_config.get_hookimpls():
         owner = manager.plugin_name(impl.plugin)
-        produced = impl.function(schema=schema)
+        produced: Any = impl.function(schema=schema)
         if produced is None:
             continue
         for sec in [produced] if isinstance(produced, ConfigSection) else produced:
@@ -264,7 +264,7 @@ def _merge_key(base: ConfigSection, parts: list[ConfigSection]) -> tuple[Any, ..
 
 def _restore(base: ConfigSection, parts: list[ConfigSection], values: dict[str, Any]) -> Any:
     """Unpickle a merged section: the same values, without running the checks again."""
-    cls = merge_section(base, parts).schema
+    cls: Any = merge_section(base, parts).schema
     obj = cls.__new__(cls)
     obj.__dict__.update(values)
     return obj

@@ -193,15 +193,16 @@ class PromptDataSource:
         """
         rid = self.num_calls if rollout_id is None else int(rollout_id)
         self.num_calls += 1
-        everything = num_groups is None or num_groups < 0
+        wanted = -1 if num_groups is None else num_groups
+        everything = wanted < 0
         out: list[list[Sample]] = []
-        if self.buffer and (everything or num_groups > 0):
-            out.extend(self._take_buffered(len(self.buffer) if everything else num_groups, rid))
+        if self.buffer and (everything or wanted > 0):
+            out.extend(self._take_buffered(len(self.buffer) if everything else wanted, rid))
         if everything:
             for _ in range(self._size() - self.position):
                 out.append(self._fresh_group())
             return out
-        while len(out) < num_groups:
+        while len(out) < wanted:
             out.append(self._fresh_group())
         return out
 

@@ -35,7 +35,8 @@ class EvalSettings:
 
     def params(self, group: list[Sample], default: SamplingParams) -> SamplingParams:
         """The sampling settings of the group's dataset (``default`` for the plain eval)."""
-        spec = self.specs.get(group[0].metadata.get(DATASET_KEY)) if group else None
+        name: Any = group[0].metadata.get(DATASET_KEY) if group else None
+        spec = self.specs.get(name)
         if spec is None:
             return default
         return default.replace(
@@ -47,4 +48,5 @@ class EvalSettings:
         """The dataset's own generate function, or ``None`` (the ``slime_generate`` hook)."""
         if not self._generate:
             return None
-        return self._generate.get(sample.metadata.get(DATASET_KEY))
+        name: Any = sample.metadata.get(DATASET_KEY)
+        return self._generate.get(name)

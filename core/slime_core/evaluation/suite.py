@@ -71,8 +71,10 @@ class EvalSuite:
 
     def add_samples(self, groups: list[list[Sample]]) -> None:
         for g in groups:
-            name = g[0].metadata.get(DATASET_KEY) if g else None
-            (self.sources[name] if name in self.sources else self.plain).add_samples([g])
+            name: Any = g[0].metadata.get(DATASET_KEY) if g else None
+            source = self.sources[name] if name in self.sources else self.plain
+            assert source is not None  # handed out by a dataset's source or the plain one
+            source.add_samples([g])
 
     def state_dict(self) -> dict[str, Any]:
         state = {name: s.state_dict() for name, s in self.sources.items()}

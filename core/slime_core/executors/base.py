@@ -34,6 +34,11 @@ class RolloutFuture(Protocol):
 
     def done(self) -> bool: ...
 
+    def exception(self) -> BaseException | None:
+        """The rollout's error once done (``None``: it succeeded); like
+        ``concurrent.futures.Future.exception``."""
+        ...
+
 
 class Executor(Protocol):
     accelerator: Any

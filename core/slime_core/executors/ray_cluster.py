@@ -100,7 +100,7 @@ def start_local_ray(num_cpus: int = 0, **kwargs: Any) -> None:
     with loopback_only():
         ray.init(
             address="local", num_cpus=num_cpus or None, include_dashboard=False,
-            _node_ip_address="127.0.0.1", logging_level="WARNING", **kwargs,
+            _node_ip_address="127.0.0.1", logging_level="WARNING", **kwargs,  # type: ignore[arg-type]  # ray takes a level name; its annotation says int
         )
 
 
@@ -125,7 +125,7 @@ class RayConnection:
                     "only with Ray's token authentication; provide the cluster's token "
                     "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)"
                 )
-            ray.init(address=address, logging_level="WARNING", runtime_env=runtime_env)
+            ray.init(address=address, logging_level="WARNING", runtime_env=runtime_env)  # type: ignore[arg-type]  # as above
         else:
             wanted = config.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpus_needed // 1)))
             start_local_ray(wanted, resources=dict(config.ray.resources) or None,

@@ -79,6 +79,14 @@ class RayFuture:
         ready, _ = ray.wait([self.ref], timeout=0)
         return bool(ready)
 
+    def exception(self) -> BaseException | None:
+        """The rollout's error (``None``: it succeeded), waiting for it like ``result``."""
+        try:
+            ray.get(self.ref)
+        except Exception as exc:  # noqa: BLE001 - returned, as Future.exception does
+            return exc
+        return None
+
 
 class RemoteSource:
     """``state_dict`` / ``load_state_dict`` of a data source living in the rollout manager."""

@@ -117,7 +117,7 @@ def grad_(logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, ent: to
 
         grid = (r, triton.cdiv(vocab, GRAD_BLOCK))
         _kernels()[1][grid](logits, target.contiguous(), lse.contiguous(), ent.contiguous(),
-                            g_lp.contiguous(), (g_ent if has_ent else g_lp).contiguous(),
+                            g_lp.contiguous(), (g_ent if g_ent is not None else g_lp).contiguous(),
                             logits.stride(0), vocab, float(inv_temp), HAS_ENT=has_ent,
                             BLOCK=GRAD_BLOCK, num_warps=8)
     return logits

@@ -12,7 +12,7 @@ value per position, shaped ``[B, L]`` or ``[B, L, 1]``.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import torch
 from slime_hookspecs import CriticSpec
@@ -82,14 +82,14 @@ def build_value_model(config: Any, spec: CriticSpec, device: torch.device,
         lm = load_causal_lm(config.model, torch.device("cpu"), dtype, role="critic", seed=seed)
     else:
         lm = _random_causal_lm(config.model, dtype, seed + RANDOM_INIT_SEED_OFFSET)
-    backbone = lm.base_model
+    backbone: Any = lm.base_model
     if backbone is lm:
         raise ValueError(
             f"critic: {type(lm).__name__} exposes no base model (base_model_prefix "
             f"{getattr(lm, 'base_model_prefix', '')!r}); provide the critic through "
             "slime_make_model(config, role='critic')"
         )
-    hidden = int(lm.config.get_text_config().hidden_size)
+    hidden = int(cast(Any, lm.config).get_text_config().hidden_size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = ValueModel(backbone, hidden)

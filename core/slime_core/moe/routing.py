@@ -97,8 +97,9 @@ def moe_shape(model: torch.nn.Module) -> MoeShape | None:
     routers = find_routers(model)
     if not routers:
         return None
-    return MoeShape(layers=len(routers), top_k=int(routers[0].top_k),
-                    num_experts=int(routers[0].num_experts))
+    first: Any = routers[0]
+    return MoeShape(layers=len(routers), top_k=int(first.top_k),
+                    num_experts=int(first.num_experts))
 
 
 def _normalises(router: torch.nn.Module) -> bool:
@@ -131,8 +132,9 @@ class RoutingControl:
         if not self.routers:
             raise ValueError(f"routing replay: {type(model).__name__} has no mixture-of-experts "
                              f"router (supported: {', '.join(sorted(ROUTERS))})")
-        self.shape = MoeShape(layers=len(self.routers), top_k=int(self.routers[0].top_k),
-                              num_experts=int(self.routers[0].num_experts))
+        first: Any = self.routers[0]
+        self.shape = MoeShape(layers=len(self.routers), top_k=int(first.top_k),
+                              num_experts=int(first.num_experts))
         self._recording = False
         self._recorded: list[list[torch.Tensor]] = [[] for _ in self.routers]
         self._replay: list[torch.Tensor] | None = None

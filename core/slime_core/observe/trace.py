@@ -207,8 +207,8 @@ def mark_superseded(run_dir: str | Path, step: int) -> list[Path]:
         phases = [e for e in spans if e.get("pid") == DRIVER_PID]
         saves = [e for e in phases if e.get("name") == "save"
                  and (e.get("args") or {}).get("rollout_id") == step]
-        trained = [(e.get("args") or {}).get("rollout_id") for e in phases if e.get("name") == "train"]
-        trained = [r for r in trained if isinstance(r, int)]
+        ids = [(e.get("args") or {}).get("rollout_id") for e in phases if e.get("name") == "train"]
+        trained = [r for r in ids if isinstance(r, int)]
         if saves:
             cut = max(e["ts"] + e["dur"] for e in saves)
         elif trained and min(trained) >= step:  # rollout r trains step r + 1

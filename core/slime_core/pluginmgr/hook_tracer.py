@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable, TextIO
 
 import pluggy
@@ -34,13 +35,13 @@ def install_tracer(pluggy_manager: pluggy.PluginManager, stream: TextIO | None =
     out = stream or sys.stderr
     starts: list[float] = []
 
-    def before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+    def before(hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         starts.append(time.perf_counter())
         args = ", ".join(f"{k}={short_repr(v)}" for k, v in kwargs.items())
         who = ", ".join(i.plugin_name for i in impls)
         print(f"[hook] {hook_name}({args}) -> [{who}]", file=out, flush=True)
 
-    def after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+    def after(outcome: Any, hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         elapsed = (time.perf_counter() - starts.pop()) * 1000 if starts else 0.0
         try:
             result = short_repr(outcome.get_result())

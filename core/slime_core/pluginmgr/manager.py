@@ -141,6 +141,9 @@ class PluginInfo:
 class SlimePluginManager:
     """pluggy's manager plus slime's selection rules, load report and registries."""
 
+    # set on first use by slime_core.context.run_context (absent until then: declared only)
+    run_context: Any
+
     def __init__(self, selection: PluginSelection | None = None) -> None:
         self.selection = selection or PluginSelection()
         self.pluggy = pluggy.PluginManager(PROJECT_NAME)
@@ -231,8 +234,8 @@ class SlimePluginManager:
         ]
         if missing:
             name = missing[0]
-            info = self.infos.get(name)
-            why = info.status_text if info else "not installed"
+            found = self.infos.get(name)
+            why = found.status_text if found else "not installed"
             raise PluginLoadError(
                 f"required plugin {name!r} is not loaded ({why}); installed plugins: "
                 f"{', '.join(sorted(self.infos)) or 'none'}"

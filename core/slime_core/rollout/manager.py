@@ -29,6 +29,7 @@ import inspect
 import sys
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from slime_hookspecs import (
@@ -367,7 +368,7 @@ class RolloutManager:
                 s.metadata["dropped_reason"] = reason
         return keep
 
-    async def _abort(self, pending: set[asyncio.Future[Any]], source: DataSource) -> int:
+    async def _abort(self, pending: AbstractSet[asyncio.Future[Any]], source: DataSource) -> int:
         """Batch is full: abort surplus requests; their groups return to the data source.
         Returns how many groups went back."""
         for c in self.clients:
@@ -391,13 +392,13 @@ class RolloutManager:
             if self.config.rollout.mask_offpolicy_in_partial_rollout:
                 s.loss_mask = [0] * s.response_length
             return s
-        fresh = copy.copy(s)
-        fresh.tokens = s.prompt_tokens
-        fresh.response, fresh.response_length = "", 0
-        fresh.loss_mask, fresh.rollout_log_probs, fresh.weight_versions = [], [], []
-        fresh.status, fresh.reward, fresh.error = Status.PENDING, None, None
-        fresh.metadata = {k: v for k, v in s.metadata.items() if k != "dropped_reason"}
-        return fresh
+        out = copy.copy(s)
+        out.tokens = s.prompt_tokens
+        out.response, out.response_length = "", 0
+        out.loss_mask, out.rollout_log_probs, out.weight_versions = [], [], []
+        out.status, out.reward, out.error = Status.PENDING, None, None
+        out.metadata = {k: v for k, v in s.metadata.items() if k != "dropped_reason"}
+        return out
 
     def _keep(self, group: list[Sample]) -> tuple[bool, str]:
         if all(s.status == Status.ABORTED for s in group):

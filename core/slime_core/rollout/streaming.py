@@ -79,14 +79,15 @@ its own :class:`EngineClient` objects, so no batching state is shared with an ev
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
 import warnings
 from collections import Counter, deque
-from typing import Any
+from typing import Any, cast
 
-from slime_hookspecs import RolloutResult, Sample, SamplingParams, Status
+from slime_hookspecs import FinishedGroupSource, RolloutResult, Sample, SamplingParams, Status
 
 from slime_core.config.sections import async_buffer_groups
 from slime_core.rollout.engine_client import EngineClient
@@ -186,7 +187,7 @@ class StreamingRollout:
         """Generate with weight version ``version`` (the engines hold it now); starts the
         generator on its first call."""
         if self.finished:  # still paused here: no poll runs beside it
-            self.source.resume_generation()
+            self._finished_source.resume_generation()
         elif self._held:  # the held calls go on with the weights the engines hold now
             self._release(end=False)
         with self._cond:
@@ -215,7 +216,7 @@ class StreamingRollout:
                 return
             self._paused = True
         if self.finished:  # no engine call of its own; the workers' are the source's
-            self.source.pause_generation()
+            self._finished_source.pause_generation()
         else:
             # asked first: aborting the engines before the plugin holds would end its calls
             # as aborted answers instead of held ones
@@ -375,10 +376,15 @@ class StreamingRollout:
         except RuntimeError:  # the loop closed meanwhile (stop)
             pass
 
+    @property
+    def _finished_source(self) -> FinishedGroupSource:
+        """``self.source`` where ``self.finished`` (checked in ``__init__`` to have the methods)."""
+        return cast(FinishedGroupSource, self.source)
+
     def _in_generation(self) -> int:
         """Groups in generation: in the table, and open with the workers of a source of
         finished groups (``self._cond`` held)."""
-        return len(self.inflight) + (self.source.open_groups() if self.finished else 0)
+        return len(self.inflight) + (self._finished_source.open_groups() if self.finished else 0)
 
     def _register(self, group: list[Sample]) -> int:
         key = self._next_key
@@ -424,14 +430,14 @@ class StreamingRollout:
                     room = self.capacity - len(self.buffer) - len(self.inflight)
                     if self.finished:
                         # the source keeps at most `room` open with its workers
-                        for g in self.source.poll_finished(max(room, 0)):
+                        for g in self._finished_source.poll_finished(max(room, 0)):
                             if g:
                                 for x in g:
                                     x.rollout_id = self._step
                                 self._register(g)
                         self.max_held = max(self.max_held,
                                             len(self.buffer) + self._in_generation())
-                        polled = self.source.open_groups() > 0
+                        polled = self._finished_source.open_groups() > 0
                     elif room > 0:
                         for g in self.source.get_samples(room):
                             if g:
@@ -441,7 +447,7 @@ class StreamingRollout:
                     if key not in rewarding and not any(x.status == Status.PENDING for x in group):
                         task = asyncio.ensure_future(self._finish(key))
                         rewarding[key] = task
-                        task.add_done_callback(lambda t, k=key: rewarded(k, t))
+                        task.add_done_callback(functools.partial(rewarded, key))
                 todo = [] if self._paused else [
                     (key, i) for key, group in self.inflight.items() if key not in rewarding
                     for i, x in enumerate(group) if x.status == Status.PENDING]

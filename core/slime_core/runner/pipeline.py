@@ -26,6 +26,7 @@ from typing import Any
 
 from slime_hookspecs import RolloutResult
 
+from slime_core.executors.base import RolloutFuture
 from slime_core.runner.schedule import ScheduleCheckpoint
 
 INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of the in-flight rollout
@@ -48,7 +49,7 @@ class OneStepOff:
 
     overlaps = True
 
-    def __init__(self, *, submit: Callable[[int], Future[RolloutResult]],
+    def __init__(self, *, submit: Callable[[int], RolloutFuture],
                  prepare: Callable[[int], None], source_state: Callable[[], dict[str, Any]],
                  before: Callable[[int], None], after: Callable[[int, RolloutResult], None],
                  num_rollouts: int) -> None:

@@ -46,7 +46,7 @@ class StoreServer:
         self._sock.bind((host, 0))
         self._sock.listen(max(64, 2 * world_size))
         self.host, self.port = host, int(self._sock.getsockname()[1])
-        self.store = dist.TCPStore(
+        self.store: dist.TCPStore | None = dist.TCPStore(
             host, self.port, world_size, is_master=True,
             timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False,
             master_listen_fd=self._sock.fileno(),
@@ -93,7 +93,7 @@ def new_group(backend: str, store: Any, prefix: str, rank: int, size: int, host:
     prefixed = dist.PrefixStore(prefix, store)
     timeout = datetime.timedelta(seconds=timeout_s)
     if backend == "gloo":
-        opts = dist.ProcessGroupGloo._Options()
+        opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private torch API, absent from its stubs
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
         opts._timeout = timeout
         return dist.ProcessGroupGloo(prefixed, rank, size, opts)
@@ -129,6 +129,7 @@ def init_data_parallel(backend: str, host: str, port: int, prefix: str, rank: in
     pin_interface(host)
     store = server.store if server is not None else connect_store(host, port, world_size,
                                                                    timeout_s)
+    assert store is not None  # the server is not closed before the group is made
     dist.init_process_group(
         backend=backend, store=dist.PrefixStore(prefix, store), rank=rank,
         world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -149,7 +149,8 @@ def response_log_probs(
     # replayed ids of the right-padded batch)
     if fused_head and shared_prefix and not replay and (
             groups := prompt_groups(tokens, resp)) is not None:
-        hidden, target = shared_prefix_hidden(model.model, tokens, resp, groups, pad_id)
+        hidden, target = shared_prefix_hidden(cast(torch.nn.Module, model.model), tokens, resp, groups,
+                                              pad_id)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
                      compile_head, head_kernel)
     width = max(lengths)
@@ -167,7 +168,8 @@ def response_log_probs(
     rows, cols = rows.to(device), cols.to(device)
     target = ids[rows, cols + 1]
     routed = (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
-              if replay else contextlib.nullcontext())
+              if routing is not None and routes is not None  # `replay`
+              else contextlib.nullcontext())
     if fused_head:
         # No padding mask: the batch is right-padded, so under the causal mask no real token
         # sees padding, and the model (a Llama-family decoder, which fused_head requires)
@@ -176,7 +178,7 @@ def response_log_probs(
         # backward were 48 ms of a 0.31 s training step); the padding rows' outputs are
         # never read.
         with routed:
-            hidden = model.model(input_ids=ids, use_cache=False)[0]
+            hidden = cast(Any, model.model)(input_ids=ids, use_cache=False)[0]
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
     with routed:
@@ -212,7 +214,7 @@ def _head(model: torch.nn.Module, hidden: torch.Tensor, target: torch.Tensor, re
           temperature: float, with_entropy: bool, entropy_grad: bool,
           compile_head: bool,
           head_kernel: str = "torch") -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-    lp, ent = head_log_probs(hidden, model.get_output_embeddings(), target, temperature,
+    lp, ent = head_log_probs(hidden, cast(Any, model).get_output_embeddings(), target, temperature,
                              entropy=with_entropy, entropy_grad=entropy_grad, compile=compile_head,
                              kernel=head_kernel)
     return list(lp.split(resp)), list(ent.split(resp)) if ent is not None else None

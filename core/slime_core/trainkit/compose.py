@@ -132,8 +132,8 @@ def compute_loss(
     reducer, weighting = make_reducer(config, batch)
     custom = manager.hook.slime_loss(config=config, batch=batch, log_probs=log_probs, reducer=reducer)
     if custom is not None:
-        loss, metrics = custom
-        return loss, dict(metrics), weighting
+        loss, custom_metrics = custom
+        return loss, dict(custom_metrics), weighting
     metrics: dict[str, float] = {}
     masks = [m.to(log_probs[0].dtype) for m in batch.loss_masks]
     if config.train.loss == "sft":
@@ -170,6 +170,7 @@ def _is_correction(
     manager = get_manager()
     rollout = batch.rollout_log_probs
     old = batch.old_log_probs
+    assert rollout is not None and old is not None  # the caller checks both
     metrics = {"train/mismatch_abs_logprob_diff": _masked_abs_diff(old, rollout, masks)}
     warn_deprecated_impls(manager.hook.slime_is_correction)  # the IS correction's alias
     out = manager.hook.slime_is_correction(

@@ -98,12 +98,15 @@ def all_reduce_gradients(params: list[torch.nn.Parameter], group: Any = None) ->
         by_dtype.setdefault(p.grad.dtype, []).append(p)
     for dtype in sorted(by_dtype, key=str):  # same order on every rank
         same = by_dtype[dtype]
-        flat = torch.cat([p.grad.reshape(-1) for p in same])
+        # every one is set: a missing present gradient became zeros above
+        flat = torch.cat([p.grad.reshape(-1) for p in same if p.grad is not None])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
         offset = 0
         for p in same:
-            n = p.grad.numel()
-            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+            g = p.grad
+            assert g is not None
+            n = g.numel()
+            g.copy_(flat[offset:offset + n].view_as(g))
             offset += n
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -99,17 +99,18 @@ class MasterAdamW(torch.optim.AdamW):
             refresh_copy(self.masters[i], self.model_params[i])
         # the gradients cast up in one multi-tensor copy (a cast kernel per weight was ~290
         # launches a step, which the GPU waits for)
-        grads, copies = [], []
+        grads: list[torch.Tensor] = []
+        copies: list[torch.Tensor] = []
         for p, m in zip(self.model_params, self.masters, strict=True):
             m.grad = None if p.grad is None else torch.empty_like(m)
             if p.grad is not None:
                 grads.append(p.grad)
-                copies.append(m.grad)
+                copies.append(m.grad)  # type: ignore[arg-type]  # set just above (empty_like)
         if grads:
             torch._foreach_copy_(copies, grads)
         loss = super().step(closure)
         # one multi-tensor copy back (casting to the model's dtype), not a kernel per weight
-        torch._foreach_copy_(self.model_params, self.masters)
+        torch._foreach_copy_(cast(list[torch.Tensor], self.model_params), self.masters)
         self._versions.mark()
         return loss
 

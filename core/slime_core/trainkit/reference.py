@@ -10,7 +10,7 @@ architecture and tokenizer as the policy, or the KL compares different vocabular
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from slime_hookspecs import Config
 
@@ -20,7 +20,7 @@ def ref_model_config(config: Config) -> Any:
     weights, nothing of ``init_config``), else the policy's own settings."""
     if not config.model.ref_path:
         return config.model
-    return dataclasses.replace(config.model, path=config.model.ref_path, init_config={})
+    return dataclasses.replace(cast(Any, config.model), path=config.model.ref_path, init_config={})
 
 
 def ref_update_due(config: Config, rollout_id: int) -> bool:

@@ -30,6 +30,8 @@ call that continues a cache.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 
 
@@ -108,7 +110,7 @@ def _expanded_cache(cache: object, rows: torch.Tensor, decoder: torch.nn.Module)
             f"shared prefix: the decoder returned {type(cache).__name__} without per-layer "
             "keys and values (transformers >= 5 caches have .layers); set "
             "train.shared_prefix = false")
-    out = DynamicCache(config=decoder.config)
+    out = DynamicCache(config=cast(Any, decoder.config))
     for i, layer in enumerate(layers):
         out.update(layer.keys.index_select(0, rows), layer.values.index_select(0, rows), i)
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from typing import Any, cast
 
 from slime_hookspecs import AcceleratorRecord, hookimpl
 
@@ -52,26 +52,31 @@ class NPUAccelerator:
 
         self._torch = torch
 
+    @property
+    def _npu(self) -> Any:
+        """``torch.npu`` (torch_npu registers it; torch's annotations do not know it)."""
+        return cast(Any, self._torch).npu
+
     def device_count(self) -> int:
-        return int(self._torch.npu.device_count())
+        return int(self._npu.device_count())
 
     def device(self, index: int = 0) -> Any:
         return self._torch.device("npu", index)
 
     def memory_stats(self) -> dict[str, float]:
-        npu = self._torch.npu
+        npu = self._npu
         return {"allocated_gb": npu.memory_allocated() / 2**30,
                 "reserved_gb": npu.memory_reserved() / 2**30,
                 "max_allocated_gb": npu.max_memory_allocated() / 2**30}
 
     def empty_cache(self) -> None:
-        self._torch.npu.empty_cache()
+        self._npu.empty_cache()
 
     def get_rng_state(self) -> Any:
-        return self._torch.npu.get_rng_state_all()
+        return self._npu.get_rng_state_all()
 
     def set_rng_state(self, state: Any) -> None:
-        self._torch.npu.set_rng_state_all(state)
+        self._npu.set_rng_state_all(state)
 
 
 @hookimpl

@@ -92,7 +92,7 @@ def apply() -> None:
         return
     from megatron.core.tensor_parallel import random as mrandom
 
-    torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment]
+    torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment, return-value]  # a CPU stand-in: megatron only passes it back to torch
     mrandom._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     mrandom._get_cuda_rng_state = _get_state

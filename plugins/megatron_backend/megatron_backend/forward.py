@@ -77,7 +77,7 @@ def from_logits(logits: torch.Tensor, p: Packed, temperature: float, vocab: int,
         want_grad = entropy_grad and torch.is_grad_enabled()
         lp, ent = log_probs_and_entropy(z, p.target, start, vocab - start, with_entropy,
                                         parallel.tp_group())
-        ents = None
+        ents: list[torch.Tensor] | None = None
         if with_entropy and ent is not None:
             ents = list((ent if want_grad else ent.detach()).split(p.resp))
         return list(lp.split(p.resp)), ents
@@ -87,7 +87,7 @@ def from_logits(logits: torch.Tensor, p: Packed, temperature: float, vocab: int,
     logp = torch.log_softmax(lg, dim=-1)
     lp = logp.gather(-1, p.target.unsqueeze(-1)).squeeze(-1)
     out = list(lp.split(p.resp))
-    ents: list[torch.Tensor] | None = None
+    ents = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = -(logp.exp() * logp).sum(-1)

@@ -7,7 +7,7 @@ are turned off so the same config builds on the CPU and on a GPU.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -24,7 +24,7 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
     import torch.nn.functional as F
     from megatron.core.transformer import TransformerConfig
 
-    recompute = dict(RECOMPUTE[mg.recompute])
+    recompute: dict[str, Any] = dict(cast(dict[str, Any], RECOMPUTE[mg.recompute]))
     moe: dict[str, Any] = {}
     if layout.num_experts:
         moe = dict(
@@ -101,7 +101,7 @@ def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
     model = GPTModel(
         config=cfg, transformer_layer_spec=spec, vocab_size=layout.padded_vocab,
         max_sequence_length=layout.max_positions, position_embedding_type="rope",
-        rotary_base=layout.rope_theta,  # type: ignore[arg-type]  (annotated int, used as a float)
+        rotary_base=layout.rope_theta,  # type: ignore[arg-type]  # annotated int, used as a float
         # Across pipeline stages the backend keeps the tied copies itself (the last stage's
         # output weight loaded from the embedding, gradients summed over the embedding group:
         # optim.Accumulation), as Megatron does, but without Megatron's set-up of that copy,

@@ -14,7 +14,7 @@ samples.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -102,7 +102,7 @@ class Accumulation:
             # the core's reduction over the data-parallel group: one flat buffer per dtype,
             # a parameter no rank has a gradient for keeps None (AdamW skips it)
             group = parallel.dp_group()
-            all_reduce_gradients(params, group)
+            all_reduce_gradients(cast(list[torch.nn.Parameter], params), group)
             metrics = sum_metrics(metrics, group)
         total = grad_norm(named, sharded_names, skip, stages.group if piped else None)
         if self._should_step(total):

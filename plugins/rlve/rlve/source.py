@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, cast
 
 from slime_hookspecs import Sample, Status
 
@@ -215,7 +215,7 @@ class AdaptiveSource:
                 raise ValueError(f"rlve: the reward is a dict without {key!r} (rlve.reward_key); "
                                  f"keys: {sorted(r)}")
             r = r[key]
-        return float(r) >= float(self.cfg.success_reward)
+        return float(cast(float, r)) >= float(self.cfg.success_reward)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-ready: the controller (level, window, history), the next entry of every

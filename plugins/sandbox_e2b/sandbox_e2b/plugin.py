@@ -31,7 +31,8 @@ def make_sandbox(config: Config | None = None, **options: Any) -> Any:
     from sandbox_e2b.sandbox import E2BSandbox
 
     section = getattr(config, "e2b", None) if config is not None else None
-    values = dataclasses.asdict(section) if dataclasses.is_dataclass(section) else {}
+    values = (dataclasses.asdict(section)
+              if dataclasses.is_dataclass(section) and not isinstance(section, type) else {})
     return E2BSandbox(E2BSection.from_mapping({**values, **options}))
 
 

@@ -32,7 +32,8 @@ class _Capped:
     """Output kept up to ``limit`` bytes of UTF-8; the rest is counted, not kept."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.parts, self.size, self.truncated = limit, [], 0, False
+        self.parts: list[bytes] = []
+        self.limit, self.size, self.truncated = limit, 0, False
 
     def add(self, text: str) -> None:
         room = self.limit - self.size

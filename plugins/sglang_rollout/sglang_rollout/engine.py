@@ -29,7 +29,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -137,7 +137,7 @@ class SGLangEngine:
         return GenerateOutput(gen.token_ids, gen.log_probs, gen.finish_reason, version, gen.text,
                               routed_experts=routed)
 
-    async def _re_abort(self, tasks: list[asyncio.Future[Any]], epoch: int) -> None:
+    async def _re_abort(self, tasks: Sequence[asyncio.Future[Any]], epoch: int) -> None:
         while self._abort_epoch == epoch:
             await asyncio.sleep(0.05)
         while not all(t.done() for t in tasks):

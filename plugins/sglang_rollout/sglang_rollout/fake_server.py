@@ -253,12 +253,13 @@ class FakeSGLangServer:
                 out = await self._client.generate(ids, params)
             finally:
                 self.in_flight -= 1
-        reason: dict[str, Any] = {
+        reasons: dict[str, dict[str, Any]] = {
             "stop": {"type": "stop", "matched": out.token_ids[-1] if out.token_ids else None},
             "length": {"type": "length", "length": len(out.token_ids)},
             "abort": {"type": "abort", "message": "Abort in waiting queue", "status_code": None,
                       "err_type": None},
-        }[out.finish_reason]
+        }
+        reason = reasons[out.finish_reason]
         meta: dict[str, Any] = {
             "id": body.get("rid") or uuid.uuid4().hex, "finish_reason": reason,
             "prompt_tokens": len(ids), "weight_version": self.version, "num_retractions": 0,

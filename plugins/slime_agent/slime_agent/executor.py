@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,7 @@ class ToolExecutor:
             if not callable(fn):
                 raise TypeError(f"tool {name!r} (plugin {rec.owner}): factory returned "
                                 f"{type(fn).__name__}, not a callable")
+            params: Mapping[str, inspect.Parameter]
             try:
                 params = inspect.signature(fn).parameters
             except (TypeError, ValueError):

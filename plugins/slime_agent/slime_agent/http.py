@@ -19,7 +19,7 @@ import secrets
 import threading
 import urllib.error
 import urllib.request
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 # (status, message, param, code) -> the JSON body of an error answer
 ErrorBody = Callable[..., dict[str, Any]]
@@ -175,16 +175,11 @@ class ServerThread:
         # request is being handled, which is also a connection stuck in its headers
         kwargs = {} if self._idle_timeout_s is None else {"keepalive_timeout":
                                                             self._idle_timeout_s}
-        self._runner = web.AppRunner(self._make_app(), access_log=None, **kwargs)
+        self._runner = web.AppRunner(self._make_app(), access_log=None, **cast(Any, kwargs))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        self.port = int(site._server.sockets[0].getsockname()[1])  # the bound port (port 0)
-
-    @property
-    def running(self) -> bool:
-        """Started and not stopped: :meth:`call` can reach the loop."""
-        return self._loop is not None
+        self.port = int(cast(Any, site._server).sockets[0].getsockname()[1])  # the bound port (port 0)
 
     def call(self, coro: Awaitable[Any], timeout: float | None = None) -> Any:
         """Run ``coro`` on the server's loop and wait for its result."""

@@ -150,7 +150,9 @@ async def _rollout_async(args: Any, rollout_id: int, data_source: Any) -> Any:
     state = GenerateState(args)
     state.reset()
     dyn = load_function(args.dynamic_sampling_filter_path) if args.dynamic_sampling_filter_path else None
-    target, data, dropped = args.rollout_batch_size, [], {}
+    data: list[Any] = []
+    dropped: dict[Any, Any] = {}
+    target = args.rollout_batch_size
     while len(data) < target:
         while state.remaining_batch_size < target:
             state.submit_generate_tasks(data_source.get_samples(args.over_sampling_batch_size))

@@ -236,7 +236,7 @@ def set_real_sample(real_cls: type) -> None:
 
     _View.__name__ = _View.__qualname__ = "RealSampleView"  # pickle finds it by this name
     _View.__module__ = __name__
-    RealSampleView = _View
+    RealSampleView = _View  # type: ignore[misc]  # the module's class is replaced at run time by design (pickle finds it by name)
     _view_cls = _View
 
 

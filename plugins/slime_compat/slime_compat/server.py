@@ -21,7 +21,7 @@ import itertools
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from aiohttp import web
 from slime_hookspecs import GenerateOutput, SamplingParams
@@ -73,11 +73,12 @@ def to_params(sp: dict[str, Any]) -> SamplingParams:
 
 def response_body(out: GenerateOutput, prompt_len: int, logprob: bool, rid: str,
                   latency: float) -> dict[str, Any]:
-    reason: dict[str, Any] = {
+    reasons: dict[str, dict[str, Any]] = {
         "stop": {"type": "stop", "matched": out.token_ids[-1] if out.token_ids else None},
         "length": {"type": "length", "length": len(out.token_ids)},
         "abort": {"type": "abort", "message": "Abort in waiting queue"},
-    }.get(out.finish_reason, {"type": out.finish_reason})
+    }
+    reason = reasons.get(out.finish_reason, {"type": out.finish_reason})
     meta: dict[str, Any] = {
         "id": rid, "finish_reason": reason, "prompt_tokens": prompt_len,
         "completion_tokens": len(out.token_ids), "cached_tokens": 0,
@@ -248,7 +249,7 @@ class GenerateServer:
             tok = self._tokenizer()
             return [list(tok.encode(t, add_special_tokens=False)) for t in texts], not isinstance(text, str)
         batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-        rows = ids if batched else [ids]
+        rows: list[Any] = cast(list[Any], ids) if batched else [ids]
         for row in rows:
             if not isinstance(row, list) or not row or not all(type(t) is int and t >= 0 for t in row):
                 raise BadRequest("/generate: input_ids must be a non-empty list of token ids "

@@ -10,9 +10,12 @@ run loads both plugins (``--plugins slime_grpo,slime_ppo``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from slime_hookspecs import ConfigSection, KLEstimatorRecord, RecordKey
+from slime_hookspecs import Config, ConfigSection, KLEstimatorRecord, RecordKey
+
+if TYPE_CHECKING:
+    from slime_hookspecs.config import AlgorithmConfig
 
 # the core's record keys get slime_grpo's records as defaults
 DEFAULTS = {"advantage_estimator": "grpo", "policy_loss": "ppo",
@@ -104,6 +107,19 @@ def check_reinforce_whitening(algorithm: Any) -> None:
         f"trains on whitened advantages only, as slime does (\"{SLIME_REINFORCE_REASON}\"); "
         "set algorithm.whiten_advantages = true (slime's --normalize-advantages)"
     )
+
+
+if TYPE_CHECKING:
+    class GRPOAlgorithm(GRPOAlgorithmKeys, AlgorithmConfig):
+        """The type of ``config.algorithm`` while slime_grpo is active: the core's keys
+        (:class:`AlgorithmConfig`) plus this plugin's (:class:`GRPOAlgorithmKeys`), the two
+        parts the section is merged from at run time. For the type checker only."""
+
+
+def algorithm(config: Config) -> GRPOAlgorithm:
+    """``config.algorithm``, typed with slime_grpo's keys (no copy, no check: the merged
+    section has them whenever this plugin is active, which is when its code runs)."""
+    return cast("GRPOAlgorithm", config.algorithm)
 
 
 def algorithm_keys() -> ConfigSection:

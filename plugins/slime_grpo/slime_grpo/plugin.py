@@ -23,6 +23,8 @@ from slime_hookspecs import (
     hookimpl,
 )
 
+from slime_grpo.config import algorithm
+
 records = Records()
 
 # -- advantages ------------------------------------------------------------------------------
@@ -57,11 +59,11 @@ def _group_estimate(config: Config, name: str) -> Estimate:
         from slime_grpo import ops
 
         kw: dict[str, Any] = {"group_ids": list(batch.group_indices),
-                              "singleton": config.algorithm.singleton_advantage}
+                              "singleton": algorithm(config).singleton_advantage}
         if name in ("grpo", "gspo", "cispo"):
-            kw["normalize_std"] = config.algorithm.normalize_std
+            kw["normalize_std"] = algorithm(config).normalize_std
         adv = ops.ADVANTAGE_ESTIMATORS[name](_rewards(batch), batch.response_lengths, **kw)
-        if config.algorithm.whiten_advantages:
+        if algorithm(config).whiten_advantages:
             adv = _whiten(adv, batch.loss_masks, _all_sum(config))
         return adv, adv
 
@@ -101,7 +103,7 @@ def rloo(config: Config) -> Estimate:
 def _reward_kl_fn(config: Config) -> Callable[[Any, Any], Any]:
     """The KL estimator of the reward penalty, built from its record (whichever plugin
     registers it), so its clamps follow the config as the KL loss's do."""
-    alg = config.algorithm
+    alg = algorithm(config)
     name = alg.kl_in_reward_estimator or alg.kl_estimator
     if name in _KL_SUMMARIES:  # ours: no plugin manager needed (ops-level callers, tests)
         return _kl_builder(name)(config)
@@ -114,7 +116,7 @@ def _reinforce(config: Config, baseline: bool) -> Estimate:
     def estimate(batch: Any) -> tuple[list[Any], list[Any]]:
         from slime_grpo import ops
 
-        alg = config.algorithm
+        alg = algorithm(config)
         kl = None
         if alg.kl_in_reward_coef > 0 and batch.ref_log_probs is not None:
             lps = batch.old_log_probs or batch.rollout_log_probs
@@ -129,7 +131,7 @@ def _reinforce(config: Config, baseline: bool) -> Estimate:
             kw["group_ids"] = list(batch.group_indices)
             kw["singleton"] = alg.singleton_advantage
             kw["cumulative_kl"] = alg.reinforce_baseline_kl == "cumulative"
-            fn = ops.reinforce_plus_plus_baseline_advantages
+            fn: Callable[..., list[Any]] = ops.reinforce_plus_plus_baseline_advantages
         else:
             fn = ops.reinforce_plus_plus_advantages
         adv = fn(_rewards(batch), batch.loss_masks, **kw)
@@ -166,7 +168,7 @@ def _policy_loss(config: Config, name: str) -> PolicyLoss:
     def loss(batch: Any, log_probs: list[Any]) -> tuple[list[Any], dict[str, float]]:
         from slime_grpo import ops
 
-        alg = config.algorithm
+        alg = algorithm(config)
         high = alg.eps_clip_high or None
         dual = alg.eps_clip_c or None
         clamp = alg.log_ratio_clamp or None
@@ -218,7 +220,7 @@ slime_register_policy_losses = records.hook(PolicyLossRecord)
 
 def _kl_builder(name: str) -> Callable[[Any], Callable[[Any, Any], Any]]:
     def build(config: Config) -> Callable[[Any, Any], Any]:
-        alg = config.algorithm
+        alg = algorithm(config)
         if name in ("k3", "low_var_kl"):
             # slime clamps only the name low_var_kl, verl both and the log-ratio before exp
             clamp = (alg.k3_clamp if name == "k3" else alg.low_var_kl_clamp) or None
@@ -259,7 +261,7 @@ def _is_builder(name: str) -> Callable[[Any], Callable[..., Any]]:
             from slime_grpo import ops
 
             out_pg, out_masks, m = ops.IS_CORRECTIONS[name](
-                dict(config.algorithm.is_kwargs), pg, train_lp, rollout_lp, masks)
+                dict(algorithm(config).is_kwargs), pg, train_lp, rollout_lp, masks)
             return list(out_pg), list(out_masks), {k: float(v) for k, v in m.items()}
 
         return correct
@@ -282,9 +284,9 @@ def _reducer_builder(name: str) -> Callable[..., Any]:
     def build(config: Config, response_lengths: list[int], loss_masks: list[Any]) -> Any:
         from slime_grpo import ops
 
-        max_len = config.algorithm.max_response_length or config.rollout.max_new_tokens
+        max_len = algorithm(config).max_response_length or config.rollout.max_new_tokens
         return ops.get_reducer(name, response_lengths, loss_masks, max_response_length=max_len,
-                               count_empty_samples=config.algorithm.count_empty_samples)
+                               count_empty_samples=algorithm(config).count_empty_samples)
 
     return build
 

@@ -15,11 +15,12 @@ The reference model (KL) is :class:`AdaptersOff`: the same module with peft's
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from slime_lora.config import LoraSection
+from slime_lora.validate import peft_alpha
 
 # the peft wrapper is kept on the inner model under this attribute (object.__setattr__: not
 # a submodule, so it is neither in the state dict nor moved twice)
@@ -47,9 +48,10 @@ def build_policy(config: Any) -> torch.nn.Module:
         peft_model = PeftModel.from_pretrained(base, lora.init_adapter, is_trainable=True)
     else:
         peft_model = get_peft_model(base, LoraConfig(
-            r=int(lora.rank), lora_alpha=float(lora.alpha), lora_dropout=float(lora.dropout),
+            r=int(lora.rank), lora_alpha=peft_alpha(lora.alpha), lora_dropout=float(lora.dropout),
             target_modules=lora.peft_targets(), bias="none", task_type="CAUSAL_LM"))
-    inner = peft_model.base_model.model
+    # the transformers model itself (peft types the attribute as Tensor | Module)
+    inner: Any = peft_model.base_model.model
     if config.train.gradient_checkpointing:
         # the frozen embedding gives checkpointed blocks inputs without grad: ask for it
         inner.enable_input_require_grads()
@@ -83,10 +85,10 @@ class AdaptersOff(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with peft_of(self._policy).disable_adapter():
-            return self._policy(*args, **kwargs)
+            return cast(Any, self._policy)(*args, **kwargs)
 
     def parameters(self, recurse: bool = True) -> Any:  # noqa: D102 - see the class
-        return self._policy.parameters(recurse)
+        return cast(Any, self._policy).parameters(recurse)
 
     def requires_grad_(self, requires_grad: bool = True) -> AdaptersOff:
         return self  # freezing the reference must not freeze the policy's adapters

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -68,13 +68,20 @@ def check_targets(model: Any, targets: list[str] | str, where: str) -> None:
             f"{where} ({type(model).__name__}): {_describe(names)}")
 
 
+def peft_alpha(alpha: float) -> Any:
+    """``lora.alpha`` as peft takes it: peft annotates ``lora_alpha`` as ``int`` but uses it as
+    a number (scaling = alpha / r), and a float alpha such as 16.5 is valid; typed ``Any`` so
+    mypy with peft installed accepts it."""
+    return float(alpha)
+
+
 def check_wrappable(model: Any, lora: Any, targets: list[str] | str, where: str) -> None:
     """peft's own verdict, on the meta model: an architecture or layer type it cannot wrap
     fails here with peft's reason."""
     from peft import LoraConfig, get_peft_model
 
     try:
-        get_peft_model(model, LoraConfig(r=int(lora.rank), lora_alpha=float(lora.alpha),
+        get_peft_model(model, LoraConfig(r=int(lora.rank), lora_alpha=peft_alpha(lora.alpha),
                                          target_modules=targets, lora_dropout=0.0))
     except (ValueError, TypeError, NotImplementedError, KeyError) as exc:
         raise ValueError(f"lora: peft cannot add LoRA layers to {where} "
@@ -148,7 +155,7 @@ def check_config(config: Any) -> None:
         targets = cfg.get("target_modules")
         lora.rank, lora.alpha = int(cfg["r"]), float(cfg["lora_alpha"])
         lora.dropout = float(cfg.get("lora_dropout") or 0.0)
-        lora.target_modules = ([targets] if isinstance(targets, str) else sorted(targets))
+        lora.target_modules = ([targets] if isinstance(targets, str) else sorted(cast(Any, targets)))
     model = meta_model(config.model)
     targets = lora.peft_targets()
     check_targets(model, targets, where)

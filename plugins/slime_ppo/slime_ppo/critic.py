@@ -86,7 +86,7 @@ class Critic:
                 continue
 
             def loss_fn(mb: list[int], values: list[torch.Tensor],
-                        idx: list[int] = idx) -> tuple[torch.Tensor, dict[str, float]]:
+                        idx: list[int] = idx) -> tuple[torch.Tensor, dict[str, Any]]:
                 ids = [idx[j] for j in mb]
                 device = values[0].device
                 masks = [loss_masks[i] for i in ids]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from slime_core import api
+import slime_core.api as api
 
 # import name -> (distribution, extra of slime-std that installs it)
 EXTRAS: dict[str, tuple[str, str]] = {

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from slime_core.pytest_fixtures import make_config, tiny_tokenizer_dir
+from slime_core.pytest_fixtures import make_config, tiny_tokenizer_dir, without
 
-__all__ = ["make_config", "tiny_tokenizer_dir"]
+__all__ = ["make_config", "tiny_tokenizer_dir", "without"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, cast
 
 
 def materialize_model(config: Any) -> tuple[str, str, str | None]:
@@ -39,7 +39,7 @@ def materialize_model(config: Any) -> tuple[str, str, str | None]:
     tmp = tempfile.mkdtemp(prefix="slime-vllm-model-")
     try:
         built = load_causal_lm(model, "cpu", torch.float32, role="actor", seed=config.run.seed)
-        built.save_pretrained(tmp)
+        cast(Any, built).save_pretrained(tmp)
         if tokenizer:
             load_tokenizer(model).save_pretrained(tmp)
     except Exception:

@@ -178,7 +178,7 @@ class BufferState:
         """Up to ``num_groups`` complete groups (oldest first) and a report."""
         if type(num_groups) is not int or num_groups < 1:
             raise BufferError("num_groups: must be a positive integer", param="num_groups")
-        groups = []
+        groups: list[Any] = []
         while self.ready and len(groups) < num_groups:
             inst = self.instances.pop(self.ready.popleft())
             samples = [d for k in range(inst.size) for d in inst.written[k]]

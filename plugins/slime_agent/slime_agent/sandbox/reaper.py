@@ -52,7 +52,7 @@ async def _exited(pidfd: int, timeout: float) -> bool:
     """Wait until the process of ``pidfd`` has exited (a pidfd polls readable then)."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    loop.add_reader(pidfd, lambda: None if done.done() else done.set_result(None))
     try:
         await asyncio.wait_for(done, timeout)
         return True

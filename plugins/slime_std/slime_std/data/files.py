@@ -102,17 +102,17 @@ def iter_records(path: str, key: str, kind: str = "jsonl") -> Iterator[tuple[str
             for lineno, raw_line in enumerate(fh, start=1):
                 ref = f"{path}:{lineno}"
                 try:
-                    line = raw_line.decode("utf-8")
+                    text = raw_line.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     yield ref, BadRecord(f"invalid UTF-8 ({exc.reason} at byte {exc.start} of the line)")
                     continue
-                if not line.strip():
+                if not text.strip():
                     continue
                 try:
-                    rec = json.loads(line)
+                    rec = json.loads(text)
                 except json.JSONDecodeError as exc:
                     yield ref, BadRecord(
-                        f"invalid JSON ({exc.msg}, column {exc.colno}): {line.strip()[:120]!r}"
+                        f"invalid JSON ({exc.msg}, column {exc.colno}): {text.strip()[:120]!r}"
                     )
                     continue
                 yield ref, rec

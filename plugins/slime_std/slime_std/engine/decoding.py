@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from slime_core.api import RoutingControl
@@ -128,7 +128,7 @@ class _Batch:
         tokens = torch.empty(logits.shape[0], dtype=torch.long, device=self.device)
         lp = torch.empty(logits.shape[0], dtype=torch.float32, device=self.device)
         for idx, sampler in self.groups:
-            tok_g, lp_g = sampler(logits.index_select(0, idx))
+            tok_g, lp_g = sampler(logits.index_select(0, cast(torch.Tensor, idx)))
             tokens[idx], lp[idx] = tok_g, lp_g
         return tokens, lp
 
@@ -249,7 +249,7 @@ def decode(
             if fused is not None:
                 fused.select(keep)
             else:
-                cache.batch_select_indices(keep)
+                cast(Any, cache).batch_select_indices(keep)
             next_ids, pos, step_mask = next_ids[keep], pos[keep], step_mask[keep]
         if fused is not None:
             logits = fused.step(next_ids, pos)

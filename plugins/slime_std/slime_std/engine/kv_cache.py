@@ -12,7 +12,7 @@ rows of the buffers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -64,7 +64,7 @@ class BufferedLayer(DynamicLayer):
         self._v[:, :, self.length:end] = value_states
         self.length = end
         self._expose()
-        return self.keys, self.values
+        return cast(torch.Tensor, self.keys), cast(torch.Tensor, self.values)  # set by _expose
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized and self._k is not None and self._v is not None:

@@ -40,7 +40,7 @@ import gc
 import itertools
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from slime_core.api import (
@@ -116,7 +116,7 @@ class LocalEngine:
         self.eos_token_ids = _eos_ids(self.tokenizer, model)
         pad = getattr(self.tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
-        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        self.vocab_size = int(cast(Any, model).get_input_embeddings().weight.shape[0])
         # the longest prompt accepted: a longer one is refused before it reaches attention,
         # whose masks grow with its square (a 900 kB prompt asked for 810 GB)
         ctx = getattr(model.config, "max_position_embeddings", None)
@@ -312,7 +312,7 @@ class LocalEngine:
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
-        return DynamicCache(config=self._live_model().config)
+        return DynamicCache(config=cast(Any, self._live_model().config))
 
     def _text(self, ids: list[int]) -> str:
         if self.tokenizer is None or not ids:

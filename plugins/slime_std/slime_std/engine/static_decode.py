@@ -216,7 +216,7 @@ class StaticDecoder:
         sin = torch.cat((-sin[..., :half], sin[..., half:]), -1).reshape(b, 1, d)
         triton = self.attention == TRITON_ATTENTION_NAME
         for i, layer in enumerate(f.layers):
-            cache = self.cache.layers[i]
+            cache: Any = self.cache.layers[i]
             if triton and self.fuse_rope and layer.q_norm is None:
                 qkv = _project(_rms(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b)
                 out = decode_attention_rope(

@@ -104,7 +104,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
+    xs: list[int] = []
+    ys: list[float] = []
     for r in rows:
         v = r.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):

@@ -152,18 +152,18 @@ def summarize(doc: dict[str, Any]) -> TraceSummary:
         a = ev.get("args") or {}
         key = (int(a.get("rollout_id", -1)), bool(a.get("eval", False)),
                int(a.get("group", -1)), int(a.get("index", -1)))
-        row = samples.setdefault(key, SampleRow(key[0], key[2], key[3], key[1]))
+        srow = samples.setdefault(key, SampleRow(key[0], key[2], key[3], key[1]))
         secs = ev["dur"] / 1e6
         if ev["name"] == "generate":
-            row.generate_s += secs
-            row.status = str(a.get("status", row.status))
-            row.response_length = int(a.get("response_length", row.response_length) or 0)
+            srow.generate_s += secs
+            srow.status = str(a.get("status", srow.status))
+            srow.response_length = int(a.get("response_length", srow.response_length) or 0)
         elif ev["name"] == "reward":
-            row.reward_s += secs
+            srow.reward_s += secs
         else:
             if ev["name"] == "turn":
-                row.turns += 1
-            row.other[ev["name"]] = row.other.get(ev["name"], 0.0) + secs
+                srow.turns += 1
+            srow.other[ev["name"]] = srow.other.get(ev["name"], 0.0) + secs
     other = doc.get("otherData") or {}
     return TraceSummary(wall, ordered, list(samples.values()), str(other.get("status", "")),
                         int(other.get("dropped_events", 0) or 0))

@@ -17,7 +17,7 @@ import os
 import random
 import time
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from slime_core.api import (
@@ -80,7 +80,7 @@ class TorchTrainer:
         self.routing = (RoutingControl(self.model) if config.train.routing_replay == "rollout"
                         else None)
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
-            self.model.gradient_checkpointing_enable()
+            cast(Any, self.model).gradient_checkpointing_enable()
         # the response log-probs' head step (logprob_head) for the models that allow it
         self.fused_head = bool(config.train.fused_head) and fused_head_unsupported(self.model) is None
         # `is True`: an unresolved "auto" (a trainer built outside the driver, which resolves
@@ -89,7 +89,7 @@ class TorchTrainer:
             # in place (Module.compile): parameter names, checkpoints and weight export are
             # unchanged; dynamic shapes, since micro-batch shapes change every step. With the
             # fused head the decoder is what the trainer calls.
-            (self.model.model if self.fused_head else self.model).compile(dynamic=True)
+            cast(Any, self.model.model if self.fused_head else self.model).compile(dynamic=True)
         self.ref_model: torch.nn.Module | None = None
         self.teacher_model: torch.nn.Module | None = None  # [opd] mode = "trainer"
         self.old_actor = OldActor(self.model) if config.train.keep_old_actor else None

@@ -199,7 +199,7 @@ class DiskTransport:
         self._deltas_since_full = 0
         self._accepts: dict[Any, bool] = {}  # engine (object id or actor id) -> takes deltas
 
-    def _write(self, name: str, version: int, fill: Callable[[Path], None],
+    def _write(self, name: str, version: int, fill: Callable[[Path], object],
                engines: list[Any]) -> tuple[str, int]:
         """Write a version directory under a temporary name, rename it into place, fire
         ``slime_after_weights_written``; its path and bytes."""
