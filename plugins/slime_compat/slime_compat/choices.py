@@ -56,6 +56,12 @@ def _users(config: Any, key: str) -> str:
     return replaced_choice(config, key) or ""
 
 
+def _users_filter(config: Any, key: str) -> Any:
+    """The filter the user named for ``key``, built; ``None`` when they named none."""
+    users = _users(config, key)
+    return _registries().filter.get(users).factory(config) if users else None
+
+
 # -- trainer ranks ---------------------------------------------------------------------------
 @records.register(AdvantageEstimatorRecord, ADVANTAGE,
                   summary="[slime].custom_advantage_function_path (else the estimator the config "
@@ -139,14 +145,12 @@ def _generated_group(config: Any, key: str) -> Any:
 
     async def reward(samples: list[Any]) -> list[Any]:
         todo = [s for s in samples if s.reward is None]
-        scored = iter(await _maybe_await(fn(todo)) if todo else [])
+        from slime_compat.functions import maybe_await
+
+        scored = iter(await maybe_await(fn(todo)) if todo else [])
         return [s.reward if s.reward is not None else next(scored) for s in samples]
 
     return reward
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if hasattr(value, "__await__") else value
 
 
 @records.register(RewardFunctionRecord, GENERATED_RM,
@@ -167,8 +171,7 @@ def generated_reward_group(config: Any) -> Any:
                   summary="[slime].dynamic_sampling_filter_path (and the configured filter); "
                   "set by slime_compat")
 def dynamic_sampling_filter(config: Any) -> Any:
-    users = _users(config, "rollout.dynamic_sampling_filter")
-    also = _registries().filter.get(users).factory(config) if users else None
+    also = _users_filter(config, "rollout.dynamic_sampling_filter")
 
     def keep(group: list[Any]) -> FilterResult:
         from slime_compat.rollout_side import dynamic_filter
@@ -184,8 +187,7 @@ def dynamic_sampling_filter(config: Any) -> Any:
 @records.register(FilterRecord, BUFFER_FILTER, stage="buffer",
                   summary="[slime].buffer_filter_path; set by slime_compat")
 def buffer_filter(config: Any) -> Any:
-    users = _users(config, "rollout.buffer_filter")
-    also = _registries().filter.get(users).factory(config) if users else None
+    also = _users_filter(config, "rollout.buffer_filter")
 
     def choose(rollout_id: int, buffer: list[list[Any]], num_groups: int) -> Any:
         from slime_compat.rollout_side import buffer_filter as call
@@ -202,8 +204,7 @@ def buffer_filter(config: Any) -> Any:
                   summary="[slime].rollout_sample_filter_path (after the configured filter); "
                   "set by slime_compat")
 def sample_filter(config: Any) -> Any:
-    users = _users(config, "rollout.sample_filter")
-    also = _registries().filter.get(users).factory(config) if users else None
+    also = _users_filter(config, "rollout.sample_filter")
 
     def mark(groups: list[list[Any]]) -> None:
         from slime_compat.rollout_side import sample_filter as call
