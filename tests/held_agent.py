@@ -37,7 +37,7 @@ async def _until_an_update() -> None:
     from tests import ray_plugins
 
     deadline = time.monotonic() + 60.0
-    while ray_plugins.AGENT_WAITS and not ray_plugins.released_once():
+    while ray_plugins.AGENT_WAITS and not ray_plugins.RELEASED.is_set():
         if time.monotonic() > deadline:
             return
         await asyncio.sleep(0.01)

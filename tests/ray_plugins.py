@@ -15,7 +15,7 @@
   ``train-<rollout id>-<pid>`` and then waits ``train_delay_s``;
 * ``[ray_test] agent_waits_for_update``: ``tests.held_agent`` episodes of every group but the
   first wait after their first answer until the rollout manager has released its rollouts
-  after a weight update (``slime_release_rollouts``, counted in ``RELEASES``), so an episode
+  after a weight update (``slime_release_rollouts``, which sets ``RELEASED``), so an episode
   spans an update whatever the machine's speed.
 """
 
@@ -43,7 +43,7 @@ class RayTestSection:
 
 
 AGENT_WAITS = False  # this process's [ray_test] agent_waits_for_update, once engines are ready
-RELEASES = threading.Semaphore(0)  # one per slime_release_rollouts(end=False) in this process
+RELEASED = threading.Event()  # set by slime_release_rollouts(end=False) in this process
 
 
 def _announce(config: Any, role: str) -> None:
@@ -103,15 +103,7 @@ def slime_rollout_engines_ready(config: Any, clients: list[Any]) -> None:
 @hookimpl
 def slime_release_rollouts(config: Any, end: bool) -> None:
     if not end:
-        RELEASES.release()
-
-
-def released_once() -> bool:
-    """Whether a release after a weight update has happened here (it stays counted)."""
-    if RELEASES.acquire(blocking=False):
-        RELEASES.release()
-        return True
-    return False
+        RELEASED.set()
 
 
 @hookimpl
