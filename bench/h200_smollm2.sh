@@ -8,6 +8,7 @@
 #   bash bench/h200_smollm2.sh carry     # device call 1, carry [".mdl/a"]: part a to /tmp/smollm2
 #   bash bench/h200_smollm2.sh learn     # device call 2 (right after), carry [".mdl/b", ".whl"]
 #   bash bench/h200_smollm2.sh again     # device call 3 (warm machine): slime runs with warm caches
+#   bash bench/h200_smollm2.sh profile   # device call 3' (warm machine): a profiled step (issue 43)
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -62,5 +63,19 @@ case "${1:-}" in
     timeout 260 python3 bench/smollm2_vs_trl.py --seed 2 --out "$OUT/seed2" 2>&1 \
       | grep -E "time to first|^slime|^trl|^time to|exit"
     ;;
-  *) echo "usage: $0 carry|learn|probe|again" >&2; exit 2 ;;
+  profile)
+    # issue 43, on a warm machine after a learn call of this script or of bench/h200_lora.sh
+    # (the converted model stays in examples/smollm2/model): where the step's time goes. Ten
+    # steps, the torch profiler over rollouts 6..7 with everything in between (scope "all"),
+    # reduced on the device by bench/trace_summary.py (32 decode steps a rollout)
+    rm -rf /tmp/slime-smollm2-*
+    timeout 240 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
+      --out "$OUT/profile" --slime-set 'profile.steps=[6,7]' --slime-set 'profile.scope="all"' \
+      "${@:2}" 2>&1 | grep -vE "Loading weights" | tail -25
+    for t in /tmp/slime-smollm2-*/run/profile/*.json; do
+      timeout 200 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -150
+      gzip -c "$t" > "$OUT/profile/$(basename "$t").gz"
+    done
+    ;;
+  *) echo "usage: $0 carry|learn|probe|again|profile" >&2; exit 2 ;;
 esac
