@@ -76,6 +76,7 @@ case "${1:-}" in
       timeout 200 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -150
       gzip -c "$t" > "$OUT/profile/$(basename "$t").gz"
     done
+    for f in /tmp/slime-smollm2-*/run/{trace.json,metrics.jsonl}; do gzip -c "$f" > "$OUT/profile/$(basename "$f").gz"; done
     ;;
   *) echo "usage: $0 carry|learn|probe|again|profile" >&2; exit 2 ;;
 esac
