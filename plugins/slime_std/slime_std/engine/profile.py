@@ -233,7 +233,10 @@ class PhaseClock:
             self._step = None
 
     def finish(self, **args: Any) -> None:
-        """End the call (its remaining time is ``host``): emit its spans, add its totals."""
+        """End the call (its remaining time is ``host``): emit its spans, add its totals.
+        The ``generate`` span's args: ``args`` (rows, tokens), the engine, ``eval``, the rates
+        of the floors, ``host_gap_s`` and ``rollout_id``: the rollout the driver started
+        last (with overlapping rollouts, a guess)."""
         self.end_step()
         self.cut("host")
         prof = self.profile
