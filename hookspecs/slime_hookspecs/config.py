@@ -240,7 +240,7 @@ class TraceConfig(Protocol):
 
 
 class ProfileConfig(Protocol):
-    """``[profile]`` (core_observe): torch profiler over training steps (RUN_DIR/profile/)."""
+    """``[profile]`` (core_observe): torch profiler over training steps (RUN_DIR/profile/); the local engine's phases per rollout (profile.rollout)."""
 
     steps: list[int]
     scope: str
@@ -249,6 +249,9 @@ class ProfileConfig(Protocol):
     with_stack: bool
     sort_by: str
     row_limit: int
+    rollout: bool
+    peak_tflops: float
+    memory_gbps: float
 
 
 class Config(Protocol):

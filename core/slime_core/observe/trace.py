@@ -15,7 +15,9 @@ started, ``pid``/``tid``, ``cat``, ``args``) and ``"ph": "M"`` events name the t
   rollout generate concurrently, so each gets its own lane (in order of first appearance; lanes
   are reused by the next rollout, which never overlaps in time). ``args`` name the sample
   (``rollout_id``, ``group``, ``index``, ``eval``) and its outcome (``status``,
-  ``response_length``).
+  ``response_length``);
+* pid 3 and up: tracks a plugin names with :meth:`Tracer.name_track` (slime-std's local engine
+  profile, ``profile.rollout``, writes pid 3 ``engine``, one tid per engine).
 
 Generate implementations add their own spans with::
 
@@ -27,7 +29,8 @@ Generate implementations add their own spans with::
 
 :func:`span` costs one global lookup when no tracer runs (tracing off, or outside a run).
 The tracer lives in the driver process; under a multi-process executor spans recorded in other
-processes are not collected.
+processes are not collected. Spans recorded off the tracer's clock (``time.perf_counter()``
+readings taken by code that buffers them) convert with :meth:`Tracer.at`.
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ _TRACK: ContextVar[tuple[int, int, dict[str, Any]] | None] = ContextVar("slime_t
 class Tracer:
     """Collects spans in memory; :meth:`write` saves them as Chrome trace-event JSON.
 
-    ``max_events`` bounds memory: once reached, further sample spans are counted in
-    ``otherData.dropped_events`` instead of kept (driver phases are always kept).
+    ``max_events`` bounds memory: once reached, further spans off the driver's tracks (samples,
+    plugin tracks) are counted in ``otherData.dropped_events`` instead of kept (driver phases
+    are always kept).
     """
 
     def __init__(self, max_events: int = 1_000_000, samples: bool = True) -> None:
@@ -71,6 +75,7 @@ class Tracer:
         self._open: dict[str, tuple[str, float, int, dict[str, Any]]] = {}
         self._lanes: dict[tuple[int, int], int] = {}
         self._max_lane = -1
+        self._tracks: dict[tuple[int, int], str] = {}  # (pid, tid) -> name; tid 0: process
         self._lock = threading.Lock()  # spans may close in engine worker threads
 
     # -- time and raw events ---------------------------------------------------------------
@@ -78,11 +83,24 @@ class Tracer:
         """Microseconds since the tracer started."""
         return (time.perf_counter() - self._origin) * 1e6
 
+    def at(self, perf_counter_s: float) -> float:
+        """A ``time.perf_counter()`` reading of this process as microseconds on this trace."""
+        return (perf_counter_s - self._origin) * 1e6
+
+    def name_track(self, pid: int, process: str, tid: int | None = None,
+                   thread: str | None = None) -> None:
+        """Name process ``pid`` (and its thread ``tid``) in the written trace: how a plugin
+        adds a track of its own (pids 1 and 2 are the driver's and the samples')."""
+        with self._lock:
+            self._tracks[(pid, 0)] = process
+            if tid is not None:
+                self._tracks[(pid, tid)] = thread or f"tid {tid}"
+
     def add(self, name: str, start: float, end: float, pid: int, tid: int, cat: str,
             args: dict[str, Any] | None = None) -> None:
         """Record one complete (``"X"``) event."""
         with self._lock:
-            if pid == SAMPLES_PID and len(self.events) >= self.max_events:
+            if pid != DRIVER_PID and len(self.events) >= self.max_events:
                 self.dropped += 1
                 return
             self.events.append({
@@ -149,6 +167,8 @@ class Tracer:
         meta += [_meta("thread_name", SAMPLES_PID, lane + 1, f"lane {lane}")
                  for lane in range(self._max_lane + 1)]
         with self._lock:
+            meta += [_meta("process_name" if tid == 0 else "thread_name", pid, tid, name)
+                     for (pid, tid), name in sorted(self._tracks.items())]
             # parents before children when they start together (longer first)
             events = sorted(self.events, key=lambda e: (e["ts"], -e["dur"]))
             dropped = self.dropped

@@ -19,6 +19,10 @@ cache and one replayed CUDA graph per step; rows are then never dropped. Otherwi
 through :mod:`slime_std.engine.fused_decoder` and its own KV buffers instead of the model's
 forward; rows are dropped the same way.
 
+With a ``clock`` (``profile.rollout``, :mod:`slime_std.engine.profile`) the call is cut into
+phases: ``kv_alloc``, ``prefill``, and per new token a ``decode_step`` of ``sample``, ``host``
+(and ``drop_rows``) and ``decode``; every cut synchronises the device.
+
 With ``routing`` (a :class:`~slime_core.api.RoutingControl` recording, for a
 mixture-of-experts model under ``train.routing_replay = "rollout"``), every forward's expert
 ids are kept and each :class:`Result` carries those of its prompt and generated tokens but the
@@ -36,6 +40,7 @@ from slime_core.api import RoutingControl
 
 from slime_std.engine.fused_decoder import FusedDecoder
 from slime_std.engine.kv_cache import buffer_layers
+from slime_std.engine.profile import PhaseClock
 from slime_std.engine.sampler import GroupSampler
 from slime_std.engine.static_decode import StaticDecoders
 from slime_std.engine.stopping import StopStrings
@@ -168,9 +173,11 @@ def decode(
     static: StaticDecoders | None = None,
     fused: FusedDecoder | None = None,
     routing: RoutingControl | None = None,
+    clock: PhaseClock | None = None,
 ) -> list[Result]:
     """Generate for every request; one :class:`Result` each, in order. ``routing`` (recording,
-    transformers forward only: no ``static`` or ``fused`` path) fills ``Result.routes``."""
+    transformers forward only: no ``static`` or ``fused`` path) fills ``Result.routes``;
+    ``clock`` (profiling) records the phases."""
     param = next(model.parameters())
     device = param.device
     n = len(requests)
@@ -196,24 +203,38 @@ def decode(
     if routes is not None and (static is not None or fused is not None):
         raise ValueError("decode: routing is recorded through the transformers forward only")
     fixed = None
+    if clock is not None:
+        clock.cut("host")
     if static is not None and prebuilt_mask_ok(model.config):
         fixed = static.get(model, n, width, max_new, fused)
         cache = None
+        if clock is not None:
+            clock.cut("kv_alloc")
         logits = fixed.prefill(ids, full_mask[:, :width], pos)
     elif fused is not None:
         cache = None
         fused.start(n, width + max_new, device, param.dtype, full_mask.bool() if padded else None)
+        if clock is not None:
+            clock.cut("kv_alloc")
         logits = _fused_prefill(fused, requests, ids, pos)
     else:
         cache = make_cache()
         buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
+        if clock is not None:
+            clock.cut("kv_alloc")
         logits = _forward(model, ids, full_mask[:, :width] if padded else None, pos, cache)
     if routes is not None:
         routes.prefill()
+    if clock is not None:
+        clock.prefill([r.prompt for r in requests], width)
     pos = lens_t.unsqueeze(1)  # next position of each row (padding does not count)
 
     for step in range(max_new):
+        if clock is not None:
+            clock.begin_step(step, len(batch.rows))
         tokens, lp = batch.sample(logits)
+        if clock is not None:
+            clock.sample(len(batch.rows))
         running = batch.status == RUNNING
         batch.tokens[:, step] = tokens
         batch.log_probs[:, step] = lp
@@ -240,9 +261,15 @@ def decode(
             break
         next_ids = tokens.unsqueeze(1)
         if fixed is not None:  # a fixed batch: finished rows go on, their extra tokens unused
+            if clock is not None:
+                clock.cut("host")
             logits = fixed.step(next_ids, pos, width + step)
+            if clock is not None:
+                clock.decode(len(batch.rows), width + step + 1)
             pos = pos + 1
             continue
+        if clock is not None:
+            clock.cut("host")
         if remaining * 2 <= len(batch.rows) and len(batch.rows) > 1:  # drop finished rows
             keep = still.nonzero().squeeze(1)
             batch.keep(keep, results)
@@ -251,6 +278,8 @@ def decode(
             else:
                 cast(Any, cache).batch_select_indices(keep)
             next_ids, pos, step_mask = next_ids[keep], pos[keep], step_mask[keep]
+            if clock is not None:
+                clock.cut("drop_rows")
         if fused is not None:
             logits = fused.step(next_ids, pos)
         else:
@@ -258,8 +287,13 @@ def decode(
             logits = _forward(model, next_ids, mask, pos, cache)
             if routes is not None:
                 routes.step(batch.rows)
+        if clock is not None:
+            clock.decode(len(batch.rows), width + step + 1)
         pos = pos + 1
 
+    if clock is not None:
+        clock.cut("host")  # the last step's checks (a step that breaks has no forward)
+        clock.end_step()
     del cache
     if fused is not None:
         fused.release()

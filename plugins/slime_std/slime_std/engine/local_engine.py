@@ -29,6 +29,9 @@ forward (no fused decoder, no CUDA graphs: their experts' dispatch is data-depen
 ``train.routing_replay = "rollout"`` the engine records the experts each token was routed to
 (``GenerateOutput.routed_experts``, :class:`slime_core.api.RoutingControl`).
 
+With ``profile.rollout`` the engine records its phases per generate call, weight updates
+and its start-up load (:mod:`slime_std.engine.profile`).
+
 Thread safety: ``generate``, ``update_weights``, ``sleep``, ``wake_up`` and ``shutdown`` take
 one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
 """
@@ -39,6 +42,7 @@ import contextlib
 import gc
 import itertools
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
@@ -58,6 +62,7 @@ from slime_hookspecs import Config, GenerateOutput, SamplingParams
 from slime_std.engine.decoding import Request, decode
 from slime_std.engine.fused_decoder import FusedDecoder, unsupported
 from slime_std.engine.output_head import stream_output_head
+from slime_std.engine.profile import EngineProfile, PhaseClock
 from slime_std.engine.sampler import GroupSampler, SamplingKey
 from slime_std.engine.static_decode import StaticDecoders, compile_options
 from slime_std.engine.stopping import StopStrings
@@ -106,8 +111,10 @@ class LocalEngine:
         self.accelerator = accelerator
         self.device = _engine_device(accelerator, engine_index)
         self.dtype = resolve_dtype(config.model.dtype, self.device)
+        loading = time.perf_counter()
         model = load_causal_lm(config.model, self.device, self.dtype, role="actor",
                                seed=config.run.seed)
+        loaded = time.perf_counter()
         model.requires_grad_(False)
         if self.device.type == "cpu":  # same logits, faster decode-sized LM head products
             stream_output_head(model)
@@ -182,6 +189,11 @@ class LocalEngine:
         self._aborts = itertools.count(1)
         self._abort_epoch = 0
         self._asleep = False
+        # profile.rollout: the phases of every generate call (None: off, nothing recorded)
+        self._profile = EngineProfile.from_config(config, model, self.device, self.dtype,
+                                                  engine_index, moe=self._moe is not None)
+        if self._profile is not None:
+            self._profile.record("weight_load", loading, loaded)
 
     # -- generation ----------------------------------------------------------------------
     def generate(
@@ -194,6 +206,7 @@ class LocalEngine:
         if not prompts:
             return []
         with self._lock:
+            clock = self._profile.clock() if self._profile is not None else None
             model = self._live_model()
             version = self._version
             requests = self._requests(prompts, params)
@@ -213,25 +226,32 @@ class LocalEngine:
                         for i in chunk:
                             results[i] = ([], [], "abort", None)
                         continue
-                    outs = self._decode(model, [requests[i] for i in chunk], aborted)
+                    outs = self._decode(model, [requests[i] for i in chunk], aborted, clock)
                     for i, out in zip(chunk, outs, strict=True):
                         routed = (routes_to_record(out.routes, self._routing.shape)
                                   if out.routes is not None and self._routing is not None
                                   else None)
                         results[i] = (out.token_ids, out.log_probs, out.finish_reason, routed)
-        return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
-                               weight_version=version, text=self._text(ids),
-                               routed_experts=routed)
-                for ids, lps, reason, routed in results]
+            # under the lock (text included): a profiled call ends before an update_weights
+            # can start, so the engine's spans nest on its track
+            outputs = [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
+                                      weight_version=version, text=self._text(ids),
+                                      routed_experts=routed)
+                       for ids, lps, reason, routed in results]
+            if clock is not None:
+                clock.finish(rows=len(requests),
+                             prompt_tokens=sum(len(r.prompt) for r in requests),
+                             new_tokens=sum(len(o.token_ids) for o in outputs))
+        return outputs
 
     def _decode(self, model: torch.nn.Module, requests: list[Request],
-                aborted: Any) -> list[Any]:
+                aborted: Any, clock: PhaseClock | None = None) -> list[Any]:
         if self._routing is None:
             return decode(model, requests, self.pad_token_id, aborted, self._new_cache,
-                          self._static, self._fused)
+                          self._static, self._fused, clock=clock)
         with self._routing.recording():
             return decode(model, requests, self.pad_token_id, aborted, self._new_cache,
-                          None, None, routing=self._routing)
+                          None, None, routing=self._routing, clock=clock)
 
     def score_tokens(self, sequences: list[list[int]], response_lengths: list[int],
                      temperature: float = 1.0) -> list[list[float]]:
@@ -342,6 +362,9 @@ class LocalEngine:
         with self._lock:
             if self._model is None:
                 raise RuntimeError(f"local engine {self.engine_index} was shut down")
+            if self._profile is not None:
+                self._profile.sync()
+            started = time.perf_counter()
             model = self._model
             weights = _engine_weights(self.config, model, weights, version)
             state = model.state_dict(keep_vars=True)
@@ -366,6 +389,12 @@ class LocalEngine:
             with torch.no_grad():
                 torch._foreach_copy_([state[n] for n in tensors], list(tensors.values()))
             self._version = int(version)
+            if self._profile is not None:
+                self._profile.sync()
+                self._profile.record("weight_update", started, time.perf_counter(),
+                                     nbytes=sum(t.numel() * t.element_size()
+                                                for t in tensors.values()),
+                                     total=True, version=int(version), tensors=len(tensors))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The served weights, detached (to check a weight sync against the trainer's)."""

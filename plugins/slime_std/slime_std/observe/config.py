@@ -32,6 +32,12 @@ class ProfileSection:
     with_stack: bool = False  # torch.profiler option of the same name
     sort_by: str = "self_cpu_time_total"  # column of the key_averages table
     row_limit: int = 40  # rows of the key_averages table
+    # the local engine's phases per generate call (prefill, decode steps, sampling, host gaps,
+    # KV allocation, weight updates) on trace.json's engine track and as perf/rollout_*
+    # metrics; synchronises the device at each phase boundary (local executor only)
+    rollout: bool = False
+    peak_tflops: float = 0.0  # the floors' peak FLOP rate (0: measured once at engine start)
+    memory_gbps: float = 0.0  # the floors' memory bandwidth in GB/s (0: measured likewise)
 
     def __post_init__(self) -> None:
         if self.steps:
@@ -46,3 +52,7 @@ class ProfileSection:
             raise ValueError(f"profile.sort_by: {self.sort_by!r} is not one of {', '.join(SORT_KEYS)}")
         if self.row_limit < 1:
             raise ValueError(f"profile.row_limit: must be >= 1, got {self.row_limit}")
+        for key in ("peak_tflops", "memory_gbps"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"profile.{key}: must be >= 0 (0: measured), got "
+                                 f"{getattr(self, key)}")

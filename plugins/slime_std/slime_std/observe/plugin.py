@@ -13,7 +13,11 @@ and ``core report`` -- through ordinary hooks only (the proof that the hook surf
   the step's groups; a ``tryfirst`` ``slime_rollout`` returns them back when replaying, and the
   ``replay`` engine record stands in for the inference engine (see
   :mod:`slime_std.observe.replay`).
-* **Profiling** (``[profile]``): ``slime_before_train`` / ``slime_after_train``.
+* **Profiling** (``[profile]``): ``slime_before_train`` / ``slime_after_train`` (the torch
+  profiler); with ``profile.rollout`` the local engine records its own phases
+  (:mod:`slime_std.engine.profile`): the ``slime_rollout`` wrapper says which of them are an
+  evaluation's, and ``slime_log_rollout`` / ``slime_log_eval`` add their totals to the step's
+  metrics (``perf/rollout_*``, ``perf/eval_*``).
 
 Nothing heavy is imported at module level: torch and matplotlib load inside the functions.
 """
@@ -48,6 +52,11 @@ def _section(config: Config, name: str) -> Any:
         return None
 
 
+def _rollout_profile(config: Config) -> bool:
+    """``profile.rollout``: the engine records its phases (and this plugin reports them)."""
+    return bool(getattr(_section(config, "profile"), "rollout", False))
+
+
 def _debug(config: Config, key: str) -> str:
     sec = _section(config, "debug")
     return str(getattr(sec, key, "") or "") if sec is not None else ""
@@ -64,7 +73,8 @@ def slime_add_config(schema: Any) -> list[ConfigSection]:
         ConfigSection(name="trace", schema=TraceSection,
                       summary="Chrome trace of phases and samples (RUN_DIR/trace.json)"),
         ConfigSection(name="profile", schema=ProfileSection,
-                      summary="torch profiler over training steps (RUN_DIR/profile/)"),
+                      summary="torch profiler over training steps (RUN_DIR/profile/); the "
+                              "local engine's phases per rollout (profile.rollout)"),
     ]
 
 
@@ -186,10 +196,22 @@ def slime_rollout(config: Config, rollout_id: int, data_source: Any,
         tracer.start_rollout(rollout_id, evaluation)
         if evaluation:
             tracer.open("eval", "eval", rollout_id=rollout_id)
-    result = yield
+    profiling = evaluation and _rollout_profile(config)
+    if profiling:
+        from slime_std.engine.profile import set_evaluating
+
+        set_evaluating(True)
+    try:
+        result = yield
+    except BaseException:
+        if profiling:
+            set_evaluating(False)
+        raise
     save = _debug(config, "save_rollouts") if evaluation else ""
 
     def finish(res: Any) -> Any:
+        if profiling:
+            set_evaluating(False)
         if tracer is not None and evaluation:
             tracer.close("eval", samples=sum(len(g) for g in res.groups) if res is not None else 0)
         if save and res is not None:
@@ -198,7 +220,13 @@ def slime_rollout(config: Config, rollout_id: int, data_source: Any,
 
     if inspect.isawaitable(result):
         async def awaited() -> Any:
-            return finish(await result)
+            try:
+                res = await result
+            except BaseException:
+                if profiling:
+                    set_evaluating(False)
+                raise
+            return finish(res)
 
         return awaited()
     return finish(result)
@@ -247,6 +275,24 @@ def slime_generate(config: Config, sample: Any, sampling_params: Any,
         return res
 
     return timed()
+
+
+@hookimpl
+def slime_log_rollout(config: Config, rollout_id: int, samples: list[Any],
+                      metrics: dict[str, float]) -> None:
+    if _rollout_profile(config):
+        from slime_std.engine.profile import drain
+
+        metrics.update(drain(evaluation=False))
+
+
+@hookimpl
+def slime_log_eval(config: Config, rollout_id: int, samples: list[Any],
+                   metrics: dict[str, float]) -> None:
+    if _rollout_profile(config):
+        from slime_std.engine.profile import drain
+
+        metrics.update(drain(evaluation=True))
 
 
 # -- training ----------------------------------------------------------------------------------

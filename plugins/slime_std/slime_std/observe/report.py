@@ -4,9 +4,9 @@ Panels (a panel whose metrics are all absent is skipped): reward and accuracy (t
 rollouts as lines, evaluations as points), one per eval dataset (``eval/<name>/accuracy``,
 ``pass@k``, truncation rate), KL, clip fraction, entropy, loss, response length,
 tokens/s, time per phase (stacked per step). The HTML embeds the PNGs (one self-contained
-file), a summary table, the phase breakdown of ``trace.json`` when present, the resolved
-``config.toml`` and the plugin set of ``plugins.json``. Plots use matplotlib's Agg canvas
-(no display, no pyplot global state).
+file), a summary table, the phase breakdown of ``trace.json`` when present (with the
+engine's phases under ``profile.rollout``), the resolved ``config.toml`` and the plugin set of
+``plugins.json``. Plots use matplotlib's Agg canvas (no display, no pyplot global state).
 """
 
 from __future__ import annotations
@@ -253,10 +253,15 @@ def _trace_table(run: Path) -> str:
         f"<td>{r.count}</td></tr>"
         for r in summary.phases
     )
+    engine = ""
+    if summary.engine is not None:  # profile.rollout: the engine's phases against their floors
+        from slime_std.observe.engine_summary import format_engine
+
+        engine = f"<pre>{html.escape(chr(10).join(format_engine(summary.engine)).strip())}</pre>"
     return (f"<p>wall time {summary.wall_s:.3f} s (from trace.json; <code>core trace "
             f"{html.escape(str(run))}</code> lists the slowest samples)</p>"
             "<table><tr><th>phase</th><th>total s</th><th>share</th><th>count</th></tr>"
-            f"{body}</table>")
+            f"{body}</table>{engine}")
 
 
 def _plugins_table(run: Path) -> str:

@@ -5,7 +5,8 @@ left out of the path, so ``train > log_probs[ref]`` sums every ``log_probs`` spa
 inside a ``train`` span. Shares are of the traced wall time (first to last driver event);
 ``(other)`` is the wall time outside every top-level phase (loggers, checks, Python). With
 ``run.async_rollout`` the ``rollout`` track overlaps training, so shares may add up to more
-than 100% and ``(other)`` shows 0.
+than 100% and ``(other)`` shows 0. With ``profile.rollout`` the local engine's phases follow,
+against their floors (:mod:`slime_std.observe.engine_summary`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from typing import Any
 
 from slime_core.api import TRACE_DRIVER_PID as DRIVER_PID
 from slime_core.api import TRACE_SAMPLES_PID as SAMPLES_PID
+
+from slime_std.observe.engine_summary import (
+    EngineSummary,
+    engine_json,
+    format_engine,
+    summarize_engine,
+)
 
 CONTAINERS = ("run", "step")
 _PHASES = ("X", "B", "E", "M", "i", "I", "C", "b", "e", "n")
@@ -112,6 +120,7 @@ class TraceSummary:
     samples: list[SampleRow]
     status: str = ""
     dropped: int = 0
+    engine: EngineSummary | None = None  # the engine track (profile.rollout), when written
 
     def share(self, seconds: float) -> float:
         return seconds / self.wall_s if self.wall_s > 0 else 0.0
@@ -166,7 +175,7 @@ def summarize(doc: dict[str, Any]) -> TraceSummary:
             srow.other[ev["name"]] = srow.other.get(ev["name"], 0.0) + secs
     other = doc.get("otherData") or {}
     return TraceSummary(wall, ordered, list(samples.values()), str(other.get("status", "")),
-                        int(other.get("dropped_events", 0) or 0))
+                        int(other.get("dropped_events", 0) or 0), summarize_engine(events))
 
 
 def _tree_order(rows: list[PhaseRow]) -> list[PhaseRow]:
@@ -204,6 +213,8 @@ def format_summary(summary: TraceSummary, top: int = 10, source: str = "") -> st
                      f"{r.count:>7}{r.total_s / max(r.count, 1):>10.4f}")
     rest = max(summary.wall_s - top_level, 0.0)
     lines.append(f"  {'(other)':<28}{rest:>10.3f}{100 * summary.share(rest):>8.1f}%")
+    if summary.engine is not None:
+        lines += format_engine(summary.engine)
     gens = [s.generate_s for s in summary.samples if s.generate_s > 0]
     lines += ["", f"samples: {len(summary.samples)} traced"]
     if gens:
@@ -229,4 +240,5 @@ def summary_json(summary: TraceSummary, top: int = 10) -> dict[str, Any]:
                     "share": summary.share(r.total_s)} for r in summary.phases],
         "slowest_samples": [s.__dict__ for s in slowest_samples(summary, top)],
         "num_samples": len(summary.samples),
+        "engine": engine_json(summary.engine) if summary.engine is not None else None,
     }

@@ -16,6 +16,7 @@ def test_defaults() -> None:
     cfg = _config()
     assert cfg.trace.enabled and cfg.trace.samples and cfg.profile.steps == []
     assert cfg.debug.save_rollouts == "" and cfg.debug.replay_rollouts == ""
+    assert cfg.profile.rollout is False  # the engine's profile is off unless asked for
 
 
 @pytest.mark.parametrize("section,values,message", [
@@ -23,6 +24,7 @@ def test_defaults() -> None:
     ("profile", {"steps": [4, 2]}, "profile.steps: need 0 <= first <= last, got [4, 2]"),
     ("profile", {"scope": "gpu"}, "profile.scope: must be 'train' or 'all'"),
     ("profile", {"sort_by": "speed"}, "profile.sort_by: 'speed' is not one of"),
+    ("profile", {"peak_tflops": -1.0}, "profile.peak_tflops: must be >= 0"),
     ("trace", {"max_events": 0}, "trace.max_events: must be >= 1"),
     ("trace", {"sampels": True}, "trace.samples"),
 ])

@@ -115,6 +115,30 @@ def test_max_events_drops_sample_spans_but_keeps_phases() -> None:
         tr.stop()
 
 
+def test_a_plugin_track_is_named_capped_and_placed_by_perf_counter() -> None:
+    import time
+
+    t = tr.start(max_events=2)
+    try:
+        t.name_track(3, "engine", 1, "engine 0")
+        t0 = time.perf_counter()
+        for _ in range(3):  # the third is over max_events: counted, not kept
+            t.add("generate", t.at(t0), t.at(t0 + 0.001), 3, 1, "engine")
+        t.open("save", "save")
+        t.close("save")
+        doc = t.to_dict()
+        assert validate(doc) == []
+        meta = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+                if e["ph"] == "M"}
+        assert meta[(3, 0)] == "engine" and meta[(3, 1)] == "engine 0"
+        spans = _x(doc, "generate")
+        assert len(spans) == 2 and doc["otherData"]["dropped_events"] == 1
+        assert spans[0]["dur"] == pytest.approx(1000.0, abs=1e-2)  # 1 ms in microseconds
+        assert len(_x(doc, "save")) == 1  # the driver's phases are always kept
+    finally:
+        tr.stop()
+
+
 def test_samples_off_records_no_sample_spans() -> None:
     t = tr.start(samples=False)
     try:
