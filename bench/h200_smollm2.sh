@@ -65,18 +65,28 @@ case "${1:-}" in
     ;;
   profile)
     # issue 43, on a warm machine after a learn call of this script or of bench/h200_lora.sh
-    # (the converted model stays in examples/smollm2/model): where the step's time goes. Ten
-    # steps, the torch profiler over rollouts 6..7 with everything in between (scope "all"),
-    # reduced on the device by bench/trace_summary.py (32 decode steps a rollout)
-    rm -rf /tmp/slime-smollm2-*
-    timeout 240 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
-      --out "$OUT/profile" --slime-set 'profile.steps=[6,7]' --slime-set 'profile.scope="all"' \
-      "${@:2}" 2>&1 | grep -vE "Loading weights" | tail -25
-    for t in /tmp/slime-smollm2-*/run/profile/*.json; do
-      timeout 200 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -150
-      gzip -c "$t" > "$OUT/profile/$(basename "$t").gz"
+    # (the converted model stays in examples/smollm2/model): where the step's time goes.
+    # Run 1: ten steps with the local engine's phase profile (profile.rollout: a device sync at
+    # every phase boundary, so its step time is not the plain one), `core trace` of it.
+    # Run 2: ten plain steps, the torch profiler over rollouts 6..7 and everything in between
+    # (scope "all"), reduced on the device by bench/trace_summary.py (32 decode steps a rollout)
+    mkdir -p "$OUT/profile"
+    for run in phases torch; do
+      rm -rf /tmp/slime-smollm2-*
+      if [ "$run" = phases ]; then set_=(--slime-set profile.rollout=true);
+      else set_=(--slime-set 'profile.steps=[6,7]' --slime-set 'profile.scope="all"'); fi
+      timeout 200 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
+        --out "$OUT/profile/$run" "${set_[@]}" "${@:2}" 2>&1 | grep -vE "Loading weights" | tail -12
+      d=$(ls -d /tmp/slime-smollm2-*/run | head -1)
+      for f in "$d"/trace.json "$d"/metrics.jsonl "$d"/profile/*.json; do
+        [ -f "$f" ] && gzip -c "$f" > "$OUT/profile/${run}_$(basename "$f").gz"
+      done
+      if [ "$run" = phases ]; then
+        python3 -c "import sys; from slime_std.observe.commands import trace_command; trace_command.main([sys.argv[1]], standalone_mode=False)" "$d" 2>&1 | head -80
+      else
+        for t in "$d"/profile/*.json; do timeout 200 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -120; done
+      fi
     done
-    for f in /tmp/slime-smollm2-*/run/{trace.json,metrics.jsonl}; do gzip -c "$f" > "$OUT/profile/$(basename "$f").gz"; done
     ;;
   *) echo "usage: $0 carry|learn|probe|again|profile" >&2; exit 2 ;;
 esac
