@@ -7,7 +7,8 @@ slime_lora's peft policy, the ``vllm`` engine with ``enable_lora``, the core's t
 The proof that each synced adapter reached vLLM: after the adapter has trained away from its
 zero init (big learning rate), vLLM's log-probs equal the trainer's (base + adapter) within
 ``TOL``, while the base model's (what vLLM serves without the adapter) are far off.
-Measured here: with the adapter 2e-7 .. 1e-6 per token; without it 0.1 .. 0.5.
+Measured here: largest per-token gap with the adapter 4.8e-7, to the base model 0.4 .. 1.1; in
+the GRPO run the logged mean mismatch is ~1e-7 per step, the base model's 0.15 .. 0.21.
 """
 
 from __future__ import annotations
