@@ -31,6 +31,29 @@ class GenerateOutput:
     routed_experts: RoutedExperts | None = None
 
 
+
+@dataclass
+class EngineAdapter:
+    """The LoRA adapter a run's weight syncs carry, as an engine that serves adapters natively
+    needs it (the answer of ``slime_engine_adapter``).
+
+    Built in the engine's process and used there (``write`` is a plain callable, not sent
+    anywhere): the engine reserves LoRA slots of ``rank`` when it starts, and at every weight
+    sync calls ``write(weights, path)`` with the tensors that sync delivered (the mapping
+    ``slime_trainer_weights`` chose, as the transport handed it over) and a new, empty
+    directory; ``write`` leaves a PEFT adapter directory there (``adapter_config.json`` +
+    ``adapter_model.safetensors``) that the engine loads as a new adapter (vLLM's
+    ``LoRARequest``, SGLang's ``/load_lora_adapter``). ``write`` raises on tensors that are
+    not a complete adapter, before the engine changes anything.
+    """
+
+    rank: int  # r of every adapted layer (what the engine must reserve)
+    alpha: float  # lora_alpha: the update is alpha / rank * B @ A
+    # module-name suffixes the adapter covers (q_proj, ...); ["all-linear"]: every linear
+    # layer but the output head
+    target_modules: list[str]
+    write: Callable[[Any, str], None]  # write(weights, path): a PEFT adapter directory
+
 @runtime_checkable
 class RolloutEngine(Protocol):
     """Generates from token ids; never re-tokenizes text the model produced."""

@@ -90,11 +90,17 @@ class RolloutEngineRecord(Record):
     ``routing_replay``: the engine records the experts a mixture-of-experts model routed each
     token to (``GenerateOutput.routed_experts``) when ``train.routing_replay = "rollout"``; a
     run asking for replay with an engine that does not fails before any model loads.
+
+    ``lora_adapters``: the engine applies weight syncs that carry only a LoRA adapter (what
+    ``slime_trainer_weights`` chose), through ``slime_engine_weights`` (merged into its own
+    weights, the ``local`` engine) or ``slime_engine_adapter`` (served as an adapter, the
+    ``vllm`` engine); a LoRA plugin refuses other engines before any model loads.
     """
 
     kind: ClassVar[str] = "rollout_engine"
     hook: ClassVar[str] = "slime_register_rollout_engines"
     routing_replay: bool = False  # records GenerateOutput.routed_experts (MoE models)
+    lora_adapters: bool = False  # applies adapter-only weight syncs (LoRA runs)
 
 
 @dataclass

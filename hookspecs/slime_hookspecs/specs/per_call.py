@@ -14,7 +14,12 @@ from slime_hookspecs.markers import hookspec
 if TYPE_CHECKING:
     from slime_hookspecs.batch import TrainBatch
     from slime_hookspecs.config import Config
-    from slime_hookspecs.protocols import DataSource, RolloutEngine, RolloutResult
+    from slime_hookspecs.protocols import (
+        DataSource,
+        EngineAdapter,
+        RolloutEngine,
+        RolloutResult,
+    )
     from slime_hookspecs.records import FilterResult
     from slime_hookspecs.sample import Sample
     from slime_hookspecs.sampling import SamplingParams
@@ -468,8 +473,9 @@ def slime_trainer_weights(config: Config, model: Any) -> dict[str, Any] | None:
     checkpoint is loaded back with ``load_state_dict(strict=False)``): the transports send
     exactly these (``perf/weight_sync_bytes`` counts them) and the checkpoint's
     ``model.safetensors`` holds exactly these. The engines receive names their base model
-    lacks, so a plugin that answers here also implements :func:`slime_engine_weights`.
-    ``None``: the whole state dict (every built-in model).
+    lacks, so a plugin that answers here also implements :func:`slime_engine_weights` (engines
+    that merge, ``local``) and :func:`slime_engine_adapter` (engines that serve LoRA adapters
+    themselves, ``vllm``). ``None``: the whole state dict (every built-in model).
     The ``megatron`` backend does not call it (it exports HF-named full weights).
 
     .. versionadded:: 0.1
@@ -496,6 +502,29 @@ def slime_engine_weights(config: Config, model: Any, weights: Mapping[str, Any],
     **Returns**: name -> tensor with the engine model's own names and shapes, which the engine
     then checks and copies in as usual; ``None``: ``weights`` as they are (every built-in
     transport's full weights). An exception fails the sync naming the engine and version.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def slime_engine_adapter(config: Config) -> EngineAdapter | None:
+    """Describe the LoRA adapter this run's weight syncs carry, to an engine that serves
+    adapters natively instead of merging them.
+
+    The counterpart of :func:`slime_trainer_weights` for engines with their own LoRA support
+    (vLLM's ``enable_lora`` + ``LoRARequest``): they keep the base model as loaded and apply
+    every synced version as a new adapter, where the ``local`` engine merges it
+    (:func:`slime_engine_weights`).
+
+    **When**: once when such an engine is built, before its model loads (LoRA slots are
+    reserved at start-up); its ``write`` is then called at every weight sync, under the
+    engine's lock, before the engine changes anything.
+    **Process**: the engine's process (the driver under the local executor, the engine actor
+    under Ray). **Returns**: an :class:`~slime_hookspecs.protocols.EngineAdapter` (rank,
+    alpha, target modules, and ``write(weights, path)`` that turns one sync's tensors into a
+    PEFT adapter directory); ``None``: weight syncs carry the model's own weights (every run
+    without a LoRA plugin), which the engine loads as usual. first result wins.
 
     .. versionadded:: 0.1
     """

@@ -24,7 +24,15 @@ PRESETS: dict[str, list[str]] = {
 }
 ALL_LINEAR = "all_linear"
 BACKENDS = ("torch",)  # trainer backends that train adapters
-ENGINES = ("local",)  # rollout engines that merge the synced adapters
+# why a known engine without RolloutEngineRecord.lora_adapters cannot take adapter syncs
+ENGINE_REASONS = {
+    "sglang": "SGLang serves LoRA adapters itself (launched with --enable-lora, "
+              "--max-lora-rank and --lora-target-modules; POST /load_lora_adapter and "
+              "/unload_lora_adapter; lora_path per /generate request), but the sglang_rollout "
+              "plugin does not use it yet: it would launch its servers with those flags and "
+              "implement slime_engine_adapter as the vllm engine does (plugins/slime_lora/"
+              "README.md)",
+}
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -91,11 +99,7 @@ def check_combinations(config: Any) -> None:
         }.get(backend, "slime_lora wraps the torch backend's Hugging Face model only")
         raise ValueError(f"lora.enabled with train.backend = {backend!r}: {reason}. Use "
                          f"train.backend = 'torch' or turn lora.enabled off")
-    if config.rollout.engine not in ENGINES:
-        raise ValueError(f"lora.enabled with rollout.engine = {config.rollout.engine!r}: the "
-                         "engines get adapter tensors, which only the local engine merges "
-                         "(slime_engine_weights fires in its update_weights); use "
-                         "rollout.engine = 'local'")
+    check_engine(config.rollout.engine)
     if config.train.ref_update_interval:
         raise ValueError("lora.enabled with train.ref_update_interval: the reference is the base "
                          "model with the adapters turned off, there is no separate copy to move; "
@@ -107,3 +111,23 @@ def check_combinations(config: Any) -> None:
         raise ValueError("lora.enabled with weights.verify: the check compares the engine's "
                          "tensors with the sent ones by name, and the engines receive adapters "
                          "they merge into other tensors; set weights.verify = false")
+
+
+def check_engine(name: str) -> None:
+    """Refuse a rollout engine whose record does not apply adapter-only weight syncs
+    (``RolloutEngineRecord.lora_adapters``); an unknown name is left to the core's error."""
+    from slime_core.api import UnknownRecordError, get_registries
+
+    try:
+        record = get_registries().rollout_engine.get(name, require_available=False)
+    except UnknownRecordError:
+        return
+    if record.lora_adapters:
+        return
+    able = sorted(r.name for r in get_registries().rollout_engine if r.lora_adapters)
+    reason = ENGINE_REASONS.get(name, f"the engine's record (plugin {record.owner}) does not "
+                                      "say it applies adapter-only weight syncs "
+                                      "(RolloutEngineRecord.lora_adapters)")
+    raise ValueError(f"lora.enabled with rollout.engine = {name!r}: weight syncs carry only the "
+                     f"LoRA adapter, and {reason}. Use rollout.engine = "
+                     f"{' or '.join(repr(n) for n in able) or 'local'}")

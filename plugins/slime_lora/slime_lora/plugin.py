@@ -12,7 +12,10 @@ How a LoRA run flows (``--plugins slime_grpo,slime_lora -o lora.enabled=true``):
 * ``slime_make_model`` (trainer rank): ``actor`` is the peft-wrapped model, ``ref`` the same
   module with adapters off (no second copy; ``model.ref_path`` still loads its own);
 * ``slime_trainer_weights`` (trainer rank): syncs and checkpoints carry the adapters only;
-* ``slime_engine_weights`` (engine process): merges them into the engine's base layers;
+* ``slime_engine_weights`` (engine process): merges them into the ``local`` engine's base
+  layers;
+* ``slime_engine_adapter`` (engine process): for engines that serve LoRA themselves (``vllm``),
+  the rank and a writer of each sync's adapter as a PEFT directory they load;
 * ``slime_trainer_save`` (rank 0): the checkpoint also holds the adapter in PEFT format;
 * ``slime_run_end`` (driver): ``lora.export_merged`` writes the merged HF model.
 """
@@ -23,7 +26,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from slime_hookspecs import Config, ConfigSection, hookimpl
+from slime_hookspecs import Config, ConfigSection, EngineAdapter, hookimpl
 
 from slime_lora.config import LoraSection, active, check_combinations
 
@@ -80,6 +83,15 @@ def slime_engine_weights(config: Config, model: Any, weights: Mapping[str, Any],
     from slime_lora.merge import merged_weights
 
     return merged_weights(model, weights, config.lora.scaling(), version)
+
+
+@hookimpl
+def slime_engine_adapter(config: Config) -> EngineAdapter | None:
+    if not active(config):
+        return None
+    from slime_lora.serve import engine_adapter
+
+    return engine_adapter(config)
 
 
 @hookimpl

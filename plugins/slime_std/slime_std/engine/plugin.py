@@ -22,6 +22,6 @@ def make_local_engine(config: Config, engine_index: int = 0, accelerator: Any = 
 @hookimpl
 def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     return [RolloutEngineRecord(
-        name="local", factory=make_local_engine, routing_replay=True,
+        name="local", factory=make_local_engine, routing_replay=True, lora_adapters=True,
         summary="transformers causal LM in-process; batched KV-cache decoding with exact log-probs",
     )]
