@@ -77,6 +77,7 @@ def slime_configure(config: Config) -> None:
 def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
         name=BACKEND, factory=make_trainer, critic_factory=make_critic, probe=probe,
+        routing_replay=True,
         library="megatron-core",
         summary=_summary(),
         extra={"megatron_core": megatron_core_version()},

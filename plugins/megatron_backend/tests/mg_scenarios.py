@@ -8,6 +8,7 @@ step's loss, grad norm and updated weights.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -236,3 +237,78 @@ def whiten_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str
         "loss": (m_t["train/loss"], m_m["train/loss"]),
         "grad_norm": (m_t["train/grad_norm"], m_m["train/grad_norm"]),
     }
+
+
+def random_routes(batch: Any, layers: int, top_k: int, experts: int,
+                  seed: int = 11) -> list[torch.Tensor]:
+    """Per sample ``[len(tokens) - 1, layers, top_k]`` distinct random expert ids (uint8, as
+    a rollout's record): mostly not what the routers would pick, so replay shows."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(len(t) - 1, layers, experts, generator=g).argsort(-1)[..., :top_k]
+            .to(torch.uint8) for t in batch.tokens]
+
+
+def replay_exactness(mg: Any, batch: Any) -> dict[str, bool]:
+    """One forward of the whole batch on a one-stage megatron trainer, without and with the
+    replay of ``batch.routed_experts``: with it, every position but a sample's last routes to
+    its record, and the last and the padding to the router's own choice (compared in the
+    first MoE layer only: later layers' inputs there depend on the replayed earlier positions)."""
+    from megatron_backend.forward import pack
+    from megatron_backend.routing import replay_ids
+
+    lay = mg.layout
+    lengths = [len(t) for t in batch.tokens]
+    width = max(lengths)
+    p = pack(batch.tokens, batch.response_lengths, mg.pad_id, mg.device)
+
+    def routed(ids: torch.Tensor | None) -> torch.Tensor:
+        replay = mg.routing.replaying(ids) if ids is not None else contextlib.nullcontext()
+        with torch.no_grad(), mg.routing.recording(), replay:
+            mg.model(p.ids, p.positions, attention_mask=p.mask)
+        used = mg.routing.take()  # [width * b, layers, k], sequence-major
+        return used.view(width, len(lengths), lay.num_layers, lay.top_k).transpose(0, 1)
+
+    own = routed(None)
+    used = routed(replay_ids(batch.routed_experts, lengths, width, lay.num_layers, lay.top_k,
+                             mg.device))
+    return {
+        "recorded": all(torch.equal(used[i, : n - 1], r.long())
+                        for i, (n, r) in enumerate(zip(lengths, batch.routed_experts,
+                                                       strict=True))),
+        "rest_own": all(torch.equal(used[i, n - 1:, 0], own[i, n - 1:, 0])
+                        for i, n in enumerate(lengths)),
+        "differs_from_own": not torch.equal(used, own),
+    }
+
+
+def replay_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """``train.routing_replay = "rollout"`` on both backends with the same random records:
+    replayed log-probs, one GRPO step and the replay agreement; the megatron log-probs
+    without replay (how much the replay changed), and the replay's exactness (one stage)."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
+
+    data = {**data, "train": {**data["train"], "routing_replay": "rollout"}}
+    config = make_config(data)
+    torch_tr = TorchTrainer(config, 0, 1, None)
+    mg = MegatronTrainer(config, rank, world_size, None)
+    lay = mg.layout
+    batch = grpo_batch(lay.vocab)
+    batch.routed_experts = random_routes(batch, lay.num_layers, lay.top_k, lay.num_experts)
+    out: dict[str, Any] = {}
+    if mg.stages.size == 1:
+        out.update(replay_exactness(mg, batch))
+    lps = torch_tr.compute_log_probs(copy_batch(batch), "actor")
+    lps_m = mg.compute_log_probs(copy_batch(batch), "actor")
+    plain = copy_batch(batch)
+    plain.routed_experts = None
+    out["logprob_diff"] = _max_diff(lps, lps_m)
+    out["replay_effect"] = _max_diff(lps_m, mg.compute_log_probs(plain, "actor"))
+    torch_tr.routing.agreement()  # drop the counts of the log-prob passes above
+    mg.routing.agreement()
+    off_policy(batch, lps)
+    m_torch = torch_tr.train_step(copy_batch(batch), 0)
+    m_mg = mg.train_step(copy_batch(batch), 0)
+    for key in ("loss", "pg_loss", "grad_norm", "routing_replay_agreement"):
+        out[key] = (m_torch[f"train/{key}"], m_mg[f"train/{key}"])
+    return out
