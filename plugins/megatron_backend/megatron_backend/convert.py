@@ -12,8 +12,10 @@ Megatron's layout, per decoder layer (local spec):
 * ``linear_proj`` and ``linear_fc2``: row-parallel (split along the input dimension).
 * Qwen3-MoE: ``mlp.router.weight`` (HF ``mlp.gate.weight``, ``[experts, hidden]``) and
   ``mlp.experts.local_experts.{e}.linear_fc1`` / ``linear_fc2`` (HF ``mlp.experts.gate_up_proj[e]``,
-  ``[gate; up]`` as Megatron's GLU chunks it, and ``down_proj[e]``), all replicated (tensor
-  parallelism 1, every expert on every rank);
+  ``[gate; up]`` as Megatron's GLU chunks it, and ``down_proj[e]``), replicated over TP
+  (tensor parallelism 1); with expert parallelism ``ep`` rank r of the expert group holds the
+  global experts ``[r * E/ep, (r+1) * E/ep)``, numbered locally from 0 (Megatron's
+  ``local_expert_indices``);
 * ``embedding.word_embeddings`` / ``output_layer``: vocabulary-parallel, padded to
   ``layout.padded_vocab`` rows with zeros (the padding is dropped on the way back).
 * norms (input, pre-MLP, final, Qwen3's q/k): replicated.
@@ -21,10 +23,11 @@ Megatron's layout, per decoder layer (local spec):
   stage's first); the first stage has the embedding, the last the final norm and the head
   (with tied embeddings and several stages: its own copy of the embedding).
 
-``to_megatron`` gives one TP rank's shard; ``to_hf`` takes every rank's shard of each tensor
-(as gathered by :mod:`megatron_backend.gather`) and returns exactly the tensors, names and
-shapes of the HF model's ``state_dict()`` (with tied embeddings: ``lm_head.weight`` is the
-embedding, as transformers reports it).
+``to_megatron`` gives one TP (and expert-parallel) rank's shard; ``to_hf`` takes every rank's
+shard of each tensor (as gathered by :mod:`megatron_backend.gather`, the experts under their
+global numbers) and returns exactly the tensors, names and shapes of the HF model's
+``state_dict()`` (with tied embeddings: ``lm_head.weight`` is the embedding, as transformers
+reports it).
 """
 
 from __future__ import annotations
@@ -46,11 +49,25 @@ def stage_layers(layout: Layout, stage: int = 0, stages: int = 1) -> range:
     return range(stage * n, (stage + 1) * n)
 
 
-def megatron_names(layout: Layout, stage: int = 0, stages: int = 1) -> dict[str, int | None]:
+def is_expert(name: str) -> bool:
+    """Whether a Megatron parameter is an expert's (split over the expert-parallel group,
+    data-parallel over the expert-data-parallel group only)."""
+    return ".mlp.experts." in name
+
+
+def local_experts(layout: Layout, ep_rank: int = 0, ep_size: int = 1) -> range:
+    """The global expert numbers expert-parallel rank ``ep_rank`` holds (equal shares)."""
+    n = layout.num_experts // ep_size
+    return range(ep_rank * n, (ep_rank + 1) * n)
+
+
+def megatron_names(layout: Layout, stage: int = 0, stages: int = 1,
+                   ep_size: int = 1) -> dict[str, int | None]:
     """Every parameter of pipeline stage ``stage``'s GPTModel and its TP split (None:
     replicated). Layers are numbered locally (0 .. layers per stage - 1), as ``GPTModel``
-    names them; with tied embeddings and several stages the last stage holds its own copy of
-    the embedding as ``output_layer.weight`` (Megatron keeps the two equal)."""
+    names them, and so are experts (``num_experts / ep_size`` of them); with tied embeddings
+    and several stages the last stage holds its own copy of the embedding as
+    ``output_layer.weight`` (Megatron keeps the two equal)."""
     first, last = stage == 0, stage == stages - 1
     names: dict[str, int | None] = {}
     if first:
@@ -68,7 +85,7 @@ def megatron_names(layout: Layout, stage: int = 0, stages: int = 1) -> dict[str,
         names[p + "pre_mlp_layernorm.weight"] = None
         if layout.num_experts:
             names[p + "mlp.router.weight"] = None
-            for e in range(layout.num_experts):
+            for e in range(layout.num_experts // ep_size):
                 names[p + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = None
                 names[p + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = None
             continue
@@ -111,9 +128,10 @@ def split_qkv(fused: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, ...]:
 
 
 def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
-                tp_size: int = 1, stage: int = 0, stages: int = 1) -> dict[str, torch.Tensor]:
-    """TP rank ``tp_rank``'s shard of every parameter of pipeline stage ``stage``, from an HF
-    state dict."""
+                tp_size: int = 1, stage: int = 0, stages: int = 1, ep_rank: int = 0,
+                ep_size: int = 1) -> dict[str, torch.Tensor]:
+    """TP rank ``tp_rank``'s shard of every parameter of pipeline stage ``stage`` (of the
+    experts, expert-parallel rank ``ep_rank``'s), from an HF state dict."""
     out: dict[str, torch.Tensor] = {}
     first, last = stage == 0, stage == stages - 1
 
@@ -142,10 +160,10 @@ def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
         put(m + "pre_mlp_layernorm.weight", hf[h + "post_attention_layernorm.weight"], None)
         if layout.num_experts:
             put(m + "mlp.router.weight", hf[h + "mlp.gate.weight"], None)
-            for e in range(layout.num_experts):
+            for e, g in enumerate(local_experts(layout, ep_rank, ep_size)):
                 x = m + f"mlp.experts.local_experts.{e}."
-                put(x + "linear_fc1.weight", hf[h + "mlp.experts.gate_up_proj"][e], None)
-                put(x + "linear_fc2.weight", hf[h + "mlp.experts.down_proj"][e], None)
+                put(x + "linear_fc1.weight", hf[h + "mlp.experts.gate_up_proj"][g], None)
+                put(x + "linear_fc2.weight", hf[h + "mlp.experts.down_proj"][g], None)
             continue
         gate = _chunk(hf[h + "mlp.gate_proj.weight"], 0, tp_rank, tp_size)
         up = _chunk(hf[h + "mlp.up_proj.weight"], 0, tp_rank, tp_size)

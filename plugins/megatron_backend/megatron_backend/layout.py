@@ -2,7 +2,8 @@
 
 Supported families: Llama (and Mistral-shaped Llamas), Qwen2 / Qwen2.5 (bias on q, k, v),
 Qwen3 (RMSNorm on each head's queries and keys) and Qwen3-MoE (Qwen3's attention, every
-layer's MLP a mixture of experts; tensor parallelism 1, experts not split over ranks yet).
+layer's MLP a mixture of experts; tensor parallelism 1, experts split over expert-parallel
+ranks).
 Everything else fails here, before any weight is read, with the reason.
 """
 
@@ -67,7 +68,7 @@ def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
     return -(-vocab // step) * step
 
 
-def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128) -> Layout:
+def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128, ep: int = 1) -> Layout:
     model_type = getattr(hf, "model_type", "")
     family = FAMILIES.get(model_type)
     if family is None:
@@ -97,6 +98,9 @@ def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128) -> Layout:
                              "decoder_sparse_step) is not supported: every layer must be MoE")
         moe = {"num_experts": int(hf.num_experts), "top_k": int(hf.num_experts_per_tok),
                "moe_ffn": int(hf.moe_intermediate_size), "norm_topk": bool(hf.norm_topk_prob)}
+        if moe["num_experts"] % ep:
+            raise ValueError(f"megatron.expert_model_parallel_size = {ep} must divide the "
+                             f"model's {moe['num_experts']} experts")
     if int(hf.intermediate_size) % tp:
         raise ValueError(f"megatron.tensor_model_parallel_size = {tp} must divide "
                          f"intermediate_size ({hf.intermediate_size})")

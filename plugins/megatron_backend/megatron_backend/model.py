@@ -26,6 +26,7 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
 
     recompute: dict[str, Any] = dict(cast(dict[str, Any], RECOMPUTE[mg.recompute]))
     moe: dict[str, Any] = {}
+    ep = int(getattr(mg, "expert_model_parallel_size", 1))
     if layout.num_experts:
         moe = dict(
             num_moe_experts=layout.num_experts, moe_router_topk=layout.top_k,
@@ -36,8 +37,13 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
             # other.
             moe_router_pre_softmax=not layout.norm_topk,
             moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-            # the allgather dispatcher: the alltoall one allocates CUDA streams
-            moe_token_dispatcher_type="allgather", moe_grouped_gemm=False,
+            # Expert parallelism: the alltoall dispatcher (each rank sends each expert's
+            # tokens to the rank holding it; token counts may differ between ranks: only the
+            # number of forwards must match). Without it no token leaves the rank and the
+            # allgather dispatcher does no communication at all.
+            moe_token_dispatcher_type="alltoall" if ep > 1 else "allgather",
+            moe_grouped_gemm=False,
+            expert_model_parallel_size=ep,
             moe_permute_fusion=False,
         )
     if mg.recompute == "full":

@@ -55,8 +55,9 @@ def make_critic(config: Config, model: Any, spec: Any) -> Any:
 def _summary() -> str:
     have = megatron_core_version()
     core = f"megatron-core {have}" if have else "megatron-core (not installed)"
-    return (f"{core} GPTModel (local layer spec): tensor + data parallel, HF Llama/Qwen2/Qwen3 "
-            "checkpoints in and out, torch AdamW on the shards; gloo + CPU shims on the CPU")
+    return (f"{core} GPTModel (local layer spec): tensor + pipeline + data parallel, expert "
+            "parallel for Qwen3-MoE, HF Llama/Qwen2/Qwen3/Qwen3-MoE checkpoints in and out, "
+            "torch AdamW on the shards; gloo + CPU shims on the CPU")
 
 
 @hookimpl

@@ -312,3 +312,74 @@ def replay_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str
     for key in ("loss", "pg_loss", "grad_norm", "routing_replay_agreement"):
         out[key] = (m_torch[f"train/{key}"], m_mg[f"train/{key}"])
     return out
+
+
+def expert_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Expert parallelism over every rank (each also a data-parallel replica with its own
+    groups, as many as makes the ranks' micro-batch counts differ): exported weights, response
+    log-probs with and without routing replay (the same random records as the torch backend),
+    and one GRPO step (the router's own routing: records of None), against the torch backend
+    on the whole batch in one process."""
+    from megatron_backend import parallel
+    from megatron_backend.convert import is_expert, to_hf
+    from megatron_backend.gather import gather_experts
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_core.api import micro_batches
+    from slime_std.trainer.torch_trainer import TorchTrainer
+
+    data = {**data, "train": {**data["train"], "routing_replay": "rollout"}}
+    config = make_config(data)
+    torch_tr = TorchTrainer(config, 0, 1, None)
+    mg = MegatronTrainer(config, rank, world_size, None)
+    lay = mg.layout
+    ref = hf_reference(config)
+    exported = mg.export_weights()  # (views of the parameters: compared before the step)
+    export = {"export_keys_equal": sorted(exported) == sorted(ref),
+              "export_exact": all(torch.equal(exported[k], ref[k]) for k in ref)}
+    dp_rank, dp_size = mg.data_parallel_rank, mg.data_parallel_size
+    # 3 groups over 2 ranks: rank 0 trains two, rank 1 one (fewer micro-batches: it idles)
+    batch = grpo_batch(lay.vocab, groups=3)
+    mine = [i for i, g in enumerate(batch.group_indices) if g % dp_size == dp_rank]
+    routes = random_routes(batch, lay.num_layers, lay.top_k, lay.num_experts)
+    plain = copy_batch(batch)
+    replayed = copy_batch(batch)
+    replayed.routed_experts = routes
+    lps = torch_tr.compute_log_probs(copy_batch(plain), "actor")
+    lps_r = torch_tr.compute_log_probs(copy_batch(replayed), "actor")
+    lps_m = mg.compute_log_probs(copy_batch(plain).select(mine), "actor")
+    lps_mr = mg.compute_log_probs(copy_batch(replayed).select(mine), "actor")
+    off_policy(batch, lps)
+    batch.routed_experts = [None] * len(batch)  # the routers' own choice
+    m_torch = torch_tr.train_step(copy_batch(batch), 0)
+    m_mg = mg.train_step(copy_batch(batch).select(mine), 0)
+    # the step's (reduced, clipped) gradients in HF names, the experts gathered from the ranks
+    grads = {k: p.grad if p.grad is not None else torch.zeros_like(p)
+             for k, p in mg.model.named_parameters()}
+    shards = {k: [g] for k, g in grads.items() if not is_expert(k)}
+    shards.update(gather_experts(mg.model, lay, grads))
+    grads_m = to_hf(shards, lay)
+    grads_t = {k: p.grad for k, p in torch_tr.model.named_parameters()}
+    after_t, after_m = torch_tr.export_weights(), mg.export_weights()
+    d_t = torch.cat([(after_t[k] - ref[k]).flatten() for k in sorted(ref)])
+    d_m = torch.cat([(after_m[k] - ref[k]).flatten() for k in sorted(ref)])
+    experts = [k for k in sorted(ref) if ".mlp.experts." in k]
+    return {
+        "dp": (dp_rank, dp_size),
+        "ep": (parallel.ep_rank(), parallel.ep_size()),
+        "local_experts": sum(1 for k in mg.expert_names if k.endswith("linear_fc1.weight")),
+        "micro_batches": len(micro_batches([len(batch.tokens[i]) for i in mine],
+                                           mg.config.train.micro_batch_tokens)),
+        **export,
+        "logprob_diff": _max_diff([lps[i] for i in mine], lps_m),
+        "replayed_logprob_diff": _max_diff([lps_r[i] for i in mine], lps_mr),
+        "replay_effect": _max_diff(lps_m, lps_mr),
+        "loss": (m_torch["train/loss"], m_mg["train/loss"]),
+        "pg_loss": (m_torch["train/pg_loss"], m_mg["train/pg_loss"]),
+        "grad_norm": (m_torch["train/grad_norm"], m_mg["train/grad_norm"]),
+        "entropy": (m_torch["train/entropy"], m_mg["train/entropy"]),
+        "update_cosine": float(torch.nn.functional.cosine_similarity(d_t, d_m, dim=0)),
+        "grad_keys_equal": sorted(grads_t) == sorted(k for k in grads_m if k in grads_t),
+        "grad_diff": max(float((grads_t[k] - grads_m[k]).abs().max()) for k in grads_t),
+        "grad_max": max(float(g.abs().max()) for g in grads_t.values()),
+        "experts_moved": min(float((after_m[k] - ref[k]).abs().max()) for k in experts),
+    }

@@ -91,3 +91,40 @@ def test_moe_round_trips_and_refuses_tp(pp: int, tiny_qwen3_moe: Path) -> None:
     with pytest.raises(ValueError, match="mixture-of-experts model needs "
                                          "megatron.tensor_model_parallel_size = 1"):
         layout_of(model.config, 2)
+
+
+def test_expert_parallel_ranks_hold_their_share_of_experts(tiny_qwen3_moe: Path) -> None:
+    """EP=2: rank r holds global experts [4r, 4r + 4) as local experts 0..3; the ranks'
+    shards, experts renamed to their global numbers, convert back to the HF weights exactly;
+    an expert count EP does not divide is refused."""
+    from megatron_backend.convert import (
+        is_expert,
+        local_experts,
+        megatron_names,
+        to_hf,
+        to_megatron,
+    )
+    from megatron_backend.layout import layout_of
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen3_moe)
+    sd = model.state_dict()
+    layout = layout_of(model.config, ep=2)
+    shards: dict[str, list[torch.Tensor]] = {}
+    for ep_rank in range(2):
+        shard = to_megatron(sd, layout, ep_rank=ep_rank, ep_size=2)
+        assert set(shard) == set(megatron_names(layout, ep_size=2))
+        assert list(local_experts(layout, ep_rank, 2)) == list(range(4 * ep_rank, 4 * ep_rank + 4))
+        assert torch.equal(shard["decoder.layers.1.mlp.experts.local_experts.2.linear_fc2.weight"],
+                           sd["model.layers.1.mlp.experts.down_proj"][4 * ep_rank + 2])
+        for k, v in shard.items():
+            if is_expert(k):
+                head, rest = k.split("local_experts.")
+                e, tail = rest.split(".", 1)
+                k = f"{head}local_experts.{4 * ep_rank + int(e)}.{tail}"
+            shards[k] = [v]
+    merged = to_hf(shards, layout)
+    assert sorted(merged) == sorted(sd) and all(torch.equal(merged[k], sd[k]) for k in sd)
+    with pytest.raises(ValueError, match="expert_model_parallel_size = 3 must divide the "
+                                         "model's 8 experts"):
+        layout_of(model.config, ep=3)
