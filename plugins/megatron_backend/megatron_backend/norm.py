@@ -5,8 +5,9 @@ Which tensors are TP shards comes from the converter's table, not from Megatron'
 ``tensor_model_parallel`` attribute: that is only set when Megatron initialises the weights
 itself, which this backend skips (the HF checkpoint overwrites them). A TP shard's squares are
 summed once over the **tensor-parallel** group, a replicated tensor's (the norms) counted once,
-an expert's (each held by one rank of the expert-parallel group) summed over the
-**expert-parallel** group, the stages' summed over the pipeline group; clipping then matches
+an expert's (split over expert-parallel ranks, or over tensor-parallel ranks as its own
+tensor parallelism) summed over the **expert tensor x expert parallel** group, the stages'
+summed over the pipeline group; clipping then matches
 ``torch.nn.utils.clip_grad_norm_`` of the unsharded model: coefficient ``max_norm / (norm +
 1e-6)`` when below 1.
 """
@@ -36,12 +37,12 @@ def squares(grads: Iterable[tuple[str, torch.Tensor]], sharded_names: set[str],
 def model_norm(sq: torch.Tensor, pp_group: Any = None) -> float:
     """The whole model's norm from this rank's :func:`squares` (each tensor's elements counted
     once on this TP rank and stage): TP shards summed over the TP group, experts over the
-    expert-parallel group, stages over ``pp_group``."""
+    expert tensor x expert parallel group, stages over ``pp_group``."""
     sharded, replicated, experts = sq[0].clone(), sq[1].clone(), sq[2].clone()
     if parallel.tp_size() > 1:
         dist.all_reduce(sharded, group=parallel.tp_group())
-    if parallel.ep_size() > 1:
-        dist.all_reduce(experts, group=parallel.ep_group())
+    if parallel.expert_model_size() > 1:
+        dist.all_reduce(experts, group=parallel.expert_model_group())
     total = sharded + replicated + experts
     if pp_group is not None:
         dist.all_reduce(total, group=pp_group)

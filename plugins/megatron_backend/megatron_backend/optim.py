@@ -22,6 +22,7 @@ import torch.distributed as dist
 from slime_core.api import TrainingHealth, all_reduce_gradients, global_totals, sum_metrics
 
 from megatron_backend import norm, parallel
+from megatron_backend.convert import tp_partial_grad
 from megatron_backend.zero import DistributedAdamW
 
 
@@ -36,6 +37,27 @@ def grad_norm(params: dict[str, torch.Tensor], sharded_names: set[str],
     grads = ((name, p.grad) for name, p in params.items()
              if p.grad is not None and name not in skip)
     return norm.model_norm(norm.squares(grads, sharded_names, device, expert_names), pp_group)
+
+
+def sum_partial_grads(named: dict[str, torch.Tensor]) -> None:
+    """Sum over the TP group the gradients each TP rank holds only its heads' part of
+    (:func:`~megatron_backend.convert.tp_partial_grad`: Qwen3's q/k norms), one flat buffer;
+    every TP rank holds the same names, so every rank joins."""
+    if parallel.tp_size() == 1:
+        return
+    params = [p for n, p in named.items() if tp_partial_grad(n) and p.requires_grad]
+    if not params:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in params])
+    dist.all_reduce(flat, group=parallel.tp_group())
+    offset = 0
+    for p in params:
+        g = cast(torch.Tensor, p.grad)
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def health(device: Any) -> TrainingHealth:
@@ -82,10 +104,12 @@ class Accumulation:
         parallelism, ``expert_names`` (this rank's experts) are summed over the
         expert-data-parallel group instead of the data-parallel one (their gradients already
         hold every data-parallel rank's tokens: the token dispatcher brought them here) and
-        their squares over the expert-parallel group. A non-finite loss or norm (on any rank)
+        their squares over the expert tensor x expert parallel group. A non-finite loss or norm
+        (on any rank)
         skips the clip and the step."""
         params = list(named.values())
         metrics = self.metrics
+        sum_partial_grads(named)
         piped = stages is not None and stages.size > 1
         if piped:
             metrics = stages.broadcast_from_last(metrics)

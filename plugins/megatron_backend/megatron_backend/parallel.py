@@ -105,6 +105,22 @@ def ep_group() -> Any:
     return ps.get_expert_model_parallel_group()
 
 
+def expert_model_size() -> int:
+    """Ranks over which one layer's experts are split: expert tensor x expert parallel (1
+    where Megatron's groups are not set up)."""
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return 1
+    return int(ps.get_expert_tensor_and_model_parallel_world_size())
+
+
+def expert_model_group() -> Any:
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_tensor_and_model_parallel_group()
+
+
 def expert_dp_group() -> Any:
     """The ranks that hold the same experts: expert gradients are summed over these only."""
     from megatron.core import parallel_state as ps
