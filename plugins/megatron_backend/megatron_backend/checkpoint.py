@@ -3,6 +3,8 @@
 Layout under the trainer's checkpoint ``path``::
 
     megatron/mp_rank_{tp:02d}_{pp:03d}/model_optim.pt   TP shard + its AdamW state + scheduler
+                                                         (mp_rank_{tp:02d}_{pp:03d}_{ep:03d} with
+                                                         expert parallelism: its experts too)
     megatron/mp_rank_{tp:02d}_{pp:03d}/model_optim.dp{dp:03d}.pt
                                                          with use_distributed_optimizer: the
                                                          AdamW state of data-parallel rank dp
@@ -10,7 +12,9 @@ Layout under the trainer's checkpoint ``path``::
                                                          Megatron tracker, device)
     hf/config.json, hf/model.safetensors (+ tokenizer)   what transformers and engines load
 
-The shard files are written by data-parallel rank 0 of each TP index (DP replicas are equal);
+The shard files are written by data-parallel rank 0 of each TP index (DP replicas are equal;
+with expert parallelism by expert-data-parallel rank 0 of each expert-parallel index, which
+holds that index's experts and the replicated rest);
 every rank writes its RNG file. Loading restores exactly what was saved, so a resumed run
 continues with the same numbers as an uninterrupted one.
 """
@@ -38,8 +42,18 @@ def shard_file(path: str) -> str:
     from megatron.core import parallel_state as ps
 
     pp = int(ps.get_pipeline_model_parallel_rank())
-    return os.path.join(path, MEGATRON_DIR, f"mp_rank_{parallel.tp_rank():02d}_{pp:03d}",
+    ep = f"_{parallel.ep_rank():03d}" if parallel.ep_size() > 1 else ""
+    return os.path.join(path, MEGATRON_DIR, f"mp_rank_{parallel.tp_rank():02d}_{pp:03d}{ep}",
                         "model_optim.pt")
+
+
+def writes_shard() -> bool:
+    """Whether this rank writes its shard file: one rank per (TP, PP[, EP]) index."""
+    from megatron.core import parallel_state as ps
+
+    if parallel.ep_size() > 1:
+        return int(ps.get_expert_data_parallel_rank()) == 0
+    return parallel.dp_rank() == 0
 
 
 def rng_file(path: str, rank: int) -> str:
@@ -58,7 +72,7 @@ def save(trainer: Any, path: str) -> None:
     # that holds it (its error names the tensor), so the checkpoint is never marked complete
     model = {k: v.cpu() for k, v in local_state(trainer.model).items()}
     check_finite_weights(model.items(), shard_file(path))
-    if trainer.data_parallel_rank == 0:
+    if writes_shard():
         f = shard_file(path)
         os.makedirs(os.path.dirname(f), exist_ok=True)
         torch.save({

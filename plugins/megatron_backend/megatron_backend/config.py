@@ -1,7 +1,10 @@
 """The ``[megatron]`` config section and the checks of a run on the megatron backend (torch-free).
 
 ``train.num_ranks`` is the world size; data parallelism is what is left over once tensor,
-pipeline and context parallelism are taken: ``dp = num_ranks / (tp * pp * cp)``.
+pipeline and context parallelism are taken: ``dp = num_ranks / (tp * pp * cp)``. Expert
+parallelism splits a mixture-of-experts model's experts over ``ep`` of those data-parallel
+ranks (Megatron's layout: the dense layers stay data-parallel, each expert lives on one rank of
+its expert group and is data-parallel over ``dp / ep`` ranks).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class MegatronSection:
     tensor_model_parallel_size: int = 1  # TP: ranks that split every linear layer and the vocabulary
     pipeline_model_parallel_size: int = 1  # PP: stages of equal numbers of layers (one micro-batch in flight at a time)
     context_parallel_size: int = 1  # CP: ranks that split the sequence (only 1 is implemented yet)
+    expert_model_parallel_size: int = 1  # EP: data-parallel ranks that split a mixture-of-experts model's experts (each holds experts / ep of every layer; tokens travel to their experts through the token dispatcher)
     sequence_parallel: bool = False  # split norms/dropout activations over TP ranks (needs TransformerEngine: refused on the CPU)
     use_distributed_optimizer: bool = False  # ZeRO-1: each data-parallel rank keeps the AdamW state of 1/dp of the parameters (gradients reduce-scattered, parameters all-gathered; same step as unsharded); a checkpoint then resumes at the same data-parallel size only
     recompute: str = "none"  # activation recomputation: none | selective (core attention) | full (whole layers)
@@ -35,7 +39,7 @@ class MegatronSection:
 
     def __post_init__(self) -> None:
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                    "context_parallel_size", "recompute_num_layers",
+                    "context_parallel_size", "expert_model_parallel_size", "recompute_num_layers",
                     "make_vocab_size_divisible_by"):
             _need(getattr(self, key) >= 1, f"megatron.{key}", "must be >= 1")
         _need(self.recompute in RECOMPUTE, "megatron.recompute",
@@ -72,3 +76,17 @@ def check_config(config: Any) -> None:
     _need(n % mg.model_parallel_size() == 0, "train.num_ranks",
           f"{n} is not a multiple of tensor x pipeline x context parallel size "
           f"({mg.model_parallel_size()}); data parallelism takes the rest")
+    ep = mg.expert_model_parallel_size
+    if ep > 1:
+        dp = n // mg.model_parallel_size()
+        _need(dp % ep == 0, "megatron.expert_model_parallel_size",
+              f"{ep} must divide the data-parallel size {dp} (train.num_ranks / (tensor x "
+              "pipeline x context parallel size)): experts are split over data-parallel ranks")
+        _need(mg.pipeline_model_parallel_size == 1, "megatron.expert_model_parallel_size",
+              f"{ep} with megatron.pipeline_model_parallel_size = "
+              f"{mg.pipeline_model_parallel_size}: expert parallelism is implemented for one "
+              "pipeline stage only")
+        _need(not mg.use_distributed_optimizer, "megatron.expert_model_parallel_size",
+              f"{ep} with megatron.use_distributed_optimizer = true: the sharded optimizer "
+              "does not keep expert gradients out of the data-parallel reduction yet")
+

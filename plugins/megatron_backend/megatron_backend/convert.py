@@ -12,8 +12,11 @@ Megatron's layout, per decoder layer (local spec):
 * ``linear_proj`` and ``linear_fc2``: row-parallel (split along the input dimension).
 * Qwen3-MoE: ``mlp.router.weight`` (HF ``mlp.gate.weight``, ``[experts, hidden]``) and
   ``mlp.experts.local_experts.{e}.linear_fc1`` / ``linear_fc2`` (HF ``mlp.experts.gate_up_proj[e]``,
-  ``[gate; up]`` as Megatron's GLU chunks it, and ``down_proj[e]``), all replicated (tensor
-  parallelism 1, every expert on every rank);
+  ``[gate; up]`` as Megatron's GLU chunks it, and ``down_proj[e]``); the router is replicated,
+  each expert split over TP ranks as a dense MLP is (expert tensor parallelism = TP: ``fc1``
+  ``[gate_r; up_r]`` per rank, ``fc2`` row-parallel); with expert parallelism ``ep`` rank r of
+  the expert group holds the global experts ``[r * E/ep, (r+1) * E/ep)``, numbered locally
+  from 0 (Megatron's ``local_expert_indices``);
 * ``embedding.word_embeddings`` / ``output_layer``: vocabulary-parallel, padded to
   ``layout.padded_vocab`` rows with zeros (the padding is dropped on the way back).
 * norms (input, pre-MLP, final, Qwen3's q/k): replicated.
@@ -21,10 +24,11 @@ Megatron's layout, per decoder layer (local spec):
   stage's first); the first stage has the embedding, the last the final norm and the head
   (with tied embeddings and several stages: its own copy of the embedding).
 
-``to_megatron`` gives one TP rank's shard; ``to_hf`` takes every rank's shard of each tensor
-(as gathered by :mod:`megatron_backend.gather`) and returns exactly the tensors, names and
-shapes of the HF model's ``state_dict()`` (with tied embeddings: ``lm_head.weight`` is the
-embedding, as transformers reports it).
+``to_megatron`` gives one TP (and expert-parallel) rank's shard; ``to_hf`` takes every rank's
+shard of each tensor (as gathered by :mod:`megatron_backend.gather`, the experts under their
+global numbers) and returns exactly the tensors, names and shapes of the HF model's
+``state_dict()`` (with tied embeddings: ``lm_head.weight`` is the embedding, as transformers
+reports it).
 """
 
 from __future__ import annotations
@@ -46,11 +50,32 @@ def stage_layers(layout: Layout, stage: int = 0, stages: int = 1) -> range:
     return range(stage * n, (stage + 1) * n)
 
 
-def megatron_names(layout: Layout, stage: int = 0, stages: int = 1) -> dict[str, int | None]:
+def tp_partial_grad(name: str) -> bool:
+    """Whether a replicated parameter's gradient is partial on each TP rank and must be summed
+    over the TP group: Qwen3's q/k RMSNorm weights, applied to every head, of which each TP
+    rank holds its own (Megatron's ``finalize_model_grads`` sums them likewise)."""
+    return ".self_attention.q_layernorm." in name or ".self_attention.k_layernorm." in name
+
+
+def is_expert(name: str) -> bool:
+    """Whether a Megatron parameter is an expert's (split over the expert-parallel group,
+    data-parallel over the expert-data-parallel group only)."""
+    return ".mlp.experts." in name
+
+
+def local_experts(layout: Layout, ep_rank: int = 0, ep_size: int = 1) -> range:
+    """The global expert numbers expert-parallel rank ``ep_rank`` holds (equal shares)."""
+    n = layout.num_experts // ep_size
+    return range(ep_rank * n, (ep_rank + 1) * n)
+
+
+def megatron_names(layout: Layout, stage: int = 0, stages: int = 1,
+                   ep_size: int = 1) -> dict[str, int | None]:
     """Every parameter of pipeline stage ``stage``'s GPTModel and its TP split (None:
     replicated). Layers are numbered locally (0 .. layers per stage - 1), as ``GPTModel``
-    names them; with tied embeddings and several stages the last stage holds its own copy of
-    the embedding as ``output_layer.weight`` (Megatron keeps the two equal)."""
+    names them, and so are experts (``num_experts / ep_size`` of them); with tied embeddings
+    and several stages the last stage holds its own copy of the embedding as
+    ``output_layer.weight`` (Megatron keeps the two equal)."""
     first, last = stage == 0, stage == stages - 1
     names: dict[str, int | None] = {}
     if first:
@@ -68,9 +93,9 @@ def megatron_names(layout: Layout, stage: int = 0, stages: int = 1) -> dict[str,
         names[p + "pre_mlp_layernorm.weight"] = None
         if layout.num_experts:
             names[p + "mlp.router.weight"] = None
-            for e in range(layout.num_experts):
-                names[p + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = None
-                names[p + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = None
+            for e in range(layout.num_experts // ep_size):
+                names[p + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = COLUMN
+                names[p + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = ROW
             continue
         names[p + "mlp.linear_fc1.weight"] = COLUMN
         names[p + "mlp.linear_fc2.weight"] = ROW
@@ -92,6 +117,17 @@ def _chunk(w: torch.Tensor, dim: int, rank: int, size: int) -> torch.Tensor:
     return torch.chunk(w, size, dim=dim)[rank]
 
 
+def _glu_shard(gate: torch.Tensor, up: torch.Tensor, rank: int, size: int) -> torch.Tensor:
+    """A column-parallel GLU ``linear_fc1`` shard: rank r's slice of gate, then of up."""
+    return torch.cat([_chunk(gate, 0, rank, size), _chunk(up, 0, rank, size)]).contiguous()
+
+
+def _glu_full(shards: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`_glu_shard` over every rank's shard: (gate, up)."""
+    gates, ups = zip(*(torch.chunk(s, 2, dim=0) for s in shards), strict=True)
+    return torch.cat(gates), torch.cat(ups)
+
+
 def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout) -> torch.Tensor:
     """HF q, k, v (weights ``[n*d, h]`` or biases ``[n*d]``) -> Megatron's grouped layout."""
     g, n, d = layout.kv_heads, layout.heads_per_group, layout.head_dim
@@ -111,9 +147,10 @@ def split_qkv(fused: torch.Tensor, layout: Layout) -> tuple[torch.Tensor, ...]:
 
 
 def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
-                tp_size: int = 1, stage: int = 0, stages: int = 1) -> dict[str, torch.Tensor]:
-    """TP rank ``tp_rank``'s shard of every parameter of pipeline stage ``stage``, from an HF
-    state dict."""
+                tp_size: int = 1, stage: int = 0, stages: int = 1, ep_rank: int = 0,
+                ep_size: int = 1) -> dict[str, torch.Tensor]:
+    """TP rank ``tp_rank``'s shard of every parameter of pipeline stage ``stage`` (of the
+    experts, expert-parallel rank ``ep_rank``'s), from an HF state dict."""
     out: dict[str, torch.Tensor] = {}
     first, last = stage == 0, stage == stages - 1
 
@@ -142,14 +179,15 @@ def to_megatron(hf: dict[str, torch.Tensor], layout: Layout, tp_rank: int = 0,
         put(m + "pre_mlp_layernorm.weight", hf[h + "post_attention_layernorm.weight"], None)
         if layout.num_experts:
             put(m + "mlp.router.weight", hf[h + "mlp.gate.weight"], None)
-            for e in range(layout.num_experts):
+            for e, g in enumerate(local_experts(layout, ep_rank, ep_size)):
                 x = m + f"mlp.experts.local_experts.{e}."
-                put(x + "linear_fc1.weight", hf[h + "mlp.experts.gate_up_proj"][e], None)
-                put(x + "linear_fc2.weight", hf[h + "mlp.experts.down_proj"][e], None)
+                gate, up = torch.chunk(hf[h + "mlp.experts.gate_up_proj"][g], 2, dim=0)
+                out[x + "linear_fc1.weight"] = _glu_shard(gate, up, tp_rank, tp_size)
+                put(x + "linear_fc2.weight", hf[h + "mlp.experts.down_proj"][g], ROW)
             continue
-        gate = _chunk(hf[h + "mlp.gate_proj.weight"], 0, tp_rank, tp_size)
-        up = _chunk(hf[h + "mlp.up_proj.weight"], 0, tp_rank, tp_size)
-        out[m + "mlp.linear_fc1.weight"] = torch.cat([gate, up]).contiguous()
+        out[m + "mlp.linear_fc1.weight"] = _glu_shard(hf[h + "mlp.gate_proj.weight"],
+                                                      hf[h + "mlp.up_proj.weight"], tp_rank,
+                                                      tp_size)
         put(m + "mlp.linear_fc2.weight", hf[h + "mlp.down_proj.weight"], ROW)
     if last:
         put("decoder.final_layernorm.weight", hf["model.norm.weight"], None)
@@ -197,14 +235,13 @@ def to_hf(shards: dict[str, list[torch.Tensor]], layout: Layout, stage: int = 0,
             x = m + "mlp.experts.local_experts.{}."
             out[h + "mlp.gate.weight"] = full(m + "mlp.router.weight")
             out[h + "mlp.experts.gate_up_proj"] = torch.stack(
-                [full(x.format(e) + "linear_fc1.weight") for e in range(layout.num_experts)])
+                [torch.cat(_glu_full(shards[x.format(e) + "linear_fc1.weight"]))
+                 for e in range(layout.num_experts)])
             out[h + "mlp.experts.down_proj"] = torch.stack(
                 [full(x.format(e) + "linear_fc2.weight") for e in range(layout.num_experts)])
             continue
-        gates, ups = zip(*(torch.chunk(s, 2, dim=0) for s in shards[m + "mlp.linear_fc1.weight"]),
-                         strict=True)
-        out[h + "mlp.gate_proj.weight"] = torch.cat(gates)
-        out[h + "mlp.up_proj.weight"] = torch.cat(ups)
+        out[h + "mlp.gate_proj.weight"], out[h + "mlp.up_proj.weight"] = _glu_full(
+            shards[m + "mlp.linear_fc1.weight"])
         out[h + "mlp.down_proj.weight"] = full(m + "mlp.linear_fc2.weight")
     if last:
         out["model.norm.weight"] = full("decoder.final_layernorm.weight")

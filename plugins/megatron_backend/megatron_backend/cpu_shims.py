@@ -1,4 +1,4 @@
-"""The two CUDA assumptions of megatron-core replaced for CPU runs (gloo, no GPU).
+"""The CUDA assumptions of megatron-core replaced for CPU runs (gloo, no GPU).
 
 megatron-core's layers allocate on ``torch.cuda.current_device()`` and its tensor-parallel RNG
 (``megatron.core.tensor_parallel.random``: the RNG-state tracker that dropout forks, and the
@@ -10,9 +10,19 @@ calls it, only when its accelerator is the CPU:
   passes names the CPU;
 * the RNG tracker keeps CPU generator states (same names and seeds as Megatron's:
   ``model-parallel-rng`` = seed + 2718 + tp_rank, ``data-parallel-rng`` = seed), and the
-  module's CUDA-state getter/setter read and write the CPU generator.
+  module's CUDA-state getter/setter read and write the CPU generator;
+* the ``alltoall`` token dispatcher (expert parallelism): ``MoEAlltoAllTokenDispatcher``
+  creates a ``torch.cuda.Stream()`` in its constructor (a class attribute, made once) and its
+  ``_maybe_dtoh_and_synchronize`` copies the all-to-all split sizes device-to-host on that side
+  stream (``torch.cuda.current_stream``, ``wait_stream``, ``torch.cuda.stream``,
+  ``record_event``, ``Event.synchronize``). The stream is preset to a placeholder, so the
+  constructor makes none, and the method is replaced by its synchronous equivalent on the
+  host: at the same point, the same tensors become host tensors (the split sizes NumPy arrays,
+  as megatron's ``maybe_move_tensor_to_cpu(as_numpy=True)`` makes them for
+  ``all_to_all_single``); there is nothing to wait for.
 
-Everything else (layers, attention, collectives over gloo) is megatron-core unchanged.
+Everything else (layers, attention, the dispatchers' all-gather, reduce-scatter and
+all-to-all over gloo) is megatron-core unchanged.
 """
 
 from __future__ import annotations
@@ -81,6 +91,29 @@ def _set_state(state: Any, *_: Any, **__: Any) -> None:
     torch.set_rng_state(state)
 
 
+def _host(t: Any, as_numpy: bool = False) -> Any:
+    if not torch.is_tensor(t):
+        return t
+    t = t.cpu()
+    return t.numpy() if as_numpy else t
+
+
+def _host_metadata(self: Any, point: str, tokens_per_expert: Any = None) -> Any:
+    """``MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize`` without CUDA streams: at
+    ``cuda_dtoh_point`` the dispatcher's counts become host values, as megatron's copies make
+    them (split sizes as NumPy arrays); the sync point has nothing left to wait for."""
+    if not self.drop_and_pad and point == self.cuda_dtoh_point:
+        tokens_per_expert = _host(tokens_per_expert)
+        self.input_splits = _host(self.input_splits, as_numpy=True)
+        self.output_splits = _host(self.output_splits, as_numpy=True)
+        self.output_splits_tp = _host(self.output_splits_tp, as_numpy=True)
+        self.num_out_tokens = _host(self.num_out_tokens)
+        if self.num_local_experts > 1 and not self.config.moe_permute_fusion:
+            self.num_global_tokens_per_local_expert = _host(
+                self.num_global_tokens_per_local_expert)
+    return tokens_per_expert
+
+
 def applied() -> bool:
     return _APPLIED
 
@@ -97,6 +130,11 @@ def apply() -> None:
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     mrandom._get_cuda_rng_state = _get_state
     mrandom._set_cuda_rng_state = _set_state
+    from megatron.core.transformer.moe import token_dispatcher
+
+    alltoall = token_dispatcher.MoEAlltoAllTokenDispatcher
+    alltoall.cuda_dtoh_stream = "no CUDA stream on the CPU"  # type: ignore[assignment]  # preset: the constructor makes none
+    alltoall._maybe_dtoh_and_synchronize = _host_metadata  # type: ignore[method-assign]
     _APPLIED = True
 
 

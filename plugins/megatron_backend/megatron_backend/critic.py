@@ -70,6 +70,10 @@ class MegatronCritic:
         from megatron_backend.trainer import hf_config_of
 
         self.config, self.spec, self.mg = config, spec, config.megatron
+        if parallel.ep_size() > 1:
+            raise ValueError(f"megatron.expert_model_parallel_size = {parallel.ep_size()}: the "
+                             "megatron critic (slime_ppo) does not split experts yet; set it to 1 "
+                             "for a run with a critic")
         self.device = next(model_list.parameters()).device
         self.dtype = resolve_dtype(config.model.dtype, self.device)
         self.layout = layout_of(hf_config_of(config.model), parallel.tp_size(),

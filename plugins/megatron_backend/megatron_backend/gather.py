@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_backend import parallel
-from megatron_backend.convert import megatron_names
+from megatron_backend.convert import is_expert, local_experts, megatron_names
 from megatron_backend.layout import Layout
 
 
@@ -82,3 +82,35 @@ def gather_shards(model: Any, layout: Layout, stage: int = 0, stages: int = 1,
     for dtype in sorted(pending, key=str):  # the same order on every rank
         flush(dtype)
     return {n: out[n] for n in megatron_names(layout, stage, stages)}
+
+
+def gather_experts(model: Any, layout: Layout,
+                   tensors: dict[str, torch.Tensor] | None = None) -> dict[str, list[torch.Tensor]]:
+    """Every expert of every layer of this stage under its **global** number
+    (``...local_experts.{global}...``), gathered over the expert-parallel group: one
+    all-gather per dtype of this rank's experts laid end to end (``tensors``: other tensors
+    of the parameters' names and shapes, e.g. their gradients). A collective over that group:
+    every rank of it must call it (equal shapes on every rank: equal shares)."""
+    source = local_state(model) if tensors is None else tensors
+    local = {k: v.contiguous() for k, v in source.items() if is_expert(k)}
+    size, group, rank = parallel.ep_size(), parallel.ep_group(), parallel.ep_rank()
+    per_rank = len(local_experts(layout, rank, size))
+    out: dict[str, list[torch.Tensor]] = {}
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for name, t in local.items():
+        by_dtype.setdefault(t.dtype, []).append(name)
+    for dtype in sorted(by_dtype, key=str):  # the same order on every rank
+        names = by_dtype[dtype]
+        flat = torch.cat([local[n].reshape(-1) for n in names])
+        parts = [torch.empty_like(flat) for _ in range(size)]
+        dist.all_gather(parts, flat, group=group)
+        for r, part in enumerate(parts):
+            offset = 0
+            for n in names:
+                t = local[n]
+                head, rest = n.split("local_experts.", 1)
+                e, tail = rest.split(".", 1)
+                global_name = f"{head}local_experts.{r * per_rank + int(e)}.{tail}"
+                out[global_name] = [part[offset:offset + t.numel()].view(t.shape)]
+                offset += t.numel()
+    return out

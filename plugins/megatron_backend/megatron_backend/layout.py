@@ -2,7 +2,8 @@
 
 Supported families: Llama (and Mistral-shaped Llamas), Qwen2 / Qwen2.5 (bias on q, k, v),
 Qwen3 (RMSNorm on each head's queries and keys) and Qwen3-MoE (Qwen3's attention, every
-layer's MLP a mixture of experts; tensor parallelism 1, experts not split over ranks yet).
+layer's MLP a mixture of experts: experts split over expert-parallel ranks, or each expert's
+MLP split over tensor-parallel ranks; not both at once).
 Everything else fails here, before any weight is read, with the reason.
 """
 
@@ -67,7 +68,7 @@ def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
     return -(-vocab // step) * step
 
 
-def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128) -> Layout:
+def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128, ep: int = 1) -> Layout:
     model_type = getattr(hf, "model_type", "")
     family = FAMILIES.get(model_type)
     if family is None:
@@ -89,14 +90,21 @@ def layout_of(hf: Any, tp: int = 1, divisible_by: int = 128) -> Layout:
                          f"heads ({heads}) and key/value heads ({kv})")
     moe: dict[str, Any] = {}
     if family == "qwen3_moe":
-        if tp != 1:
-            raise ValueError("megatron backend: a mixture-of-experts model needs "
-                             "megatron.tensor_model_parallel_size = 1 (experts are not split)")
         if getattr(hf, "mlp_only_layers", None) or int(getattr(hf, "decoder_sparse_step", 1)) != 1:
             raise ValueError("megatron backend: Qwen3-MoE with dense layers (mlp_only_layers, "
                              "decoder_sparse_step) is not supported: every layer must be MoE")
         moe = {"num_experts": int(hf.num_experts), "top_k": int(hf.num_experts_per_tok),
                "moe_ffn": int(hf.moe_intermediate_size), "norm_topk": bool(hf.norm_topk_prob)}
+        if moe["num_experts"] % ep:
+            raise ValueError(f"megatron.expert_model_parallel_size = {ep} must divide the "
+                             f"model's {moe['num_experts']} experts")
+        if tp > 1 and ep > 1:
+            raise ValueError(f"megatron backend: a mixture-of-experts model with both "
+                             f"tensor_model_parallel_size = {tp} and expert_model_parallel_size "
+                             f"= {ep} is not implemented (one of the two at a time)")
+        if moe["moe_ffn"] % tp:
+            raise ValueError(f"megatron.tensor_model_parallel_size = {tp} must divide "
+                             f"moe_intermediate_size ({moe['moe_ffn']})")
     if int(hf.intermediate_size) % tp:
         raise ValueError(f"megatron.tensor_model_parallel_size = {tp} must divide "
                          f"intermediate_size ({hf.intermediate_size})")

@@ -26,6 +26,7 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
 
     recompute: dict[str, Any] = dict(cast(dict[str, Any], RECOMPUTE[mg.recompute]))
     moe: dict[str, Any] = {}
+    ep = int(getattr(mg, "expert_model_parallel_size", 1))
     if layout.num_experts:
         moe = dict(
             num_moe_experts=layout.num_experts, moe_router_topk=layout.top_k,
@@ -36,8 +37,13 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
             # other.
             moe_router_pre_softmax=not layout.norm_topk,
             moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-            # the allgather dispatcher: the alltoall one allocates CUDA streams
-            moe_token_dispatcher_type="allgather", moe_grouped_gemm=False,
+            # Expert parallelism: the alltoall dispatcher (each rank sends each expert's
+            # tokens to the rank holding it; token counts may differ between ranks: only the
+            # number of forwards must match). Without it no token leaves the rank and the
+            # allgather dispatcher does no communication at all.
+            moe_token_dispatcher_type="alltoall" if ep > 1 else "allgather",
+            moe_grouped_gemm=False,
+            expert_model_parallel_size=ep,
             moe_permute_fusion=False,
         )
     if mg.recompute == "full":
@@ -80,6 +86,38 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
     )
 
 
+def _moe_layer_without_sequence_parallel() -> type:
+    """megatron-core's ``MoELayer`` minus one guard: its ``forward`` raises in training when
+    tensor parallelism is on without sequence parallelism ("performance may degrade"). Without
+    sequence parallelism every TP rank holds the same tokens; the dispatcher gathers the TP
+    ranks' copies, each rank's slice of every expert computes them all and the reduce-scatter
+    hands each rank the sum over slices for its own copy: the output, and the gradients of
+    the layer's input and of the router, are exact. Each expert slice's own gradient, though,
+    sums the TP copies' contributions: TP times the model's, so a hook on every expert
+    parameter divides it by TP. The expert work is TP times what sequence parallelism would
+    do; sequence parallelism needs TransformerEngine here (refused on the CPU), so this is
+    what TP > 1 for a mixture of experts runs on. The guard reads only the layer's own
+    ``training`` flag (nothing else in the layer does), so ``forward`` hides it for the call."""
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    class MoELayerWithoutSequenceParallel(MoELayer):
+        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(config, *args, **kwargs)
+            copies = float(config.tensor_model_parallel_size)
+            for p in self.experts.parameters():
+                p.register_hook(lambda g: g / copies)
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            module = cast(torch.nn.Module, self)  # (megatron's classes are untyped)
+            training, module.training = module.training, False
+            try:
+                return super().forward(*args, **kwargs)
+            finally:
+                module.training = training
+
+    return MoELayerWithoutSequenceParallel
+
+
 def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
               first: bool = True, last: bool = True) -> Any:
     """An uninitialised GPTModel of ``layout`` on ``device`` (weights come from the converter);
@@ -98,6 +136,14 @@ def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
     spec = get_gpt_layer_local_spec(qk_layernorm=layout.qk_norm, normalization="RMSNorm",
                                     num_experts=layout.num_experts or None,
                                     moe_grouped_gemm=False)
+    if layout.num_experts and cfg.tensor_model_parallel_size > 1 and not cfg.sequence_parallel:
+        from megatron.core.transformer.moe.moe_utils import get_default_pg_collection
+
+        mlp = spec.submodules.mlp
+        mlp.module = _moe_layer_without_sequence_parallel()
+        # the process groups TransformerLayer passes a MoELayer; it recognises MoELayer only by
+        # identity, so it logs "Unknown MLP type ... Using default kwargs" for the subclass
+        mlp.params = {**mlp.params, "pg_collection": get_default_pg_collection()}
     model = GPTModel(
         config=cfg, transformer_layer_spec=spec, vocab_size=layout.padded_vocab,
         max_sequence_length=layout.max_positions, position_embedding_type="rope",

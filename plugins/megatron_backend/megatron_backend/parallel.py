@@ -42,6 +42,7 @@ def init_model_parallel(mg: Any) -> None:
         tensor_model_parallel_size=mg.tensor_model_parallel_size,
         pipeline_model_parallel_size=mg.pipeline_model_parallel_size,
         context_parallel_size=mg.context_parallel_size,
+        expert_model_parallel_size=int(getattr(mg, "expert_model_parallel_size", 1)),
     )
 
 
@@ -79,3 +80,49 @@ def dp_group() -> Any:
     from megatron.core import parallel_state as ps
 
     return ps.get_data_parallel_group()
+
+
+def ep_rank() -> int:
+    """This rank's place in its expert-parallel group (which experts it holds)."""
+    from megatron.core import parallel_state as ps
+
+    return int(ps.get_expert_model_parallel_rank())
+
+
+def ep_size() -> int:
+    """The expert-parallel size (1 where Megatron's groups are not set up: no experts split)."""
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return 1
+    return int(ps.get_expert_model_parallel_world_size())
+
+
+def ep_group() -> Any:
+    """The ranks that split the experts (tokens travel between them)."""
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_model_parallel_group()
+
+
+def expert_model_size() -> int:
+    """Ranks over which one layer's experts are split: expert tensor x expert parallel (1
+    where Megatron's groups are not set up)."""
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return 1
+    return int(ps.get_expert_tensor_and_model_parallel_world_size())
+
+
+def expert_model_group() -> Any:
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_tensor_and_model_parallel_group()
+
+
+def expert_dp_group() -> Any:
+    """The ranks that hold the same experts: expert gradients are summed over these only."""
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_data_parallel_group()

@@ -55,8 +55,9 @@ def make_critic(config: Config, model: Any, spec: Any) -> Any:
 def _summary() -> str:
     have = megatron_core_version()
     core = f"megatron-core {have}" if have else "megatron-core (not installed)"
-    return (f"{core} GPTModel (local layer spec): tensor + data parallel, HF Llama/Qwen2/Qwen3 "
-            "checkpoints in and out, torch AdamW on the shards; gloo + CPU shims on the CPU")
+    return (f"{core} GPTModel (local layer spec): tensor + pipeline + data parallel, expert "
+            "parallel for Qwen3-MoE, HF Llama/Qwen2/Qwen3/Qwen3-MoE checkpoints in and out, "
+            "torch AdamW on the shards; gloo + CPU shims on the CPU")
 
 
 @hookimpl
@@ -77,6 +78,7 @@ def slime_configure(config: Config) -> None:
 def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
         name=BACKEND, factory=make_trainer, critic_factory=make_critic, probe=probe,
+        routing_replay=True,
         library="megatron-core",
         summary=_summary(),
         extra={"megatron_core": megatron_core_version()},

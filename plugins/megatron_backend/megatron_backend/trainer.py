@@ -12,10 +12,17 @@ rank keeps its TP shard (:mod:`megatron_backend.convert`); ``export_weights`` ga
 back into HF names. Hooks receive Megatron objects as slime passes them: ``model`` is the
 list of model chunks (one chunk: no virtual pipeline), ``optimizer`` / ``scheduler`` the
 rank's AdamW and LambdaLR.
+
+With ``train.routing_replay = "rollout"`` (a mixture-of-experts model) the policy's forwards
+(log-probs and training; not the reference's or a teacher's) route every token to
+``TrainBatch.routed_experts`` (:mod:`megatron_backend.routing`, on megatron-core's router),
+checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
+replayed expert choices the routers would have made themselves (over every rank).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -24,7 +31,9 @@ import torch.distributed as dist
 from slime_core.api import (
     SKIPPED_STEPS,
     accelerator_record,
+    check_routes,
     compute_loss,
+    config_moe_shape,
     get_manager,
     load_causal_lm,
     load_tokenizer,
@@ -41,14 +50,15 @@ from slime_core.api import (
 from slime_hookspecs import TrainBatch
 
 from megatron_backend import checkpoint, cpu_shims, parallel
-from megatron_backend.convert import megatron_names, to_hf, to_megatron
-from megatron_backend.forward import from_logits, pack
-from megatron_backend.gather import gather_shards, load_local_state, local_state
+from megatron_backend.convert import is_expert, megatron_names, stage_layers, to_hf, to_megatron
+from megatron_backend.forward import causal_mask, from_logits, pack
+from megatron_backend.gather import gather_experts, gather_shards, load_local_state, local_state
 from megatron_backend.layout import Layout, layout_of
 from megatron_backend.model import build_gpt
 from megatron_backend.model_list import ModelList
 from megatron_backend.optim import Accumulation, health
 from megatron_backend.pipeline import StagePass, Stages
+from megatron_backend.routing import MegatronRouting, replay_ids
 from megatron_backend.zero import make_optimizer
 
 
@@ -101,16 +111,23 @@ class MegatronTrainer:
         self._seed(int(config.run.seed), on_cpu)
         self.hf_config = hf_config_of(config.model)
         self.layout: Layout = layout_of(self.hf_config, self.mg.tensor_model_parallel_size,
-                                        self.mg.make_vocab_size_divisible_by)
+                                        self.mg.make_vocab_size_divisible_by, parallel.ep_size())
+        if parallel.ep_size() > 1 and not self.layout.num_experts:
+            raise ValueError(f"megatron.expert_model_parallel_size = {parallel.ep_size()} needs "
+                             f"a mixture-of-experts model ({self.layout.family} has no experts)")
         self.model = self._build("actor")
         st = self.stages
-        self.sharded_names = {k for k, split in megatron_names(self.layout, st.rank,
-                                                               st.size).items()
-                              if split is not None}
+        names = megatron_names(self.layout, st.rank, st.size, parallel.ep_size())
+        self.sharded_names = {k for k, split in names.items() if split is not None}
+        #: this rank's experts: out of the data-parallel reduction, their norm over the
+        #: expert-parallel group (optim.Accumulation.step)
+        self.expert_names = {k for k in names if is_expert(k)}
         # this stage's copy of tied embeddings, kept equal to the other stage's
         self.tied_copy = None if not self.layout.tied or st.size == 1 else (
             "embedding.word_embeddings.weight" if st.first else "output_layer.weight")
         self.model.train()
+        # train.routing_replay: the policy's routers follow the rollout's recorded experts
+        self.routing = self._routing() if config.train.routing_replay == "rollout" else None
         self.models = ModelList([self.model])  # slime's model list: a chunk per virtual stage
         self.ref_model: Any = None
         # [opd] mode = "trainer": the frozen teacher and its own layout, built on first use
@@ -133,7 +150,7 @@ class MegatronTrainer:
     def _seed(self, seed: int, on_cpu: bool) -> None:
         torch.manual_seed(seed)
         if on_cpu:
-            cpu_shims.seed(seed, parallel.tp_rank())
+            cpu_shims.seed(seed, parallel.tp_rank(), parallel.ep_rank())
         else:
             from megatron.core import tensor_parallel
 
@@ -152,10 +169,28 @@ class MegatronTrainer:
         hf = load_causal_lm(model_cfg, torch.device("cpu"), torch.float32, role=role,
                             seed=self.config.run.seed)
         shard = to_megatron(hf.state_dict(), layout, parallel.tp_rank(), parallel.tp_size(),
-                            st.rank, st.size)
+                            st.rank, st.size, parallel.ep_rank(), parallel.ep_size())
         del hf
         load_local_state(model, {k: v.to(self.dtype) for k, v in shard.items()})
         return model.to(self.device)
+
+    def _routing(self) -> MegatronRouting:
+        """Routing replay on this stage's routers (global layers from the stage's first)."""
+        if not self.layout.num_experts:
+            raise ValueError("train.routing_replay = 'rollout': the model has no "
+                             "mixture-of-experts layers; set train.routing_replay = 'off'")
+        first = stage_layers(self.layout, self.stages.rank, self.stages.size).start
+        return MegatronRouting(self.model, self.layout.num_layers, self.layout.top_k, first)
+
+    def _replayed(self, tokens: list[torch.Tensor], routes: list[Any] | None) -> Any:
+        """The replay of ``routes`` (one micro-batch's records) over the right-padded batch of
+        ``tokens``; nothing without train.routing_replay or without records."""
+        if self.routing is None or routes is None:
+            return contextlib.nullcontext()
+        lengths = [int(len(t)) for t in tokens]
+        return self.routing.replaying(replay_ids(routes, lengths, max(lengths),
+                                                 self.layout.num_layers, self.layout.top_k,
+                                                 self.device))
 
     def _ref(self) -> Any:
         """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from
@@ -176,7 +211,7 @@ class MegatronTrainer:
             # the teacher may differ from the student in size (same vocabulary): its own
             # layout, checked for this TP size like the policy's
             layout = layout_of(hf_config_of(cfg), self.mg.tensor_model_parallel_size,
-                               self.mg.make_vocab_size_divisible_by)
+                               self.mg.make_vocab_size_divisible_by, parallel.ep_size())
             state = torch.get_rng_state()
             model = self._build("teacher", cfg, layout)
             torch.set_rng_state(state)  # as for ref: building must not shift the sampling stream
@@ -194,13 +229,20 @@ class MegatronTrainer:
                                            role=role)
         tokens = to_tensor_list(batch.tokens, torch.long)
         out: list[torch.Tensor | None] = [None] * len(batch)
+        # the policy replays the rollout's routing; the reference and a teacher route alone
+        routes = batch.routed_experts if role == "actor" else None
         with torch.no_grad():
-            for mb in micro_batches([int(len(x)) for x in tokens],
-                                    self.config.train.micro_batch_tokens):
-                p = pack([tokens[i] for i in mb], [batch.response_lengths[i] for i in mb],
-                         self.pad_id, self.device)
-                logits = self._stage_pass(model, layout.hidden).forward(p.ids, p.positions,
-                                                                        p.mask)
+            for mb in self._plan([int(len(x)) for x in tokens]):
+                if not mb:  # expert parallelism: a peer still has a micro-batch
+                    self._idle_pass(model, layout.hidden)
+                    continue
+                mb_tokens = [tokens[i] for i in mb]
+                p = pack(mb_tokens, [batch.response_lengths[i] for i in mb], self.pad_id,
+                         self.device)
+                with self._replayed(mb_tokens, None if routes is None else
+                                    [routes[i] for i in mb]):
+                    logits = self._stage_pass(model, layout.hidden).forward(p.ids, p.positions,
+                                                                            p.mask)
                 if logits is None:  # not the last pipeline stage
                     continue
                 lps, _ = from_logits(logits, p, self.config.rollout.temperature,
@@ -210,6 +252,32 @@ class MegatronTrainer:
         # the last stage's answer on every stage (the trainer group reads the first)
         return self.stages.broadcast_from_last(out)  # type: ignore[no-any-return]
 
+    def _plan(self, lengths: list[int]) -> list[list[int]]:
+        """Micro-batches of sample indices (``train.micro_batch_tokens``). With expert
+        parallelism every forward and backward holds the token dispatcher's all-to-alls, which
+        every rank of the expert group must join: a rank with fewer micro-batches than a peer
+        (shorter or fewer samples, an empty share) ends its plan with empty ones
+        (:meth:`_idle_pass`)."""
+        plan = micro_batches(lengths, self.config.train.micro_batch_tokens)
+        if parallel.ep_size() > 1:
+            n = torch.tensor([len(plan)], dtype=torch.long, device=self.device)
+            dist.all_reduce(n, op=dist.ReduceOp.MAX, group=parallel.ep_group())
+            plan += [[] for _ in range(int(n.item()) - len(plan))]
+        return plan
+
+    def _idle_pass(self, model: Any, hidden: int | None = None) -> None:
+        """This rank's part of an expert group's micro-batch when it has none: the forward of
+        one pad token, and under autograd a backward of zero (the dispatcher's all-to-alls run
+        again backwards). Nothing reaches a log-prob, a loss or a metric; gradients gain 0."""
+        ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
+        positions = torch.zeros((1, 1), dtype=torch.long, device=self.device)
+        sp = self._stage_pass(model, hidden)
+        out = sp.forward(ids, positions, causal_mask(1, self.device))
+        if torch.is_grad_enabled():
+            if out is not None:
+                (out.float().sum() * 0.0).backward()
+            sp.backward()
+
     def _stage_pass(self, model: Any, hidden: int | None = None) -> StagePass:
         return StagePass(self.stages, model, self.layout.hidden if hidden is None else hidden,
                          self.dtype)
@@ -217,7 +285,27 @@ class MegatronTrainer:
     # -- training ----------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:
         """Tensors, ref/teacher/old log-probs and advantages for a step's batch."""
+        if self.routing is not None:
+            self._check_routes(batch)
         prepare_batch(self.config, batch, self.compute_log_probs)
+
+    def _check_routes(self, batch: TrainBatch) -> None:
+        """Refuse routing records that do not fit the policy, naming the sample and field."""
+        if batch.routed_experts is None:
+            if len(batch):
+                raise ValueError("train.routing_replay = 'rollout' but the batch has no "
+                                 "routed_experts (a custom slime_convert_samples_to_train_data "
+                                 "must set TrainBatch.routed_experts)")
+            return
+        shape = config_moe_shape(self.hf_config)
+        assert shape is not None  # the routing exists: the model has experts
+        for i, ids in enumerate(batch.routed_experts):
+            if ids is None:
+                continue
+            where = (f"sample group={batch.group_indices[i] if batch.group_indices else '?'} "
+                     f"index={batch.sample_indices[i] if batch.sample_indices else i}: "
+                     "TrainBatch.routed_experts")
+            check_routes(ids, shape, len(batch.tokens[i]) - 1, where)
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
@@ -225,39 +313,48 @@ class MegatronTrainer:
         set_data_parallel_group(self.data_parallel_group)
         if len(batch) or self.data_parallel_size > 1:
             self.prepare(batch)
-        return rollout_optimizer_steps(self.manager, self.config, batch, rollout_id,
-                                       self._optimizer_step, model=self.models,
-                                       optimizer=self.optimizer, scheduler=self.scheduler,
-                                       started=t0, health=health(self.device))
+        metrics = rollout_optimizer_steps(self.manager, self.config, batch, rollout_id,
+                                          self._optimizer_step, model=self.models,
+                                          optimizer=self.optimizer, scheduler=self.scheduler,
+                                          started=t0, health=health(self.device))
+        if self.routing is not None:  # a collective: every rank counts its replayed choices
+            agree = self.routing.agreement(self.device)
+            if agree is not None:
+                metrics["train/routing_replay_agreement"] = agree
+        return metrics
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks), self.device)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
-        for mb_idx in micro_batches([int(len(t)) for t in mini.tokens],
-                                    self.config.train.micro_batch_tokens):
+        for mb_idx in self._plan([int(len(t)) for t in mini.tokens]):
+            if not mb_idx:  # expert parallelism: a peer still has a micro-batch
+                self._idle_pass(self.model)
+                continue
             mb = mini.select(mb_idx)
             mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
             if self.device.type != "cpu":
                 _to_device(mb, self.device)
             p = pack(mb.tokens, mb.response_lengths, self.pad_id, self.device)
             sp = self._stage_pass(self.model)
-            logits = sp.forward(p.ids, p.positions, p.mask)
-            if logits is not None:  # the last pipeline stage: the loss
-                lps, ents = from_logits(logits, p, self.config.rollout.temperature,
-                                        self.layout.vocab, with_entropy=True,
-                                        entropy_grad=want_entropy_grad,
-                                        padded_vocab=self.layout.padded_vocab)
-                if ents is not None and not want_entropy_grad:
-                    ents = [e.detach() for e in ents]
-                if mb.old_log_probs is None:
-                    mb.old_log_probs = [lp.detach() for lp in lps]
-                loss, m, weighting = compute_loss(self.config, mb, lps, ents)
-                acc.backward(loss, m, weighting, len(mb), mb_tokens)
-            sp.backward()
+            # the replay spans the backward too: full recomputation routes again there
+            with self._replayed(mb.tokens, mb.routed_experts):
+                logits = sp.forward(p.ids, p.positions, p.mask)
+                if logits is not None:  # the last pipeline stage: the loss
+                    lps, ents = from_logits(logits, p, self.config.rollout.temperature,
+                                            self.layout.vocab, with_entropy=True,
+                                            entropy_grad=want_entropy_grad,
+                                            padded_vocab=self.layout.padded_vocab)
+                    if ents is not None and not want_entropy_grad:
+                        ents = [e.detach() for e in ents]
+                    if mb.old_log_probs is None:
+                        mb.old_log_probs = [lp.detach() for lp in lps]
+                    loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+                    acc.backward(loss, m, weighting, len(mb), mb_tokens)
+                sp.backward()
         metrics, grad_norm = acc.step(dict(self.model.named_parameters()), self.sharded_names,
                                       self.optimizer, self.config.train.grad_clip,
-                                      self.stages, self.tied_copy)
+                                      self.stages, self.tied_copy, self.expert_names)
         metrics["train/grad_norm"] = grad_norm
         metrics.update(acc.skipped)
         metrics.setdefault(SKIPPED_STEPS, 0.0)
@@ -268,13 +365,16 @@ class MegatronTrainer:
     # -- weights and checkpoints -------------------------------------------------------------
     def export_weights(self) -> dict[str, torch.Tensor]:
         """The full policy in HF names and shapes; a collective over the TP group when TP > 1
-        (every rank gets the full dict)."""
+        and over the expert-parallel group when EP > 1 (every rank gets the full dict)."""
         st = self.stages
         if parallel.tp_size() == 1:
             shards = {k: [v] for k, v in local_state(self.model).items()}
         else:
             shards = gather_shards(self.model, self.layout, st.rank, st.size,
                                    float(self.mg.export_bucket_mb))
+        if parallel.ep_size() > 1:  # every expert under its global number
+            shards = {k: v for k, v in shards.items() if not is_expert(k)}
+            shards.update(gather_experts(self.model, self.layout))
         mine = to_hf(shards, self.layout, st.rank, st.size)
         if st.size == 1:
             return mine

@@ -63,6 +63,15 @@ def tiny_qwen3_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
                       norm_topk_prob=True, initializer_range=0.2)
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe_unnormalised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3-MoE with ``norm_topk_prob = false``: gates are the full softmax's
+    probabilities of the chosen experts (megatron's pre-softmax router)."""
+    return write_tiny(tmp_path_factory.mktemp("qwen3_moe_unnorm"), "qwen3_moe",
+                      tie_word_embeddings=True, num_experts=8, num_experts_per_tok=2,
+                      moe_intermediate_size=32, norm_topk_prob=False, initializer_range=0.2)
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """One intra-op thread, as the spawned ranks have (``mg_support._worker``): a comparison

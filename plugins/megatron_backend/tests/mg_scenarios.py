@@ -8,6 +8,7 @@ step's loss, grad norm and updated weights.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -33,6 +34,46 @@ def hf_reference(config: Any) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def hf_grads(mg: Any) -> dict[str, torch.Tensor]:
+    """The megatron trainer's gradients (as its last step left them: reduced and clipped) in
+    HF names and shapes: TP shards gathered over the TP group, experts over the
+    expert-parallel group, stages over the pipeline (a collective of every rank)."""
+    import torch.distributed as dist
+    from megatron_backend import parallel
+    from megatron_backend.convert import is_expert, megatron_names, to_hf
+    from megatron_backend.gather import gather_experts
+
+    st = mg.stages
+    grads = {k: p.grad if p.grad is not None else torch.zeros_like(p)
+             for k, p in mg.model.named_parameters()}
+    shards: dict[str, list[torch.Tensor]] = {}
+    for k, split in megatron_names(mg.layout, st.rank, st.size, parallel.ep_size()).items():
+        g = grads[k].contiguous()
+        if split is None or parallel.tp_size() == 1:
+            shards[k] = [g]
+            continue
+        shards[k] = [torch.empty_like(g) for _ in range(parallel.tp_size())]
+        dist.all_gather(shards[k], g, group=parallel.tp_group())
+    if parallel.ep_size() > 1:
+        shards = {k: v for k, v in shards.items() if not is_expert(k)}
+        shards.update(gather_experts(mg.model, mg.layout, grads))
+    mine = to_hf(shards, mg.layout, st.rank, st.size)
+    if st.size == 1:
+        return mine
+    parts: list[Any] = [None] * st.size
+    dist.all_gather_object(parts, mine, group=st.group)
+    return {k: v for part in parts for k, v in part.items()}
+
+
+def grad_diff(torch_tr: Any, mg: Any) -> float:
+    """The largest difference of any gradient element between the torch trainer's model and
+    the megatron trainer's (:func:`hf_grads`), over the torch model's parameters."""
+    mine = hf_grads(mg)
+    return max(float((p.grad - mine[k]).abs().max()) if p.grad is not None
+               else float(mine[k].abs().max())
+               for k, p in torch_tr.model.named_parameters())
+
+
 def compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
     from megatron_backend.trainer import MegatronTrainer
     from slime_std.trainer.torch_trainer import TorchTrainer
@@ -56,6 +97,7 @@ def compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
     out["pg_loss"] = (m_torch["train/pg_loss"], m_mg["train/pg_loss"])
     out["clipfrac"] = (m_torch["train/pg_clipfrac"], m_mg["train/pg_clipfrac"])
     out["grad_norm"] = (m_torch["train/grad_norm"], m_mg["train/grad_norm"])
+    out["grad_diff"] = grad_diff(torch_tr, mg)
     after_t, after_m = torch_tr.export_weights(), mg.export_weights()
     # Adam's first step is about lr * sign(grad): elements whose gradient is rounding noise may
     # move either way, so the updates are compared as a whole (cosine), not element by element
@@ -235,4 +277,141 @@ def whiten_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str
         "adv_diff_default_group": _max_diff(b_t.advantages, b_default.advantages),
         "loss": (m_t["train/loss"], m_m["train/loss"]),
         "grad_norm": (m_t["train/grad_norm"], m_m["train/grad_norm"]),
+    }
+
+
+def random_routes(batch: Any, layers: int, top_k: int, experts: int,
+                  seed: int = 11) -> list[torch.Tensor]:
+    """Per sample ``[len(tokens) - 1, layers, top_k]`` distinct random expert ids (uint8, as
+    a rollout's record): mostly not what the routers would pick, so replay shows."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(len(t) - 1, layers, experts, generator=g).argsort(-1)[..., :top_k]
+            .to(torch.uint8) for t in batch.tokens]
+
+
+def replay_exactness(mg: Any, batch: Any) -> dict[str, bool]:
+    """One forward of the whole batch on a one-stage megatron trainer, without and with the
+    replay of ``batch.routed_experts``: with it, every position but a sample's last routes to
+    its record, and the last and the padding to the router's own choice (compared in the
+    first MoE layer only: later layers' inputs there depend on the replayed earlier positions)."""
+    from megatron_backend.forward import pack
+    from megatron_backend.routing import replay_ids
+
+    lay = mg.layout
+    lengths = [len(t) for t in batch.tokens]
+    width = max(lengths)
+    p = pack(batch.tokens, batch.response_lengths, mg.pad_id, mg.device)
+
+    def routed(ids: torch.Tensor | None) -> torch.Tensor:
+        replay = mg.routing.replaying(ids) if ids is not None else contextlib.nullcontext()
+        with torch.no_grad(), mg.routing.recording(), replay:
+            mg.model(p.ids, p.positions, attention_mask=p.mask)
+        used = mg.routing.take()  # [width * b, layers, k], sequence-major
+        return used.view(width, len(lengths), lay.num_layers, lay.top_k).transpose(0, 1)
+
+    own = routed(None)
+    used = routed(replay_ids(batch.routed_experts, lengths, width, lay.num_layers, lay.top_k,
+                             mg.device))
+    return {
+        "recorded": all(torch.equal(used[i, : n - 1], r.long())
+                        for i, (n, r) in enumerate(zip(lengths, batch.routed_experts,
+                                                       strict=True))),
+        "rest_own": all(torch.equal(used[i, n - 1:, 0], own[i, n - 1:, 0])
+                        for i, n in enumerate(lengths)),
+        "differs_from_own": not torch.equal(used, own),
+    }
+
+
+def replay_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """``train.routing_replay = "rollout"`` on both backends with the same random records:
+    replayed log-probs, one GRPO step and the replay agreement; the megatron log-probs
+    without replay (how much the replay changed), and the replay's exactness (one stage)."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
+
+    data = {**data, "train": {**data["train"], "routing_replay": "rollout"}}
+    config = make_config(data)
+    torch_tr = TorchTrainer(config, 0, 1, None)
+    mg = MegatronTrainer(config, rank, world_size, None)
+    lay = mg.layout
+    batch = grpo_batch(lay.vocab)
+    batch.routed_experts = random_routes(batch, lay.num_layers, lay.top_k, lay.num_experts)
+    out: dict[str, Any] = {}
+    if mg.stages.size == 1:
+        out.update(replay_exactness(mg, batch))
+    lps = torch_tr.compute_log_probs(copy_batch(batch), "actor")
+    lps_m = mg.compute_log_probs(copy_batch(batch), "actor")
+    plain = copy_batch(batch)
+    plain.routed_experts = None
+    out["logprob_diff"] = _max_diff(lps, lps_m)
+    out["replay_effect"] = _max_diff(lps_m, mg.compute_log_probs(plain, "actor"))
+    torch_tr.routing.agreement()  # drop the counts of the log-prob passes above
+    mg.routing.agreement()
+    off_policy(batch, lps)
+    m_torch = torch_tr.train_step(copy_batch(batch), 0)
+    m_mg = mg.train_step(copy_batch(batch), 0)
+    for key in ("loss", "pg_loss", "grad_norm", "routing_replay_agreement"):
+        out[key] = (m_torch[f"train/{key}"], m_mg[f"train/{key}"])
+    return out
+
+
+def expert_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Expert parallelism over every rank (each also a data-parallel replica with its own
+    groups, as many as makes the ranks' micro-batch counts differ): exported weights, response
+    log-probs with and without routing replay (the same random records as the torch backend),
+    and one GRPO step (the router's own routing: records of None), against the torch backend
+    on the whole batch in one process."""
+    from megatron_backend import parallel
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_core.api import micro_batches
+    from slime_std.trainer.torch_trainer import TorchTrainer
+
+    data = {**data, "train": {**data["train"], "routing_replay": "rollout"}}
+    config = make_config(data)
+    torch_tr = TorchTrainer(config, 0, 1, None)
+    mg = MegatronTrainer(config, rank, world_size, None)
+    lay = mg.layout
+    ref = hf_reference(config)
+    exported = mg.export_weights()  # (views of the parameters: compared before the step)
+    export = {"export_keys_equal": sorted(exported) == sorted(ref),
+              "export_exact": all(torch.equal(exported[k], ref[k]) for k in ref)}
+    dp_rank, dp_size = mg.data_parallel_rank, mg.data_parallel_size
+    # 3 groups over 2 ranks: rank 0 trains two, rank 1 one (fewer micro-batches: it idles)
+    batch = grpo_batch(lay.vocab, groups=3)
+    mine = [i for i, g in enumerate(batch.group_indices) if g % dp_size == dp_rank]
+    routes = random_routes(batch, lay.num_layers, lay.top_k, lay.num_experts)
+    plain = copy_batch(batch)
+    replayed = copy_batch(batch)
+    replayed.routed_experts = routes
+    lps = torch_tr.compute_log_probs(copy_batch(plain), "actor")
+    lps_r = torch_tr.compute_log_probs(copy_batch(replayed), "actor")
+    lps_m = mg.compute_log_probs(copy_batch(plain).select(mine), "actor")
+    lps_mr = mg.compute_log_probs(copy_batch(replayed).select(mine), "actor")
+    off_policy(batch, lps)
+    batch.routed_experts = [None] * len(batch)  # the routers' own choice
+    m_torch = torch_tr.train_step(copy_batch(batch), 0)
+    m_mg = mg.train_step(copy_batch(batch).select(mine), 0)
+    grads_t = {k: p.grad for k, p in torch_tr.model.named_parameters()}
+    after_t, after_m = torch_tr.export_weights(), mg.export_weights()
+    d_t = torch.cat([(after_t[k] - ref[k]).flatten() for k in sorted(ref)])
+    d_m = torch.cat([(after_m[k] - ref[k]).flatten() for k in sorted(ref)])
+    experts = [k for k in sorted(ref) if ".mlp.experts." in k]
+    return {
+        "dp": (dp_rank, dp_size),
+        "ep": (parallel.ep_rank(), parallel.ep_size()),
+        "local_experts": sum(1 for k in mg.expert_names if k.endswith("linear_fc1.weight")),
+        "micro_batches": len(micro_batches([len(batch.tokens[i]) for i in mine],
+                                           mg.config.train.micro_batch_tokens)),
+        **export,
+        "logprob_diff": _max_diff([lps[i] for i in mine], lps_m),
+        "replayed_logprob_diff": _max_diff([lps_r[i] for i in mine], lps_mr),
+        "replay_effect": _max_diff(lps_m, lps_mr),
+        "loss": (m_torch["train/loss"], m_mg["train/loss"]),
+        "pg_loss": (m_torch["train/pg_loss"], m_mg["train/pg_loss"]),
+        "grad_norm": (m_torch["train/grad_norm"], m_mg["train/grad_norm"]),
+        "entropy": (m_torch["train/entropy"], m_mg["train/entropy"]),
+        "update_cosine": float(torch.nn.functional.cosine_similarity(d_t, d_m, dim=0)),
+        "grad_diff": grad_diff(torch_tr, mg),  # the step's (reduced, clipped) gradients
+        "grad_max": max(float(g.abs().max()) for g in grads_t.values()),
+        "experts_moved": min(float((after_m[k] - ref[k]).abs().max()) for k in experts),
     }

@@ -66,28 +66,69 @@ def test_unsupported_configs_fail_before_loading() -> None:
         layout_of(gpt2)
 
 
-@pytest.mark.parametrize("pp", [1, 2])
-def test_moe_round_trips_and_refuses_tp(pp: int, tiny_qwen3_moe: Path) -> None:
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (1, 2), (2, 1)])
+def test_moe_round_trips(tp: int, pp: int, tiny_qwen3_moe: Path) -> None:
     """Qwen3-MoE: router and experts convert to Megatron's MoE layer names and back exactly;
-    tensor parallelism is refused (experts are not split)."""
+    with TP=2 each expert is split as a dense MLP (fc1 ``[gate_r; up_r]``, fc2 by columns)
+    and the router replicated; TP and EP together are refused."""
     from megatron_backend.convert import megatron_names, to_hf, to_megatron
     from megatron_backend.layout import layout_of
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen3_moe)
     sd = model.state_dict()
-    layout = layout_of(model.config)
+    layout = layout_of(model.config, tp)
     assert (layout.num_experts, layout.top_k, layout.moe_ffn) == (8, 2, 32) and layout.qk_norm
     merged: dict[str, torch.Tensor] = {}
+    fc1 = "decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"
     for stage in range(pp):
-        shard = to_megatron(sd, layout, 0, 1, stage, pp)
+        shards = [to_megatron(sd, layout, r, tp, stage, pp) for r in range(tp)]
         names = megatron_names(layout, stage, pp)
-        assert set(shard) == set(names)
-        assert shard["decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"].shape == (64, 64)
-        merged.update(to_hf({k: [shard[k]] for k in names}, layout, stage, pp))
+        assert set(shards[0]) == set(names)
+        assert shards[0][fc1].shape == (64 // tp, 64)
+        assert all(torch.equal(s["decoder.layers.0.mlp.router.weight"],
+                               shards[0]["decoder.layers.0.mlp.router.weight"]) for s in shards)
+        merged.update(to_hf({k: [s[k] for s in shards] for k in names}, layout, stage, pp))
     assert sorted(merged) == sorted(sd)
     for k, v in sd.items():
         assert torch.equal(merged[k], v), k
-    with pytest.raises(ValueError, match="mixture-of-experts model needs "
-                                         "megatron.tensor_model_parallel_size = 1"):
-        layout_of(model.config, 2)
+    with pytest.raises(ValueError, match="both tensor_model_parallel_size = 2 and "
+                                         "expert_model_parallel_size = 2 is not implemented"):
+        layout_of(model.config, 2, ep=2)
+
+
+def test_expert_parallel_ranks_hold_their_share_of_experts(tiny_qwen3_moe: Path) -> None:
+    """EP=2: rank r holds global experts [4r, 4r + 4) as local experts 0..3; the ranks'
+    shards, experts renamed to their global numbers, convert back to the HF weights exactly;
+    an expert count EP does not divide is refused."""
+    from megatron_backend.convert import (
+        is_expert,
+        local_experts,
+        megatron_names,
+        to_hf,
+        to_megatron,
+    )
+    from megatron_backend.layout import layout_of
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen3_moe)
+    sd = model.state_dict()
+    layout = layout_of(model.config, ep=2)
+    shards: dict[str, list[torch.Tensor]] = {}
+    for ep_rank in range(2):
+        shard = to_megatron(sd, layout, ep_rank=ep_rank, ep_size=2)
+        assert set(shard) == set(megatron_names(layout, ep_size=2))
+        assert list(local_experts(layout, ep_rank, 2)) == list(range(4 * ep_rank, 4 * ep_rank + 4))
+        assert torch.equal(shard["decoder.layers.1.mlp.experts.local_experts.2.linear_fc2.weight"],
+                           sd["model.layers.1.mlp.experts.down_proj"][4 * ep_rank + 2])
+        for k, v in shard.items():
+            if is_expert(k):
+                head, rest = k.split("local_experts.")
+                e, tail = rest.split(".", 1)
+                k = f"{head}local_experts.{4 * ep_rank + int(e)}.{tail}"
+            shards[k] = [v]
+    merged = to_hf(shards, layout)
+    assert sorted(merged) == sorted(sd) and all(torch.equal(merged[k], sd[k]) for k in sd)
+    with pytest.raises(ValueError, match="expert_model_parallel_size = 3 must divide the "
+                                         "model's 8 experts"):
+        layout_of(model.config, ep=3)

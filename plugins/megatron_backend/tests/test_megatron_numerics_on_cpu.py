@@ -26,6 +26,8 @@ def check(result: dict[str, Any], signal: str = "loss") -> None:
     for key in ("loss", "pg_loss", "grad_norm"):
         a, b = result[key]
         assert abs(a - b) < STEP_TOL, (key, result)
+    # every element of the step's (reduced, clipped) gradients, TP shards and stages gathered
+    assert result["grad_diff"] < STEP_TOL, result
     # a step with signal (old log-probs off the policy: ratios away from 1, some clipped). The
     # clip fraction itself is averaged per micro-batch, and the torch backend's shared-prefix
     # plan cuts micro-batches differently, so it is not compared.
@@ -76,14 +78,18 @@ def _tp2(rank: int, world_size: int, paths: list[str]) -> list[dict[str, Any]]:
             for p in paths]
 
 
-def test_tp2_matches_torch_backend(tiny_qwen2: Path, tiny_qwen3: Path) -> None:
-    paths = [str(TINY_LLAMA), str(tiny_qwen2), str(tiny_qwen3)]
+def test_tp2_matches_torch_backend(tiny_qwen2: Path, tiny_qwen3: Path,
+                                   tiny_qwen3_moe: Path) -> None:
+    # (Qwen3's q/k norms: each TP rank's gradient of them is its heads' part, summed over the
+    # TP group. Qwen3-MoE: every expert split as a dense MLP, the router replicated; without
+    # sequence parallelism each rank's expert slices see both TP copies of the tokens)
+    paths = [str(TINY_LLAMA), str(tiny_qwen2), str(tiny_qwen3), str(tiny_qwen3_moe)]
     per_rank = spawn(_tp2, 2, paths)
     for rank, results in enumerate(per_rank):
         for path, result in zip(paths, results, strict=True):
             # TP=2 over 2 ranks: one data-parallel replica, both ranks export the full model
             assert result["dp"] == (0, 1), (rank, path)
-            check(result)
+            check(result, signal="pg_loss" if path == str(tiny_qwen3_moe) else "loss")
 
 
 @pytest.mark.parametrize("distributed_optimizer", [False, True])

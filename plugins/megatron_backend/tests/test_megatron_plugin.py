@@ -59,6 +59,12 @@ def test_a_host_without_megatron_core_lists_it_unavailable(monkeypatch: pytest.M
     ({"megatron": {"recompute": "some"}}, "megatron.recompute"),
     ({"train": {"ref_update_interval": 5}}, "train.ref_update_interval: 5: a moving reference"),
     ({"train": {"keep_old_actor": True}}, "train.keep_old_actor: the old actor is not"),
+    ({"megatron": {"expert_model_parallel_size": 4}, "train": {"num_ranks": 2}},
+     "megatron.expert_model_parallel_size: 4 must divide the data-parallel size 2"),
+    ({"megatron": {"expert_model_parallel_size": 2, "pipeline_model_parallel_size": 2},
+      "train": {"num_ranks": 4}}, "expert parallelism is implemented for one pipeline stage"),
+    ({"megatron": {"expert_model_parallel_size": 2, "use_distributed_optimizer": True},
+      "train": {"num_ranks": 2}}, "the sharded optimizer does not keep expert gradients"),
 ])
 def test_config_refuses_what_the_backend_cannot_run(sections: dict[str, Any], message: str) -> None:
     data = base_data(**sections)
