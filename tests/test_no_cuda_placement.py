@@ -21,7 +21,7 @@ NOT_SEARCHED = {
     "plugins/slime_std/slime_std/accelerators/plugin.py": "the cpu and cuda accelerator records",
     "plugins/slime_std/slime_std/accelerators/devices.py": "the cpu and cuda accelerators (torch.cuda calls)",
     "plugins/ascend_npu/ascend_npu/plugin.py": "the npu accelerator record",
-    "core/slime_core/cli/gpu_check.py": "GPU-only check, run by hand on 2 CUDA devices",
+    "plugins/slime_std/slime_std/accelerators/gpu_check.py": "GPU-only check (core gpu-check), run by hand on 2 CUDA devices",
 }
 PATTERN = re.compile(r"(?i:cuda|nccl)|\bGPU\b|num_gpus")
 
