@@ -87,6 +87,7 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **observability** (the run trace, rollout dumps and files that ``core_observe`` and
   ``core_loggers`` wire): :func:`span`, :func:`current_tracer`, :func:`start_tracer`,
   :func:`stop_tracer`, :func:`trace_sample_context`, :func:`write_run_trace`,
+  :func:`trace_sub_phase` (the training step's sub-phases: ``log_probs``, ``advantages``, ...),
   ``TRACE_DRIVER_PID``, ``TRACE_SAMPLES_PID``, ``TRACE_ROLLOUT_TID``; :func:`write_dump`,
   :func:`read_dump`, :func:`list_dumps`, :func:`dump_path`, :class:`DumpError`;
   :func:`atomic_write` (a file replaced whole or not at all).
@@ -215,6 +216,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "stop_tracer": ("slime_core.observe.trace", "stop"),
     "trace_sample_context": ("slime_core.observe.trace", "sample_context"),
     "write_run_trace": ("slime_core.observe.trace", "write_run_trace"),
+    "trace_sub_phase": ("slime_core.observe.trace", "sub_phase"),
     "TRACE_DRIVER_PID": ("slime_core.observe.trace", "DRIVER_PID"),
     "TRACE_SAMPLES_PID": ("slime_core.observe.trace", "SAMPLES_PID"),
     "TRACE_ROLLOUT_TID": ("slime_core.observe.trace", "ROLLOUT_TID"),
@@ -330,6 +332,7 @@ if TYPE_CHECKING:
     from slime_core.observe.trace import sample_context as trace_sample_context  # noqa: F401 (renamed export)
     from slime_core.observe.trace import span as span
     from slime_core.observe.trace import start as start_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import sub_phase as trace_sub_phase  # noqa: F401 (renamed export)
     from slime_core.observe.trace import stop as stop_tracer  # noqa: F401 (renamed export)
     from slime_core.observe.trace import write_run_trace as write_run_trace
     from slime_core.runtime.dist_group import StoreServer as StoreServer
