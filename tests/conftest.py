@@ -9,7 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from slime_core.testing import TINY_QWEN2, write_char_tokenizer
-from slime_hookspecs import hookimpl
+from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 ARITH = Path(__file__).resolve().parents[1] / "examples" / "tiny_arith"
 
@@ -44,6 +44,12 @@ class ModelProbe:
         self.roles.append(role)
 
 
+def reward_record(name: str, fn: Callable[[Any], Any]) -> RewardFunctionRecord:
+    """``fn(sample) -> reward`` as the reward function record ``name``: a test plugin returns it
+    from ``slime_register_reward_functions`` and the run selects it (``rollout.reward``)."""
+    return RewardFunctionRecord(name=name, factory=lambda config: fn, summary=f"test reward {name}")
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(run_dir, "metrics.jsonl").read_text().splitlines()]
 
@@ -58,7 +64,9 @@ def run_slime() -> Callable[..., Path]:
 
     def run(data: dict[str, Any], plugins: list[Any] = (), resume: str | None = None,
             overrides: tuple[str, ...] = (), select: tuple[str, ...] = ("slime_grpo",)) -> Path:
-        manager, config = resolve(PluginSelection(plugins=list(select)), None, overrides, data)
+        # the names a test plugin registers are checked by the driver, once it is registered
+        manager, config = resolve(PluginSelection(plugins=list(select)), None, overrides, data,
+                                  check_names=not plugins)
         for i, p in enumerate(plugins):
             manager.register_object(p, f"test_plugin_{i}")
         return run_training(manager, config, resume_dir=resume)

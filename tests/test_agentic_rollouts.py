@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slime_hookspecs import hookimpl
+from slime_hookspecs import DataSourceRecord, hookimpl
 from tests.agent_support import free_port, start_workers
 from tests.cli_support import core, write_toml
 from tests.conftest import read_metrics
@@ -253,14 +253,16 @@ def test_polling_source_bounds_open_groups_and_times_out_without_workers(base_co
 
 
 class HalfFinishedSource:
-    """Says its groups come back finished but has only the synchronous methods."""
+    """Says its groups come back finished but has only the synchronous methods (the data
+    source record ``half_finished``)."""
 
     delivers_finished_samples = True
     kind = "half_finished"
 
     @hookimpl
-    def slime_make_data_source(self, config, split):
-        return self if split == "train" else None
+    def slime_register_data_sources(self):
+        return DataSourceRecord(name="half_finished", factory=lambda config, split: self,
+                                summary="finished groups without the polling methods")
 
     def get_samples(self, num_groups):
         return []
@@ -283,7 +285,7 @@ def test_fully_async_refuses_a_finished_source_without_the_polling_methods(base_
     cfg = dict(base_config)
     cfg["run"] = {**cfg["run"], "rollout_mode": "fully_async", "max_staleness": 2}
     cfg["algorithm"] = {"is_correction": "tis"}
-    cfg["data"] = {**cfg["data"], "eval_path": ""}
+    cfg["data"] = {**cfg["data"], "eval_path": "", "source": "half_finished"}
     with pytest.raises(ValueError, match=r"'half_finished' \(data.source\) delivers finished "
                                          r"groups but has no poll_finished, open_groups, "
                                          r"pause_generation, resume_generation"):

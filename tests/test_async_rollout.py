@@ -13,7 +13,7 @@ import warnings
 import pytest
 from slime_hookspecs import hookimpl
 
-from tests.conftest import read_metrics
+from tests.conftest import read_metrics, reward_record
 
 
 class Timeline:
@@ -27,11 +27,14 @@ class Timeline:
         with self.lock:
             self.events.append((what, step, time.monotonic()))
 
-    @hookimpl
-    def slime_reward(self, config, sample):
+    def reward(self, sample):
         self._add("reward", sample.rollout_id)
         time.sleep(0.15)
         return float(sample.index % 2)
+
+    @hookimpl
+    def slime_register_reward_functions(self):
+        return reward_record("timeline", self.reward)
 
     @hookimpl
     def slime_before_rollout(self, config, rollout_id):
@@ -61,6 +64,7 @@ class Timeline:
 
 def test_generation_of_next_step_overlaps_training(base_config, run_slime) -> None:
     base_config["run"].update(num_rollouts=3, async_rollout=True, max_staleness=1)
+    base_config["rollout"]["reward"] = "timeline"
     tl = Timeline()
     m = read_metrics(run_slime(base_config, [tl]))
     ev = tl.events

@@ -16,7 +16,7 @@ import pytest
 from slime_hookspecs import hookimpl
 
 from tests.cli_support import ARITH, core
-from tests.conftest import read_metrics
+from tests.conftest import read_metrics, reward_record
 
 KILLED = -signal.SIGKILL
 
@@ -147,8 +147,11 @@ def test_crash_before_the_first_checkpoint_restarts_from_step_0(tmp_path: Path) 
 
 class FailingReward:
     @hookimpl
-    def slime_reward(self, config, sample):  # noqa: ANN001, ANN201
-        raise RuntimeError("verifier unreachable")
+    def slime_register_reward_functions(self):  # noqa: ANN201
+        def unreachable(sample):  # noqa: ANN001, ANN202
+            raise RuntimeError("verifier unreachable")
+
+        return reward_record("unreachable", unreachable)
 
 
 def test_a_run_failing_in_its_first_rollout_leaves_no_directory(base_config, run_slime,  # noqa: ANN001
@@ -158,7 +161,8 @@ def test_a_run_failing_in_its_first_rollout_leaves_no_directory(base_config, run
     base_config["data"].pop("eval_path")
     run_dir = Path(base_config["run"]["run_dir"])
     with pytest.raises(RuntimeError, match="every sample of step 0 failed"):
-        run_slime(base_config, [FailingReward()])
+        run_slime({**base_config, "rollout": {**base_config["rollout"], "reward": "unreachable"}},
+                  [FailingReward()])
     assert not run_dir.exists()
     assert "the same command can run again" in capsys.readouterr().err
     # the same configuration, the cause fixed: not refused

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from slime_hookspecs import FilterResult, RolloutResult, Sample, Status, hookimpl
-from tests.conftest import read_metrics
+from tests.conftest import read_metrics, reward_record
 
 
 @pytest.fixture
@@ -183,21 +183,23 @@ def test_reward_hooks_and_failure_path(base_config, run_slime, deprecated) -> No
     assert m["rollout/reward_mean"] == pytest.approx(1.5)
 
 
-def test_every_sample_failing_stops_the_step_and_fires_on_error(base_config, run_slime,
-                                                               deprecated) -> None:
+def test_every_sample_failing_stops_the_step_and_fires_on_error(base_config, run_slime) -> None:
     errors: list[str] = []
+
+    def broken(sample):
+        raise ValueError("broken verifier")
 
     class AllFail:
         @hookimpl
-        def slime_reward(self, config, sample):
-            raise ValueError("broken verifier")
+        def slime_register_reward_functions(self):
+            return reward_record("broken", broken)
 
         @hookimpl
         def slime_on_error(self, config, phase, error):
             errors.append(phase)
 
-    with pytest.raises(RuntimeError, match="every sample of step 0 failed"), \
-            deprecated("slime_reward"):
+    base_config["rollout"]["reward"] = "broken"
+    with pytest.raises(RuntimeError, match="every sample of step 0 failed"):
         run_slime(base_config, [AllFail()])
     assert errors == ["train"]
 

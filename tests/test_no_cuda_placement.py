@@ -21,7 +21,7 @@ NOT_SEARCHED = {
     "plugins/slime_std/slime_std/accelerators/plugin.py": "the cpu and cuda accelerator records",
     "plugins/slime_std/slime_std/accelerators/devices.py": "the cpu and cuda accelerators (torch.cuda calls)",
     "plugins/ascend_npu/ascend_npu/plugin.py": "the npu accelerator record",
-    "core/slime_core/cli/gpu_check.py": "GPU-only check, run by hand on 2 CUDA devices",
+    "plugins/slime_std/slime_std/accelerators/gpu_check.py": "GPU-only check (core gpu-check), run by hand on 2 CUDA devices",
 }
 PATTERN = re.compile(r"(?i:cuda|nccl)|\bGPU\b|num_gpus")
 
@@ -60,7 +60,7 @@ ALLOWED: list[tuple[str, str, str]] = [
      "builds the group for the backend the record named (nccl), chosen by the caller"),
     ("core/slime_core/runtime/dist_group.py", "ProcessGroupNCCL",
      "same: the nccl group, built only when the record's backend is nccl"),
-    ("core/slime_core/runner/fast_defaults.py", '"rollout.cuda_graphs"',
+    ("plugins/slime_std/slime_std/fast_path.py", '"rollout.cuda_graphs"',
      "the rollout.cuda_graphs key's name; its value comes from the record's graph_capture"),
     ("core/slime_core/runner/rundir.py", '("rollout", "cuda_graphs")',
      "the rollout.cuda_graphs key's name in the keys a resume may change"),

@@ -17,7 +17,7 @@ from slime_hookspecs import Status, hookimpl
 from slime_std.observe.commands import report_command, trace_command
 from slime_std.observe.trace_analysis import validate
 
-from tests.conftest import read_metrics
+from tests.conftest import read_metrics, reward_record
 
 
 def _trace(run_dir: Path) -> list[dict[str, Any]]:
@@ -42,8 +42,8 @@ class TokenReward:
     losses and gradients are not zero and replay equality means something."""
 
     @hookimpl
-    def slime_reward(self, config, sample):
-        return float(sum(sample.response_tokens) % 7) / 7
+    def slime_register_reward_functions(self):
+        return reward_record("token_sum", lambda s: float(sum(s.response_tokens) % 7) / 7)
 
 
 def test_replay_reproduces_training_metrics_without_an_engine(
@@ -54,6 +54,7 @@ def test_replay_reproduces_training_metrics_without_an_engine(
     first["eval"] = {"interval": 1, "max_prompts": 2}
     first["debug"] = {"save_rollouts": str(dumps)}
     first["profile"] = {"steps": [1, 1], "row_limit": 15}
+    first["rollout"]["reward"] = "token_sum"
     run1 = run_slime(first, plugins=[TokenReward()])
     assert list_dumps(dumps) == {"train": [0, 1], "eval": [0, 1, 2]}
     header, result = read_dump(dumps / "rollout_000001.jsonl")

@@ -18,7 +18,7 @@ import torch
 from slime_hookspecs import hookimpl
 
 from tests.cli_support import core, tiny_run, write_toml
-from tests.conftest import read_metrics
+from tests.conftest import read_metrics, reward_record
 
 HUGE = 1e308
 
@@ -31,10 +31,13 @@ class HugeRewardAt:
         self.steps = steps
         self.synced: list[int] = []
 
-    @hookimpl
-    def slime_reward(self, config: Any, sample: Any) -> float:
+    def reward(self, sample: Any) -> float:
         bad = sample.rollout_id in self.steps and sample.index % 8 == 0  # one per rollout
         return HUGE if bad else 0.0
+
+    @hookimpl
+    def slime_register_reward_functions(self) -> Any:
+        return reward_record("huge_at", self.reward)
 
     @hookimpl
     def slime_after_weight_sync(self, config: Any, version: int, stats: Any) -> None:
@@ -50,7 +53,8 @@ def _finite(checkpoint: Path) -> bool:
 
 def test_a_huge_reward_skips_its_step_not_the_weights(run_slime, base_config, capsys) -> None:
     base_config["run"].update(num_rollouts=3, save_interval=1)
-    base_config["rollout"]["max_abs_reward"] = 0.0  # the bound off: the trainer must hold
+    # the bound off: the trainer must hold
+    base_config["rollout"].update(max_abs_reward=0.0, reward="huge_at")
     base_config["data"].pop("eval_path")
     plugin = HugeRewardAt({1})
     run_dir = run_slime(base_config, plugins=[plugin])
@@ -68,11 +72,12 @@ def test_a_huge_reward_skips_its_step_not_the_weights(run_slime, base_config, ca
 
 
 PLUGIN = """
-from slime_hookspecs import hookimpl
+from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 @hookimpl
-def slime_reward(config, sample):
-    return 1e308 if sample.index % 4 == 0 else 0.0
+def slime_register_reward_functions():
+    return RewardFunctionRecord(name="huge", summary="1e308 for every fourth sample",
+                                factory=lambda config: lambda s: 1e308 if s.index % 4 == 0 else 0.0)
 """
 
 
@@ -80,7 +85,8 @@ def test_consecutive_skips_stop_the_run_naming_the_first(tmp_path: Path, tokeniz
     (tmp_path / "hugereward.py").write_text(textwrap.dedent(PLUGIN))
     data = tiny_run(tmp_path, tokenizer_dir, run={"plugin_modules": ["hugereward"],
                                                   "num_rollouts": 4, "save_interval": 1},
-                    rollout={"max_abs_reward": 0.0}, train={"max_consecutive_skipped_steps": 2})
+                    rollout={"max_abs_reward": 0.0, "reward": "huge"},
+                    train={"max_consecutive_skipped_steps": 2})
     res = core("run", "--config", str(write_toml(tmp_path / "run.toml", data)),
                "--plugins", "slime_grpo", env={"PYTHONPATH": str(tmp_path)})
     assert res.returncode != 0, res.stderr[-2000:]

@@ -38,7 +38,9 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **data parallelism** (default ``torch.distributed`` group, or the ``group`` given): :func:`dp_active`,
   :func:`global_totals`, :func:`all_reduce_gradients`, :func:`float_all_sum`,
   :func:`sum_metrics`; :func:`data_parallel_group` / :func:`set_data_parallel_group` (the
-  group the trainer of this process reduces over).
+  group the trainer of this process reduces over); how the executors make and feed the ranks:
+  :func:`init_data_parallel` (the ranks' default group on a loopback store),
+  :func:`shard_by_tokens` (a step's samples split across ranks, whole groups).
 * **training steps**: :class:`Accumulation`, :func:`step_indices`,
   :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
   :func:`micro_batches`,
@@ -85,11 +87,15 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **observability** (the run trace, rollout dumps and files that ``core_observe`` and
   ``core_loggers`` wire): :func:`span`, :func:`current_tracer`, :func:`start_tracer`,
   :func:`stop_tracer`, :func:`trace_sample_context`, :func:`write_run_trace`,
+  :func:`trace_sub_phase` (the training step's sub-phases: ``log_probs``, ``advantages``, ...),
   ``TRACE_DRIVER_PID``, ``TRACE_SAMPLES_PID``, ``TRACE_ROLLOUT_TID``; :func:`write_dump`,
   :func:`read_dump`, :func:`list_dumps`, :func:`dump_path`, :class:`DumpError`;
   :func:`atomic_write` (a file replaced whole or not at all).
 * **optional dependencies**: :func:`probe` (a record's probe: unavailable while a module is
   missing), :func:`require`, :class:`MissingExtraError` (the message names what to install).
+* **testing** (from :mod:`slime_core.testing`, which tests import directly): ``TINY_QWEN2`` (a
+  tiny model config for ``model.init_config``), :func:`write_char_tokenizer` (an offline
+  tokenizer); ``core gpu-check`` builds its run from them.
 """
 
 from __future__ import annotations
@@ -132,6 +138,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "sum_metrics": ("slime_core.trainkit.data_parallel", "sum_metrics"),
     "data_parallel_group": ("slime_core.trainkit.data_parallel", "data_parallel_group"),
     "set_data_parallel_group": ("slime_core.trainkit.data_parallel", "set_data_parallel_group"),
+    "init_data_parallel": ("slime_core.runtime.dist_group", "init_data_parallel"),
+    "shard_by_tokens": ("slime_core.executors.sharding", "shard_by_tokens"),
     # training steps
     "Accumulation": ("slime_core.trainkit.accumulate", "Accumulation"),
     "step_indices": ("slime_core.trainkit.accumulate", "step_indices"),
@@ -208,6 +216,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "stop_tracer": ("slime_core.observe.trace", "stop"),
     "trace_sample_context": ("slime_core.observe.trace", "sample_context"),
     "write_run_trace": ("slime_core.observe.trace", "write_run_trace"),
+    "trace_sub_phase": ("slime_core.observe.trace", "sub_phase"),
     "TRACE_DRIVER_PID": ("slime_core.observe.trace", "DRIVER_PID"),
     "TRACE_SAMPLES_PID": ("slime_core.observe.trace", "SAMPLES_PID"),
     "TRACE_ROLLOUT_TID": ("slime_core.observe.trace", "ROLLOUT_TID"),
@@ -217,7 +226,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "dump_path": ("slime_core.observe.dumps", "dump_path"),
     "DumpError": ("slime_core.observe.dumps", "DumpError"),
     "atomic_write": ("slime_core.runtime.durable", "atomic_write"),
-    # optional dependencies
+    # testing
+    "TINY_QWEN2": ("slime_core.testing", "TINY_QWEN2"),
+    "write_char_tokenizer": ("slime_core.testing", "write_char_tokenizer"),
 }
 
 __all__ = list(_EXPORTS)
@@ -243,6 +254,7 @@ if TYPE_CHECKING:
     from slime_core.data.jsonsafe import json_safe as json_safe
     from slime_core.data.rowcheck import BadRows as BadRows
     from slime_core.data.rowcheck import row_problem as row_problem
+    from slime_core.executors.sharding import shard_by_tokens as shard_by_tokens
     from slime_core.extras import MissingExtraError as MissingExtraError
     from slime_core.extras import probe as probe
     from slime_core.extras import require as require
@@ -267,7 +279,10 @@ if TYPE_CHECKING:
     from slime_core.rewards.validate import reward_bound_error as reward_bound_error
     from slime_core.rollout.engine_client import EngineClient as EngineClient
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
+    from slime_core.runtime.dist_group import init_data_parallel as init_data_parallel
     from slime_core.session import load_run as load_run
+    from slime_core.testing import TINY_QWEN2 as TINY_QWEN2
+    from slime_core.testing import write_char_tokenizer as write_char_tokenizer
     from slime_core.trainkit.accumulate import Accumulation as Accumulation
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import step_indices as step_indices
@@ -317,6 +332,7 @@ if TYPE_CHECKING:
     from slime_core.observe.trace import sample_context as trace_sample_context  # noqa: F401 (renamed export)
     from slime_core.observe.trace import span as span
     from slime_core.observe.trace import start as start_tracer  # noqa: F401 (renamed export)
+    from slime_core.observe.trace import sub_phase as trace_sub_phase  # noqa: F401 (renamed export)
     from slime_core.observe.trace import stop as stop_tracer  # noqa: F401 (renamed export)
     from slime_core.observe.trace import write_run_trace as write_run_trace
     from slime_core.runtime.dist_group import StoreServer as StoreServer

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from slime_core.config import ConfigError, parse_override
 from slime_core.pluginmgr import PluginSelection
 from slime_core.session import resolve
@@ -51,11 +50,24 @@ def test_range_check_names_key(tmp_path: Path) -> None:
 def test_decode_autotune_needs_the_compiled_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="rollout.compile_autotune: needs rollout.compile_decode"):
         _resolve(tmp_path, "[rollout]\ncompile_decode = false\ncompile_autotune = true\n")
-    # compile_decode = "auto" (the default) resolves to true when autotune is asked for
+    # compile_decode = "auto" (the default) is accepted; slime-std's local_engine resolves it
+    # with the config: true when autotune is asked for and the decode graphs are captured
     _, cfg = _resolve(tmp_path, "[rollout]\ncompile_autotune = true\n")
-    assert cfg.rollout.compile_decode == "auto"
+    assert cfg.rollout.compile_decode is cfg.rollout.cuda_graphs
     _, cfg = _resolve(tmp_path, "[rollout]\ncompile_decode = true\ncompile_autotune = true\n")
     assert cfg.rollout.compile_autotune is True and cfg.rollout.compile_pdl is True
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("rollout", "cuda_graphs", "yes"), ("rollout", "compile_decode", "on"),
+    ("train", "compile", "maybe"),
+])
+def test_fast_path_keys_refuse_other_strings_naming_the_key(section: str, key: str,
+                                                             value: str) -> None:
+    from slime_core.testing import build_test_config
+
+    with pytest.raises((ConfigError, ValueError), match=f"{section}.{key}"):
+        build_test_config(**{section: {key: value}})
 
 
 def test_int_is_accepted_for_float(tmp_path: Path) -> None:
@@ -83,9 +95,9 @@ class _ExtraPlugin:
 
 
 def test_plugin_contributes_a_section_and_duplicate_fails(tmp_path: Path) -> None:
-    from slime_core.pluginmgr import SlimePluginManager
-    from slime_core.config.schema import build_schema
     from slime_core.config import load_config
+    from slime_core.config.schema import build_schema
+    from slime_core.pluginmgr import SlimePluginManager
 
     m = SlimePluginManager(PluginSelection(autoload=False)).load()
     m.register_object(_ExtraPlugin(), "extra_plugin")

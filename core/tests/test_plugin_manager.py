@@ -137,15 +137,16 @@ def test_disabling_an_essential_builtin_is_a_usage_error() -> None:
 
 def test_wrong_hook_signature_names_plugin_hook_and_signature(fake_eps) -> None:
     @hookimpl
-    def slime_reward(config, sample, extra):  # noqa: ANN001
-        return 1.0
+    def slime_reward_post_process(config, samples, extra):  # noqa: ANN001
+        return None
 
-    fake_eps.append(_ep("badsig", _module("fake_badsig", slime_reward=slime_reward).__name__))
+    fake_eps.append(_ep("badsig", _module(
+        "fake_badsig", slime_reward_post_process=slime_reward_post_process).__name__))
     with pytest.raises(PluginLoadError) as err:
         SlimePluginManager(PluginSelection(plugins=["badsig"])).load()
     msg = str(err.value)
-    assert 'plugin "badsig"' in msg and "slime_reward(config, sample, extra)" in msg
-    assert "specification slime_reward(config, sample)" in msg and "extra" in msg
+    assert 'plugin "badsig"' in msg and "slime_reward_post_process(config, samples, extra)" in msg
+    assert "specification slime_reward_post_process(config, samples)" in msg and "extra" in msg
 
 
 def test_misspelled_hook_fails_with_suggestion(fake_eps) -> None:

@@ -175,7 +175,7 @@ class RolloutSection:
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
     cuda_graphs: bool | str = "auto"  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph; "auto": true where the accelerator record has graph_capture (cuda), resolved at start and written to config.toml
-    compile_decode: bool | str = "auto"  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler; "auto": true when num_rollouts x max_new_tokens >= 25000 (the warm-up pays; slime_core.runner.fast_defaults)
+    compile_decode: bool | str = "auto"  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler; "auto": true when num_rollouts x max_new_tokens >= 25000 (the warm-up pays; slime_std.fast_path)
     compile_autotune: bool = False  # with compile_decode: inductor's max-autotune-no-cudagraphs for the decode step (Triton templates benchmarked against cuBLAS for each product, elementwise work fused into the chosen one; H200 anchor: rollout 0.392 -> 0.443 s, warm-up 21 -> 72 s)
     compile_pdl: bool = True  # with compile_decode: inductor's kernels of the decode step launch with programmatic dependent launch (CUDA compute capability 9 and newer, a torch whose inductor has it; a kernel's start overlaps the end of the one before; H200 anchor rollout 0.413 -> 0.392 s)
     decode_attention: str = "auto"  # with cuda_graphs: one-token attention over the static cache: "triton" (one kernel that skips unwritten columns), "sdpa", or "auto" (triton on CUDA when triton imports)
@@ -250,7 +250,7 @@ class TrainSection:
     max_consecutive_skipped_steps: int = 3  # a step with a non-finite reward, advantage, loss or gradient norm is skipped (no optimizer step, no weight sync; train/skipped_steps); this many skipped steps in a row stop the run with an error naming the first
     num_ranks: int = 1  # data-parallel trainer ranks
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
-    compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_core.runner.fast_defaults)
+    compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_std.fast_path)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral and the MoE Qwen3-MoE/Qwen2-MoE/OLMoE/Mixtral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)

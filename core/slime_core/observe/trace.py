@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 DRIVER_PID, PHASE_TID, ROLLOUT_TID = 1, 1, 2
+TRAIN_PHASE, SUB_PHASE = "train", "trainer"  # keys of the train phase and of its sub-phase
 SAMPLES_PID = 2
 FORMAT = "slime.trace"
 VERSION = 1
@@ -328,3 +329,18 @@ def span(name: str, sample: Any = None, **args: Any) -> Iterator[dict[str, Any]]
         raise
     finally:
         tracer.add(name, start_us, tracer.now(), pid, tid, cat, info)
+
+
+def sub_phase(name: str | None, **args: Any) -> None:
+    """Inside the open ``train`` phase (key :data:`TRAIN_PHASE`): end the training step's
+    current sub-phase and start ``name`` (``None``: start none). Sub-phases are cut where the
+    step's work changes hands: the trainer hooks (``log_probs``, ``train_step``: slime-std's
+    ``core_observe``) and the core's call of the advantage estimator record (``advantages``,
+    :func:`slime_core.trainkit.compose.compute_advantages`). A no-op while no tracer runs in
+    this process or no ``train`` phase is open."""
+    tracer = _TRACER
+    if tracer is None or not tracer.is_open(TRAIN_PHASE):
+        return
+    tracer.close(SUB_PHASE)
+    if name is not None:
+        tracer.open(SUB_PHASE, name, **args)

@@ -35,7 +35,7 @@ from slime_core.observe.rollout_metrics import rollout_metrics
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
-from slime_core.runner import fast_defaults, staleness, startup
+from slime_core.runner import staleness, startup
 from slime_core.runner.convert import samples_to_batch
 from slime_core.runner.fully_async import FullyAsync
 from slime_core.runner.health import SkippedSteps, applied
@@ -59,11 +59,7 @@ class Driver:
         # a wrong name fails before a run directory or a model exists
         check_record_names(manager, config)
         check_routing_replay(manager, config)  # a dense model or a backend that cannot
-        # the fast path's "auto" keys take their values for this accelerator before
-        # config.toml is written (or compared, on resume): the file records what ran
         self.accel_record = select_accelerator(manager, config.run.accelerator)
-        for choice in fast_defaults.resolve(config, self.accel_record):
-            print(choice.line(), file=sys.stderr)
         process_settings.apply(config)
         random.seed(config.run.seed)
         torch.manual_seed(config.run.seed)

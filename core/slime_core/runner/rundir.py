@@ -159,7 +159,7 @@ RESUME_MAY_CHANGE = {
     ("run", "keep_checkpoints"),
     ("run", "ray_address"),
     ("run", "compile_cache_dir"),
-    # the fast path (auto-resolved per accelerator, runner/fast_defaults.py): the same
+    # the fast path (auto-resolved per accelerator by slime-std, fast_path.py): the same
     # computation by other kernels, graphs or compiled code; other rounding at most
     ("rollout", "cuda_graphs"),
     ("rollout", "compile_decode"),

@@ -33,6 +33,7 @@ from slime_hookspecs import TrainBatch
 
 from slime_core.algo.opd import apply_opd, opd_enabled, teacher_in_trainer, zero_task_rewards
 from slime_core.context import get_manager
+from slime_core.observe.trace import sub_phase
 from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 
 Reducer = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -56,6 +57,7 @@ def compute_advantages(config: Any, batch: TrainBatch) -> None:
     if config.train.loss == "sft":
         return
     zero_task_rewards(config, batch)
+    sub_phase("advantages")  # the trace's training sub-phase, until the first train step
     manager = get_manager()
     warn_deprecated_impls(manager.hook.slime_compute_advantages)  # the estimator's alias
     adv = manager.hook.slime_compute_advantages(config=config, batch=batch)

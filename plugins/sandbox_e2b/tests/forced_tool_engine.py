@@ -1,6 +1,6 @@
 """A plugin module for test_core_run.py: the rollout engine ``forced_python``, the real local
 engine (the tiny_arith model) whose first turn of every episode is forced to be a call of the
-``python`` tool that prints the sum of the prompt (``slime_core.testing``); every later turn is
+``python`` tool that prints the sum of the prompt (``slime_agent.testing``); every later turn is
 the model's real generation."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def tool_call(prompt: str) -> str:
 
 @hookimpl
 def slime_register_rollout_engines() -> list[Any]:
-    from slime_core.testing import forced_first_turn_engine
+    from slime_agent.testing import forced_first_turn_engine
 
     return [forced_first_turn_engine("forced_python", tool_call,
                                      "local engine whose first turn calls the python tool")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slime_core.testing import forced_tool_core_run
+from slime_agent.testing import forced_tool_core_run
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent

@@ -3,14 +3,15 @@
 They keep their names (``algorithm.eps_clip``) and exist while the plugin is active; the core's
 section holds only what its loss composition reads (which records, which coefficients). The
 plugin also names its records as the defaults of those record keys (:data:`DEFAULTS`).
-``gamma``, ``masked_steps`` and ``kl_in_reward_estimator`` are read by slime_ppo too: a PPO
-run loads both plugins (``--plugins slime_grpo,slime_ppo``).
+``gamma``, ``masked_steps`` and ``kl_in_reward_estimator`` are read by slime_ppo too
+(:class:`SharedAlgorithmKeys`, the part of this plugin's keys another plugin may rely on): a
+PPO run loads both plugins (``--plugins slime_grpo,slime_ppo``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from slime_hookspecs import Config, ConfigSection, KLEstimatorRecord, RecordKey
 
@@ -25,6 +26,17 @@ DEFAULTS = {"advantage_estimator": "grpo", "policy_loss": "ppo",
 def _need(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ValueError(f"{key}: {msg}")
+
+
+class SharedAlgorithmKeys(Protocol):
+    """The keys of slime_grpo's part of ``[algorithm]`` that other plugins read (slime_ppo's GAE
+    and its KL in the reward): a public contract, so they keep these names and types. A plugin
+    that reads them declares ``slime-grpo`` as a dependency and types ``config.algorithm``
+    with this protocol (``slime_ppo.config.algorithm``)."""
+
+    gamma: float  # discount (REINFORCE++, GAE)
+    masked_steps: str  # a loss-masked-out position: a discount step ("count") or skipped ("skip")
+    kl_in_reward_estimator: str  # KL estimator record of the reward penalty (empty: kl_estimator)
 
 
 @dataclass
@@ -110,6 +122,9 @@ def check_reinforce_whitening(algorithm: Any) -> None:
 
 
 if TYPE_CHECKING:
+    def _shares(keys: GRPOAlgorithmKeys) -> SharedAlgorithmKeys:
+        return keys  # mypy: the dataclass has every shared key, with its type
+
     class GRPOAlgorithm(GRPOAlgorithmKeys, AlgorithmConfig):
         """The type of ``config.algorithm`` while slime_grpo is active: the core's keys
         (:class:`AlgorithmConfig`) plus this plugin's (:class:`GRPOAlgorithmKeys`), the two

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from slime_hookspecs import hookimpl
+from slime_hookspecs import RewardFunctionRecord, hookimpl
 
 REPO = Path(__file__).resolve().parents[3]
 ARITH = REPO / "examples" / "tiny_arith"
@@ -20,13 +20,18 @@ COMPARED = ("rollout/reward_mean", "rollout/response_length_mean", "train/loss",
 
 
 class DigitReward:
-    """Rewards that differ within a group on an untrained model (the exact-answer reward is 0
-    for all of them, which gives no gradient)."""
+    """The reward record ``digits``: rewards that differ within a group on an untrained model
+    (the exact-answer reward is 0 for all of them, which gives no gradient)."""
 
-    @hookimpl
-    def slime_reward(self, config, sample):  # noqa: ANN001, ANN201
+    @staticmethod
+    def reward(sample):  # noqa: ANN001, ANN205
         text = sample.response or ""
         return sum(ch.isdigit() for ch in text) / max(len(text), 1)
+
+    @hookimpl
+    def slime_register_reward_functions(self):  # noqa: ANN201
+        return RewardFunctionRecord(name="digits", factory=lambda config: self.reward,
+                                    summary="share of digits in the response")
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -47,6 +52,7 @@ def test_checkpoint_is_a_peft_adapter_and_the_merged_export(lora_config, run_sli
     from peft import PeftModel
 
     lora_config["lora"]["export_merged"] = True
+    lora_config["rollout"]["reward"] = "digits"
     run_dir = run_slime(lora_config, plugins=[DigitReward()])
     trainer_dir = run_dir / "checkpoints" / "step_000002" / "trainer"
     cfg = json.loads((trainer_dir / "adapter_config.json").read_text())
@@ -83,6 +89,7 @@ def test_checkpoint_is_a_peft_adapter_and_the_merged_export(lora_config, run_sli
 def test_resume_continues_exactly(lora_config, run_slime, tmp_path: Path) -> None:
     run = lora_config["run"]
     run.update(num_rollouts=4, save_interval=2)
+    lora_config["rollout"]["reward"] = "digits"
     reward = [DigitReward()]
     straight = run_slime({**lora_config, "run": {**run, "run_dir": str(tmp_path / "a")}},
                          plugins=reward)

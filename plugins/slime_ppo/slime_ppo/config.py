@@ -3,13 +3,22 @@
 Discounting lives in ``[algorithm]``: ``algorithm.gamma`` (slime_grpo's key, shared with
 REINFORCE++) and ``algorithm.lam`` (this plugin's, :class:`PPOAlgorithmKeys`), both default 1
 (slime's defaults); the KL penalty in the reward is ``algorithm.kl_in_reward_coef`` with
-``algorithm.kl_estimator``.
+``algorithm.kl_estimator``. :func:`algorithm` is ``config.algorithm`` typed with every key
+this plugin reads: the core's, slime_grpo's shared ones
+(``slime_grpo.config.SharedAlgorithmKeys``: ``gamma``, ``masked_steps``,
+``kl_in_reward_estimator``) and its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+from slime_hookspecs import Config
+
+if TYPE_CHECKING:
+    from slime_grpo.config import SharedAlgorithmKeys
+    from slime_hookspecs.config import AlgorithmConfig
 
 CRITIC_INITS = ("policy", "random")
 ESTIMATOR = "gae"
@@ -25,6 +34,20 @@ class PPOAlgorithmKeys:
     """What slime_ppo adds to the core's ``[algorithm]`` section."""
 
     lam: float = 1.0  # GAE lambda
+
+
+if TYPE_CHECKING:
+    class PPOAlgorithm(PPOAlgorithmKeys, SharedAlgorithmKeys, AlgorithmConfig):
+        """The type of ``config.algorithm`` in a PPO run (slime_grpo and slime_ppo active):
+        the core's keys, slime_grpo's shared keys and this plugin's. For the type checker
+        only."""
+
+
+def algorithm(config: Config) -> PPOAlgorithm:
+    """``config.algorithm``, typed with the keys slime_ppo reads (no copy, no check: the
+    merged section has them whenever both plugins are active, which slime_ppo's declared
+    dependency on slime-grpo ensures)."""
+    return cast("PPOAlgorithm", config.algorithm)
 
 
 @dataclass
@@ -70,7 +93,7 @@ class PPOSection:
 
 def uses_critic(config: Any) -> bool:
     """Whether this run trains a critic: RL loss and ``algorithm.advantage_estimator = "gae"``."""
-    return config.train.loss != "sft" and config.algorithm.advantage_estimator == ESTIMATOR
+    return config.train.loss != "sft" and algorithm(config).advantage_estimator == ESTIMATOR
 
 
 def check_config(config: Any) -> None:

@@ -16,6 +16,7 @@ from slime_core.api import data_parallel_group, dp_active, get_registries, step_
 from slime_hookspecs import CriticModel, CriticSpec
 
 from slime_ppo import ops
+from slime_ppo.config import algorithm
 
 
 def critic_spec(config: Any) -> CriticSpec:
@@ -75,7 +76,7 @@ class Critic:
         """
         cfg = self.config
         # the actor's loss reducer (one implementation for every algorithm, by record)
-        reducer_rec = get_registries().loss_reducer.get(cfg.algorithm.loss_reducer)
+        reducer_rec = get_registries().loss_reducer.get(algorithm(cfg).loss_reducer)
         weighting = reducer_rec.extra.get("weighting", "samples")
         clip = cfg.ppo.value_clip or None
         dp = dp_active(cfg.train.num_ranks, data_parallel_group())

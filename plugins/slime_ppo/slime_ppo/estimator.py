@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from slime_ppo import ops
+from slime_ppo.config import algorithm
 
 KLFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -20,7 +21,7 @@ def reward_kl(config: Any, batch: Any, kl_fn: KLFn | None) -> list[Tensor] | Non
     (several optimizer steps per rollout), else ``batch.rollout_log_probs`` (the engine's).
     ``kl_fn`` is the ``algorithm.kl_estimator`` record's factory (``kl_fn(log_probs, ref)``).
     """
-    alg = config.algorithm
+    alg = algorithm(config)
     if alg.kl_in_reward_coef == 0:
         return None
     where = f"algorithm.kl_in_reward_coef = {alg.kl_in_reward_coef}"
@@ -70,7 +71,7 @@ def gae_estimate(
     from slime_core.api import data_parallel_group, float_all_sum
 
     dp_sum = float_all_sum(config.train.num_ranks, group=data_parallel_group())  # None: one rank
-    alg = config.algorithm
+    alg = algorithm(config)
     masks = [torch.as_tensor(m).float() for m in batch.loss_masks]
     values = [v.detach().float().cpu() for v in values]
     kl = reward_kl(config, batch, kl_fn)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from slime_core.api import get_manager
 
+from slime_ppo.config import algorithm
 from slime_ppo.critic import Critic, build_critic
 from slime_ppo.estimator import KLFn, gae_estimate
 
@@ -56,7 +57,7 @@ def require_critic(where: str) -> Critic:
 def kl_estimator(config: Any) -> KLFn | None:
     """The reward penalty's KL estimator record (``algorithm.kl_in_reward_estimator``, empty:
     ``algorithm.kl_estimator``), built (from whichever plugin registers it, e.g. slime_grpo)."""
-    alg = config.algorithm
+    alg = algorithm(config)
     if alg.kl_in_reward_coef == 0:
         return None
     rec = get_manager().registries.kl_estimator.get(alg.kl_in_reward_estimator or alg.kl_estimator)

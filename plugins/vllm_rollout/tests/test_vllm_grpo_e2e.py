@@ -26,18 +26,23 @@ if importlib.util.find_spec("vllm") is None:
         allow_module_level=True,
     )
 
-from slime_hookspecs import hookimpl  # noqa: E402
+from slime_hookspecs import RewardFunctionRecord, hookimpl  # noqa: E402
 
 STEPS = 8
 
 
 class DigitShareReward:
-    """Reward = share of the response's characters that are digits."""
+    """The reward record ``digit_share``: share of the response's characters that are digits."""
 
-    @hookimpl
-    def slime_reward(self, config: Any, sample: Any) -> float:
+    @staticmethod
+    def reward(sample: Any) -> float:
         text = sample.response
         return sum(ch.isdigit() for ch in text) / max(1, sample.response_length)
+
+    @hookimpl
+    def slime_register_reward_functions(self) -> RewardFunctionRecord:
+        return RewardFunctionRecord(name="digit_share", factory=lambda config: self.reward,
+                                    summary="share of digits in the response")
 
 
 def run(engine: str, config_data: Callable[..., dict[str, Any]],
@@ -52,6 +57,7 @@ def run(engine: str, config_data: Callable[..., dict[str, Any]],
     )
     manager, config = resolve_config(data)
     manager.register_object(DigitShareReward(), "digit_share_reward")
+    config.rollout.reward = "digit_share"  # registered now; the driver checks the name
     run_dir = run_training(manager, config)
     rows = [json.loads(line) for line in Path(run_dir, "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if "train/loss" in r]

@@ -1,5 +1,6 @@
 """Default plugin ``core_accelerators``: the ``cpu`` and ``cuda`` accelerator records
-(:mod:`slime_std.accelerators.devices`). Disabled (``--disable-plugin core_accelerators``), a
+(:mod:`slime_std.accelerators.devices`) and the command ``core gpu-check``
+(:mod:`slime_std.accelerators.gpu_check`). Disabled (``--disable-plugin core_accelerators``), a
 run has no accelerator unless another plugin registers one, and fails naming
 ``run.accelerator``.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from slime_hookspecs import AcceleratorRecord, hookimpl
 
@@ -42,3 +44,10 @@ def slime_register_accelerators() -> list[AcceleratorRecord]:
             visible_devices_env="CUDA_VISIBLE_DEVICES", priority=10, graph_capture=True,
         ),
     ]
+
+
+@hookimpl
+def slime_register_commands(cli: Any) -> None:
+    from slime_std.accelerators.gpu_check import gpu_check_command
+
+    cli.add_command(gpu_check_command)

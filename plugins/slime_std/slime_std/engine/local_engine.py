@@ -132,8 +132,8 @@ class LocalEngine:
         # rollout.cuda_graphs: static KV cache + one CUDA graph per decode step (CUDA only;
         # the CPU keeps the dynamic cache, which drops finished rows and attends no further
         # than the longest row)
-        # (`is True`: an unresolved "auto", in an engine built outside the driver that resolves
-        # it in runner/fast_defaults.py, stays off)
+        # (`is True`: an unresolved "auto", in a config that did not go through slime_configure,
+        # where slime_std/fast_path.py resolves it, stays off)
         self._static: StaticDecoders | None = None
         # MoE: routing replay records through the transformers forward; a captured graph
         # would also freeze the experts' data-dependent dispatch

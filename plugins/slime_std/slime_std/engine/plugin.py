@@ -1,4 +1,5 @@
-"""Default plugin ``local_engine``: the ``local`` rollout engine record.
+"""Default plugin ``local_engine``: the ``local`` rollout engine record, and the ``auto`` of
+its fast-path keys resolved for the run's accelerator (:mod:`slime_std.fast_path`).
 
 The engine (transformers causal LM, own batched decoding loop) lives in
 :mod:`slime_std.engine.local_engine`; it is imported by the factory, so listing plugins
@@ -25,3 +26,10 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
         name="local", factory=make_local_engine, routing_replay=True, lora_adapters=True,
         summary="transformers causal LM in-process; batched KV-cache decoding with exact log-probs",
     )]
+
+
+@hookimpl
+def slime_configure(config: Config) -> None:
+    from slime_std.fast_path import configure, resolve_engine
+
+    configure(config, resolve_engine)

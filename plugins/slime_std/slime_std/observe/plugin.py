@@ -2,10 +2,11 @@
 and ``core report`` -- through ordinary hooks only (the proof that the hook surface suffices).
 
 * **Traces** (``[trace]``): hook wrappers on the lifecycle pairs (``slime_before_*`` /
-  ``slime_after_*``) open and close driver phases; wrappers on ``slime_before_log_prob``,
-  ``slime_compute_advantages`` and ``slime_before_train_step`` cut the training phase into
-  ``log_probs`` / ``advantages`` / ``train_step`` (each ends where the next trainer hook fires,
-  or at ``slime_after_train``); a wrapper on ``slime_rollout`` times evaluations and starts the
+  ``slime_after_*``) open and close driver phases; wrappers on ``slime_before_log_prob`` and
+  ``slime_before_train_step`` cut the training phase into ``log_probs`` / ``train_step``
+  sub-phases, and the core cuts ``advantages`` where it calls the advantage estimator record
+  (``slime_core.api.trace_sub_phase``; each ends where the next begins, or at
+  ``slime_after_train``); a wrapper on ``slime_rollout`` times evaluations and starts the
   sample lanes; a wrapper on ``slime_generate`` records each sample's ``generate`` span and makes
   its lane the target of ``slime_core.api.span`` inside. ``RUN_DIR/trace.json``
   is written at ``slime_run_end`` (which fires after errors too).
@@ -36,6 +37,7 @@ from slime_core.api import (
     start_tracer,
     stop_tracer,
     trace_sample_context,
+    trace_sub_phase,
     write_dump,
     write_run_trace,
 )
@@ -298,14 +300,6 @@ def slime_log_eval(config: Config, rollout_id: int, samples: list[Any],
 # -- training ----------------------------------------------------------------------------------
 
 
-def _trainer_phase(name: str, **args: Any) -> None:
-    """Close the current training sub-phase and open ``name`` (only inside ``train``)."""
-    tracer = current_tracer()
-    if tracer is not None and tracer.is_open("train"):
-        tracer.close("trainer")
-        tracer.open("trainer", name, **args)
-
-
 @hookimpl(wrapper=True)
 def slime_before_train(config: Config, rollout_id: int) -> Generator[None, Any, Any]:
     tracer = current_tracer()
@@ -319,20 +313,14 @@ def slime_before_train(config: Config, rollout_id: int) -> Generator[None, Any, 
 
 @hookimpl(wrapper=True)
 def slime_before_log_prob(config: Config, model: Any, role: str) -> Generator[None, Any, Any]:
-    _trainer_phase("log_probs", role=role)
-    return (yield)
-
-
-@hookimpl(wrapper=True)
-def slime_compute_advantages(config: Config, batch: Any) -> Generator[None, Any, Any]:
-    _trainer_phase("advantages")
+    trace_sub_phase("log_probs", role=role)
     return (yield)
 
 
 @hookimpl(wrapper=True)
 def slime_before_train_step(config: Config, rollout_id: int, step_id: int, model: Any, optimizer: Any,
                             scheduler: Any) -> Generator[None, Any, Any]:
-    _trainer_phase("train_step", rollout_id=rollout_id, step_id=step_id)
+    trace_sub_phase("train_step", rollout_id=rollout_id, step_id=step_id)
     return (yield)
 
 
@@ -342,8 +330,7 @@ def slime_after_train(config: Config, rollout_id: int,
     out = yield
     tracer = current_tracer()
     profiler = _STATE["profiler"]
-    if tracer is not None:
-        tracer.close("trainer")
+    trace_sub_phase(None)
     if profiler is not None:
         if tracer is not None and profiler.active and rollout_id >= profiler.last:
             with span("profile_export", rollout_id=rollout_id):

@@ -1,4 +1,6 @@
-"""Default plugin ``torch_trainer``: the ``torch`` trainer backend record (torch imported lazily)."""
+"""Default plugin ``torch_trainer``: the ``torch`` trainer backend record (torch imported lazily),
+and the ``auto`` of its fast-path keys resolved for the run's accelerator
+(:mod:`slime_std.fast_path`)."""
 
 from __future__ import annotations
 
@@ -25,3 +27,10 @@ def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
         name="torch", factory=_make, critic_factory=_make_critic, routing_replay=True,
         summary="transformers AutoModelForCausalLM + AdamW; fp32 on CPU, bf16 on GPU",
     )]
+
+
+@hookimpl
+def slime_configure(config: Config) -> None:
+    from slime_std.fast_path import configure, resolve_trainer
+
+    configure(config, resolve_trainer)

@@ -83,8 +83,8 @@ class TorchTrainer:
             cast(Any, self.model).gradient_checkpointing_enable()
         # the response log-probs' head step (logprob_head) for the models that allow it
         self.fused_head = bool(config.train.fused_head) and fused_head_unsupported(self.model) is None
-        # `is True`: an unresolved "auto" (a trainer built outside the driver, which resolves
-        # it: runner/fast_defaults.py) stays eager
+        # `is True`: an unresolved "auto" (a config that did not go through slime_configure,
+        # where slime_std/fast_path.py resolves it) stays eager
         if config.train.compile is True:
             # in place (Module.compile): parameter names, checkpoints and weight export are
             # unchanged; dynamic shapes, since micro-batch shapes change every step. With the

@@ -49,6 +49,24 @@ def test_phases_nest_on_the_driver_track_and_write_valid_json(tracer, tmp_path: 
     assert doc["otherData"]["format"] == "slime.trace" and doc["otherData"]["run_dir"] == "x"
 
 
+def test_sub_phases_follow_each_other_inside_train_only(tracer, tmp_path: Path) -> None:
+    tr.sub_phase("advantages")  # no train phase open: nothing
+    tracer.open(tr.TRAIN_PHASE, "train")
+    tr.sub_phase("log_probs", role="ref")
+    tr.sub_phase("advantages")  # where the core calls the estimator record
+    tr.sub_phase("train_step", step_id=0)
+    tr.sub_phase(None)
+    tracer.close(tr.TRAIN_PHASE)
+    doc = json.loads(tracer.write(tmp_path / "trace.json").read_text())
+    assert validate(doc) == []
+    names = [e["name"] for e in sorted(doc["traceEvents"], key=lambda e: e.get("ts", 0))
+             if e["ph"] == "X" and e["name"] != "train"]
+    assert names == ["log_probs", "advantages", "train_step"]
+    (lp,), (adv,), (step,) = _x(doc, "log_probs"), _x(doc, "advantages"), _x(doc, "train_step")
+    assert lp["ts"] + lp["dur"] <= adv["ts"] + 1e-3 and adv["ts"] + adv["dur"] <= step["ts"] + 1e-3
+    assert lp["args"] == {"role": "ref"} and step["args"] == {"step_id": 0}
+
+
 def test_concurrent_samples_get_their_own_lanes_and_turns_nest(tracer) -> None:
     tracer.start_rollout(5, evaluation=False)
     samples = [Sample(group_index=0, index=i) for i in range(3)]

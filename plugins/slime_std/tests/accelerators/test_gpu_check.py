@@ -12,7 +12,7 @@ import torch
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_gpu_check(tmp_path) -> None:
-    from slime_core.cli.gpu_check import run_check
+    from slime_std.accelerators.gpu_check import run_check
 
     report = run_check(str(tmp_path))
     assert report["grad_norm_dp"] == pytest.approx(report["grad_norm_single"], rel=1e-5)

@@ -1,7 +1,7 @@
 """Generate ``docs/hooks.md`` from the hookspec docstrings.
 
-Regenerate with ``python -m slime_core.hookdocs > docs/hooks.md``; a test fails when the
-checked-in file drifts from this output.
+Regenerate with ``python tools/hookdocs.py > docs/hooks.md``; ``tests/test_conformance.py``
+fails when the checked-in file drifts from this output.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def render() -> str:
         "# Hook reference",
         "",
         "Generated from the docstrings in `hookspecs/slime_hookspecs/specs/` by",
-        "`python -m slime_core.hookdocs > docs/hooks.md`; `core hooks NAME` shows the same text",
+        "`python tools/hookdocs.py > docs/hooks.md`; `core hooks NAME` shows the same text",
         "plus the implementations active in your environment.",
         "",
     ]
@@ -51,7 +51,7 @@ def _type_text(tp: Any) -> str:
 
 def _fields_table(cls: type, skip: tuple[str, ...] = ()) -> list[str]:
     """``| field | type | default | meaning |`` from the dataclass and its field comments."""
-    from slime_core.configdocs import _default, field_comments
+    from configdocs import _default, field_comments
 
     notes = field_comments(cls)
     for base in cls.__mro__[1:]:  # comments of inherited fields live on the base class

@@ -1,12 +1,11 @@
-"""Check the GPU side of the ray executor on this host, without Ray: ``python -m
-slime_core.cli.gpu_check`` (needs 2 CUDA devices).
+"""``core gpu-check`` (added by ``core_accelerators`` through ``slime_register_commands``):
+the GPU side of the ray executor on this host, without Ray (needs 2 CUDA devices).
 
 Two processes, one GPU each, run what the trainer ranks and the broadcast transport run, with
 the trainer and the engine the config names (``train.backend``, ``rollout.engine``: by default
 slime-std's ``torch`` and ``local`` records, taken from the registries like every run does):
 
-1. nccl data parallelism: ``init_data_parallel`` (the loopback store of
-   :mod:`slime_core.runtime.dist_group`), then one ``train_step`` per rank on its token-balanced
+1. nccl data parallelism: ``init_data_parallel`` (the executors' loopback store), then one ``train_step`` per rank on its token-balanced
    share of a fixed batch; the first AdamW step stores ``exp_avg = 0.1 * grad``, which must
    equal a single-GPU run on the whole batch;
 2. the nccl weight broadcast group (its own group, not the default one): rank 0 packs its
@@ -16,27 +15,31 @@ slime-std's ``torch`` and ``local`` records, taken from the registries like ever
 
 from __future__ import annotations
 
+import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import click
 
 TOLERANCE = {"rtol": 1e-4, "atol_scale": 1e-5}  # fp32 sums in another order, TF32 off
 
 
 def _config(tmp: Path) -> tuple[Any, Any]:
-    from slime_core.pluginmgr import PluginSelection
-    from slime_core.session import resolve
-    from slime_core.testing import TINY_QWEN2, write_char_tokenizer
+    """This process's plugin manager (slime_grpo required) and the check's config."""
+    from slime_core.api import TINY_QWEN2, get_manager, load_run, write_char_tokenizer
 
     tok = tmp / "tok"
     if not tok.exists():
         write_char_tokenizer(tok)
-    data = {"run": {"run_dir": str(tmp / "run"), "loggers": []},
-            "model": {"tokenizer": str(tok), "init_config": dict(TINY_QWEN2), "dtype": "float32"},
-            "train": {"lr": 1e-3, "micro_batch_tokens": 64}}
-    return resolve(PluginSelection(plugins=["slime_grpo"]), None, (), data)
+    init = ", ".join(f"{k} = {json.dumps(v)}" for k, v in TINY_QWEN2.items())
+    toml = tmp / "gpu_check.toml"
+    toml.write_text(f"[run]\nrun_dir = {json.dumps(str(tmp / 'run'))}\nloggers = []\n"
+                    f"[model]\ntokenizer = {json.dumps(str(tok))}\ninit_config = {{{init}}}\n"
+                    'dtype = "float32"\n[train]\nlr = 1e-3\nmicro_batch_tokens = 64\n')
+    config = load_run(toml, required=("slime_grpo",))
+    return get_manager(), config
 
 
 def _cuda(manager: Any) -> Any:
@@ -80,20 +83,19 @@ def _grads(trainer: Any) -> dict[int, Any]:
 def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)  # before CUDA initialises
     import torch
-
-    from slime_core.context import set_manager
-    from slime_core.executors.sharding import shard_by_tokens
-    from slime_core.runtime.dist_group import (
-        broadcast,
+    from slime_core.api import (
+        broadcast_tensor,
         connect_store,
         init_data_parallel,
-        new_group,
+        make_buckets,
+        new_process_group,
+        pack_bucket,
+        shard_by_tokens,
+        unpack_bucket,
     )
-    from slime_core.weights.buckets import make_buckets, pack_bucket, unpack_bucket
 
     torch.backends.cuda.matmul.allow_tf32 = False
     manager, config = _config(Path(tmp))
-    set_manager(manager)
     init_data_parallel("nccl", "127.0.0.1", port, "dp/", rank, 2, 120, None)
     accel = _cuda(manager)
     trainer = _trainer(manager, config, rank, 2, accel)
@@ -102,14 +104,14 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
     metrics = trainer.train_step(batch.select(shard), 0)
     torch.save({"grads": _grads(trainer), "metrics": metrics}, Path(out) / f"rank{rank}.pt")
 
-    group = new_group("nccl", connect_store("127.0.0.1", port, 2, 120), "bc/", rank, 2,
+    group = new_process_group("nccl", connect_store("127.0.0.1", port, 2, 120), "bc/", rank, 2,
                       "127.0.0.1", 120)
     weights = {k: v + 1 if rank == 0 else torch.zeros_like(v)
                for k, v in trainer.export_weights().items()}
     received: dict[str, Any] = {}
     for bucket in make_buckets(weights, 1):
         buf, meta = pack_bucket(bucket, torch.device("cuda"))
-        broadcast(group, buf, root=0)
+        broadcast_tensor(group, buf, root=0)
         received.update(unpack_bucket(buf, meta))
     expected = {k: v.detach() + 1 for k, v in trainer.export_weights().items()}
     ok = all(torch.equal(received[k], expected[k]) for k in expected)
@@ -131,9 +133,7 @@ def _rank(rank: int, port: int, tmp: str, out: str) -> None:
 def run_check(tmp: str | None = None) -> dict[str, Any]:
     import torch
     import torch.multiprocessing as mp
-
-    from slime_core.context import set_manager
-    from slime_core.runtime.dist_group import StoreServer
+    from slime_core.api import StoreServer
 
     if torch.cuda.device_count() < 2:
         raise RuntimeError("gpu_check needs 2 CUDA devices")
@@ -153,7 +153,6 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
         raise RuntimeError(f"gpu_check: rank exit codes {codes}")
     torch.backends.cuda.matmul.allow_tf32 = False
     manager, config = _config(Path(tmp))
-    set_manager(manager)
     single = _trainer(manager, config, 0, 1, _cuda(manager))
     ref_metrics = single.train_step(_batch(), 0)
     ref = _grads(single)
@@ -179,10 +178,12 @@ def run_check(tmp: str | None = None) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    print(run_check(sys.argv[1] if len(sys.argv) > 1 else None))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+@click.command("gpu-check")
+@click.argument("work_dir", required=False, type=click.Path(file_okay=False))
+def gpu_check_command(work_dir: str | None) -> None:
+    """Data parallelism, the weight broadcast and engine sleep on 2 CUDA devices."""
+    try:
+        report = run_check(work_dir)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(report, indent=2))

@@ -1,14 +1,15 @@
 """The fast path's ``auto`` keys resolve as documented: on for CUDA, off on the CPU; compilation
-only where the run is long enough to repay it; a key the user set is never changed."""
+only where the run is long enough to repay it; a key the user set is never changed; the
+default plugins that own the keys resolve them when a run's config is resolved."""
 
 from __future__ import annotations
 
-import pytest
-from slime_core.config.loader import ConfigError
-from slime_core.runner import fast_defaults
-from slime_core.runner.fast_defaults import COMPILE_DECODE_MIN_TOKENS, TRAIN_COMPILE_MIN_STEPS
+from slime_core.pluginmgr import PluginSelection
+from slime_core.session import resolve
 from slime_core.testing import build_test_config
 from slime_hookspecs import AcceleratorRecord
+from slime_std import fast_path as fast_defaults
+from slime_std.fast_path import COMPILE_DECODE_MIN_TOKENS, TRAIN_COMPILE_MIN_STEPS
 
 # What the resolution reads of a record: its device type and whether it captures graphs.
 RECORDS = {
@@ -94,10 +95,18 @@ def test_every_choice_prints_its_value_and_reason():
     assert fast_defaults.resolve(config, RECORDS["cpu"]) == []  # resolved once: nothing auto is left
 
 
-@pytest.mark.parametrize(("section", "key", "value"), [
-    ("rollout", "cuda_graphs", "yes"), ("rollout", "compile_decode", "on"),
-    ("train", "compile", "maybe"),
-])
-def test_other_strings_are_refused_naming_the_key(section: str, key: str, value: str):
-    with pytest.raises((ConfigError, ValueError), match=f"{section}.{key}"):
-        build_test_config(**{section: {key: value}})
+def test_the_owning_default_plugins_resolve_their_keys_with_the_config(capsys):
+    _, config = resolve(PluginSelection(plugins=[]), data={"run": {"accelerator": "cpu"}})
+    assert config.rollout.cuda_graphs is False and config.rollout.decode_attention == "sdpa"
+    assert config.train.compile is False and config.train.head_kernel == "torch"
+    err = capsys.readouterr().err
+    assert err.count("auto: rollout.cuda_graphs = false (cpu does not capture graphs)") == 1
+    assert err.count("auto: train.compile = false") == 1
+
+
+def test_a_disabled_owner_leaves_its_keys_auto():
+    _, config = resolve(PluginSelection(plugins=[], disabled=["local_engine"]),
+                        data={"run": {"accelerator": "cpu"}, "rollout": {"engine": "replay"}},
+                        check_names=False)
+    assert config.rollout.cuda_graphs == "auto" and config.rollout.decode_attention == "auto"
+    assert config.train.compile is False  # torch_trainer's keys still resolve

@@ -3,9 +3,15 @@
 A user on a GPU gets captured decode graphs and the Triton kernels without knowing a key (and
 bf16, which ``model.dtype = "auto"`` gives where the model is loaded); on the CPU the same keys
 stay off. What the device can do comes from its accelerator record (``graph_capture``) and from
-:func:`slime_core.kernels.available`, never from the device's name. The driver resolves the keys
-before the run's ``config.toml`` is written, so the file records what ran (``true``/``false``,
-a kernel name), and prints one line per choice with its reason.
+whether the Triton kernels run there (``slime_core.api.choose_kernel``), never from the
+device's name. The keys are the local engine's (``rollout.cuda_graphs``,
+``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``) and the
+torch trainer's (``train.compile``, ``train.head_kernel``): the default plugins
+``local_engine`` and ``torch_trainer`` resolve their own in ``slime_configure``
+(:func:`configure`), before the run's ``config.toml`` is written, so the file records what ran
+(``true``/``false``, a kernel name), and print one line per choice with its reason. An engine
+or trainer built from a config whose keys are still ``auto`` (its plugin disabled, a config
+built without ``slime_configure``) keeps them off.
 
 Compilation is chosen by whether it pays for the run's length, from the warm-up and the
 per-step saving measured on an H200 (``bench/README.md``):
@@ -21,6 +27,8 @@ per-step saving measured on an H200 (``bench/README.md``):
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +52,9 @@ class Choice:
         return f"auto: {self.key} = {shown} ({self.reason})"
 
 
-def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
-    """Replace every ``auto`` of the fast-path keys in ``config`` (in place) by the value for a
-    run on ``accelerator`` (the selected record); return the choices made, in a stable order.
-    Keys the user set are left alone and not reported."""
-    choices: list[Choice] = []
+def _chooser(config: Any, choices: list[Choice]) -> Callable[[str, Any, str], Any]:
+    """``choose(key, value, reason)``: set ``key`` to ``value`` when it is ``auto`` (and note
+    the choice); the key's value either way. Keys the user set are left alone, unreported."""
 
     def choose(key: str, value: Any, reason: str) -> Any:
         section_name, name = key.split(".")
@@ -59,16 +65,21 @@ def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
         choices.append(Choice(key, value, reason))
         return value
 
-    run, rollout, train = config.run, config.rollout, config.train
-    device_type = accelerator.device_type
-    capture = accelerator.graph_capture
-    triton = _triton_runs(device_type)
+    return choose
+
+
+def resolve_engine(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
+    """Replace every ``auto`` of the local engine's keys in ``config`` (in place) by the value
+    for a run on ``accelerator`` (the selected record); the choices made, in a stable order."""
+    choices: list[Choice] = []
+    choose = _chooser(config, choices)
+    run, rollout = config.run, config.rollout
     local = rollout.engine == "local"
 
     if not local:
         why = f"rollout.engine is {rollout.engine!r}; the key is the local engine's"
         graphs = choose("rollout.cuda_graphs", False, why)
-    elif capture:
+    elif accelerator.graph_capture:
         graphs = choose("rollout.cuda_graphs", True,
                         f"{accelerator.name} captures graphs: static KV cache, each decode step "
                         "replays a captured graph")
@@ -91,15 +102,22 @@ def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
                f"{COMPILE_DECODE_MIN_TOKENS}: too short to repay the compile warm-up; "
                "set it true to compile anyway")
 
-    kernel_why = (f"triton runs on {device_type}" if triton else
-                  f"the Triton kernels do not run on {device_type}")
     if local:
-        choose("rollout.decode_attention", "triton" if triton else "sdpa", kernel_why)
-        choose("rollout.sample_kernel", "triton" if triton else "torch", kernel_why)
-    choose("train.head_kernel", "triton" if triton else "torch", kernel_why)
+        triton, why = _kernels(accelerator.device_type)
+        choose("rollout.decode_attention", "triton" if triton else "sdpa", why)
+        choose("rollout.sample_kernel", "triton" if triton else "torch", why)
+    return choices
 
-    steps = run.num_rollouts * train.num_steps_per_rollout
-    if not capture:
+
+def resolve_trainer(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
+    """The same for the torch trainer's keys (``train.head_kernel``, ``train.compile``)."""
+    choices: list[Choice] = []
+    choose = _chooser(config, choices)
+    triton, why = _kernels(accelerator.device_type)
+    choose("train.head_kernel", "triton" if triton else "torch", why)
+
+    steps = config.run.num_rollouts * config.train.num_steps_per_rollout
+    if not accelerator.graph_capture:
         choose("train.compile", False,
                f"not compiled on {accelerator.name} (compiling pays only with graph capture)")
     elif steps >= TRAIN_COMPILE_MIN_STEPS:
@@ -113,9 +131,30 @@ def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
     return choices
 
 
-def _triton_runs(device_type: str) -> bool:
-    """Whether the Triton kernels run on a device of this type (as the engine and trainer
-    decide it with ``kernels.available``)."""
-    from slime_core import kernels
+def resolve(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
+    """Both: the engine's keys, then the trainer's."""
+    return resolve_engine(config, accelerator) + resolve_trainer(config, accelerator)
 
-    return kernels.available(device_type)
+
+def configure(config: Any, part: Callable[[Any, AcceleratorRecord], list[Choice]]) -> None:
+    """``slime_configure``'s part: resolve with this run's accelerator record and print each
+    choice. Without a record here (``run.accelerator`` unknown or unavailable) nothing is
+    resolved: the driver fails where it selects the accelerator, naming it."""
+    from slime_core.api import accelerator_record
+
+    try:
+        record = accelerator_record(config)
+    except (KeyError, RuntimeError):
+        return
+    for choice in part(config, record):
+        print(choice.line(), file=sys.stderr)
+
+
+def _kernels(device_type: str) -> tuple[bool, str]:
+    """Whether the Triton kernels run on a device of this type (as the engine and trainer
+    decide ``auto`` with ``choose_kernel``), and why."""
+    from slime_core.api import choose_kernel
+
+    if choose_kernel("auto", device_type, ""):
+        return True, f"triton runs on {device_type}"
+    return False, f"the Triton kernels do not run on {device_type}"

@@ -1,7 +1,7 @@
 """Generate ``docs/config.md``: every configuration key of the core and the first-party plugins.
 
-Regenerate with ``python -m slime_core.configdocs > docs/config.md``; a test fails when the
-checked-in file drifts from this output. Each key's line comes from its dataclass field (type
+Regenerate with ``python tools/configdocs.py > docs/config.md``; ``tests/test_conformance.py``
+fails when the checked-in file drifts from this output. Each key's line comes from its dataclass field (type
 and default) and the comment written after it in the source.
 """
 
@@ -79,7 +79,7 @@ def render() -> str:
         "# Configuration reference",
         "",
         "Every key of the core's sections and of the first-party plugins' sections, generated",
-        "by `python -m slime_core.configdocs > docs/config.md`. Set keys in the run's TOML file",
+        "by `python tools/configdocs.py > docs/config.md`. Set keys in the run's TOML file",
         "(`[section]` tables) or with `-o section.key=value`; an unknown key fails naming the",
         "closest valid one. A plugin's section exists only when the plugin is loaded.",
         "",
@@ -96,7 +96,6 @@ def render() -> str:
             comments.update(field_comments(part.schema))
         out += ["| key | type | default | meaning |", "|---|---|---|---|"]
         for f in dataclasses.fields(sec.schema):
-            kind = str(f.type).replace("|", "or")
             note = comments.get(f.name, "").replace("|", "\\|")
             by = schema.owner_of(name, f.name)
             if by != sec.owner:  # a key an extension adds: it exists with that plugin only
