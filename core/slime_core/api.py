@@ -63,8 +63,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   and the ``torch`` trainer of slime-std take from the core beyond the groups above): kernel
   choice :func:`choose_kernel` (``auto`` / ``triton`` / the torch name for a device),
   :func:`pdl_supported`; MoE routing replay on a Hugging Face model: :class:`RoutingControl`,
-  :func:`config_moe_shape`, :func:`routes_to_record`, :func:`check_routes`; the trainer's
-  forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
+  :func:`config_moe_shape`, :func:`routes_to_record`, :func:`check_routes`,
+  :func:`check_batch_routes`; the trainer's forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
   head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``);
   checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
 * **data sources and optional dependencies** (what slime-std's sources and rewards build on):
@@ -176,6 +176,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "config_moe_shape": ("slime_core.moe.routing", "config_moe_shape"),
     "routes_to_record": ("slime_core.moe.routing", "to_record"),
     "check_routes": ("slime_core.moe.routing", "check_routes"),
+    "check_batch_routes": ("slime_core.moe.routing", "check_batch_routes"),
     "fused_head_unsupported": ("slime_core.trainkit.logprob_head", "unsupported"),
     "shared_micro_batches": ("slime_core.trainkit.batching", "shared_micro_batches"),
     "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
@@ -269,6 +270,7 @@ if TYPE_CHECKING:
     from slime_core.models.value import build_value_model as build_value_model
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
     from slime_core.moe.routing import RoutingControl as RoutingControl
+    from slime_core.moe.routing import check_batch_routes as check_batch_routes
     from slime_core.moe.routing import check_routes as check_routes
     from slime_core.moe.routing import config_moe_shape as config_moe_shape
     from slime_core.moe.routing import record_from_int32 as record_from_int32

@@ -256,6 +256,26 @@ def check_routes(ids: Any, shape: MoeShape, positions: int, where: str) -> None:
             raise ValueError(f"{where}: a position routes twice to the same expert of a layer")
 
 
+def check_batch_routes(batch: Any, shape: MoeShape) -> None:
+    """Refuse a training batch's routing records that do not fit the policy (``shape``), each
+    checked by :func:`check_routes` with an error naming the sample and field; a batch with
+    samples but no ``routed_experts`` at all is refused (``train.routing_replay = "rollout"``
+    needs them). A sample whose record is ``None`` (masked out) is routed by the trainer."""
+    if batch.routed_experts is None:
+        if len(batch):
+            raise ValueError("train.routing_replay = 'rollout' but the batch has no "
+                             "routed_experts (a custom slime_convert_samples_to_train_data "
+                             "must set TrainBatch.routed_experts)")
+        return
+    for i, ids in enumerate(batch.routed_experts):
+        if ids is None:
+            continue
+        where = (f"sample group={batch.group_indices[i] if batch.group_indices else '?'} "
+                 f"index={batch.sample_indices[i] if batch.sample_indices else i}: "
+                 "TrainBatch.routed_experts")
+        check_routes(ids, shape, len(batch.tokens[i]) - 1, where)
+
+
 def record_from_int32(raw: bytes, positions: int, shape: MoeShape, where: str) -> RoutedExperts:
     """The compact record of expert ids an external engine returned as little-endian int32
     (SGLang's ``meta_info.routed_experts``, base64-decoded): ``positions x layers x top_k``

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from slime_core.api import (
     SKIPPED_STEPS,
     accelerator_record,
-    check_routes,
+    check_batch_routes,
     compute_loss,
     config_moe_shape,
     get_manager,
@@ -290,22 +290,9 @@ class MegatronTrainer:
         prepare_batch(self.config, batch, self.compute_log_probs)
 
     def _check_routes(self, batch: TrainBatch) -> None:
-        """Refuse routing records that do not fit the policy, naming the sample and field."""
-        if batch.routed_experts is None:
-            if len(batch):
-                raise ValueError("train.routing_replay = 'rollout' but the batch has no "
-                                 "routed_experts (a custom slime_convert_samples_to_train_data "
-                                 "must set TrainBatch.routed_experts)")
-            return
         shape = config_moe_shape(self.hf_config)
         assert shape is not None  # the routing exists: the model has experts
-        for i, ids in enumerate(batch.routed_experts):
-            if ids is None:
-                continue
-            where = (f"sample group={batch.group_indices[i] if batch.group_indices else '?'} "
-                     f"index={batch.sample_indices[i] if batch.sample_indices else i}: "
-                     "TrainBatch.routed_experts")
-            check_routes(ids, shape, len(batch.tokens[i]) - 1, where)
+        check_batch_routes(batch, shape)
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""

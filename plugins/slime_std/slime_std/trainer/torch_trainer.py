@@ -25,8 +25,8 @@ from slime_core.api import (
     Accumulation,
     RoutingControl,
     TrainingHealth,
+    check_batch_routes,
     check_finite_weights,
-    check_routes,
     compute_loss,
     dp_active,
     fused_head_unsupported,
@@ -216,21 +216,8 @@ class TorchTrainer:
         prepare_batch(self.config, batch, self.compute_log_probs)
 
     def _check_routes(self, batch: TrainBatch) -> None:
-        """Refuse routing records that do not fit the policy, naming the sample and field."""
         assert self.routing is not None
-        if batch.routed_experts is None:
-            if len(batch):
-                raise ValueError("train.routing_replay = 'rollout' but the batch has no "
-                                 "routed_experts (a custom slime_convert_samples_to_train_data "
-                                 "must set TrainBatch.routed_experts)")
-            return
-        for i, ids in enumerate(batch.routed_experts):
-            if ids is None:
-                continue
-            where = (f"sample group={batch.group_indices[i] if batch.group_indices else '?'} "
-                     f"index={batch.sample_indices[i] if batch.sample_indices else i}: "
-                     "TrainBatch.routed_experts")
-            check_routes(ids, self.routing.shape, len(batch.tokens[i]) - 1, where)
+        check_batch_routes(batch, self.routing.shape)
 
     def train_step(self, batch: TrainBatch, rollout_id: int) -> dict[str, float]:
         """All optimizer steps of one rollout; returns averaged metrics."""
