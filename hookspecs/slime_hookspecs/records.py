@@ -490,6 +490,13 @@ class RolloutScheduleRecord(Record):
     call that returns a ``RolloutResult`` (or a tuple that starts with one) gets
     ``rollout/engine_restarts`` there under ``run.fault_tolerance``.
 
+    ``check(config) -> None`` (optional): called in the driver's process at start-up, before
+    any component is built: raise ``ValueError`` naming the keys of a configuration the
+    schedule cannot run (e.g. a staleness bound below what it produces), or warn. The core
+    then applies ``run.max_staleness`` with the bound of a schedule that never overlaps
+    (``weights.update_interval - 1``); a schedule that generates while the trainer trains
+    refuses a lower bound itself.
+
     Example (each step's rollout generated when the step starts)::
 
         class Now:
@@ -515,6 +522,8 @@ class RolloutScheduleRecord(Record):
     # (config, rollouts) -> the object whose methods run in the rollout manager's process;
     # None: the schedule needs nothing there
     rollout_side: Callable[[Any, Any], Any] | None = None
+    # (config) -> None: refuses (ValueError) or warns about a config at start-up
+    check: Callable[[Any], None] | None = None
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (

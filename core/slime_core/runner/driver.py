@@ -90,7 +90,7 @@ class Driver:
             print(f"removed checkpoints beyond run.keep_checkpoints = "
                   f"{config.run.keep_checkpoints}: {', '.join(pruned)}", file=sys.stderr)
         reg = manager.registries
-        staleness.check_config(config)
+        staleness.check_config(config, reg.rollout_schedule.get(rollout_mode(config.run)))
         if not config.weights.dir:
             config.weights.dir = str(self.run_dir / "weights")
         # trainer, engines, transport, data sources (+ buffer filter), rollout manager
