@@ -147,7 +147,9 @@ def test_stale_groups_are_dropped_counted_and_generated_again(base_config, run_s
     ({"max_staleness": -1}, r"run.max_staleness = -1 \(no bound\), but run.rollout_mode"),
     ({"async_buffer_groups": 1}, r"run.async_buffer_groups = 1 is less than rollout.batch_size"),
     ({"async_rollout": True}, r"run.async_rollout: is one-step-off"),
-    ({"rollout_mode": "streaming"}, r"run.rollout_mode: must be one of sync, one_step_off"),
+    ({"rollout_mode": "streaming"}, r"run.rollout_mode = 'streaming' .*: unknown rollout "
+                                    r"schedule 'streaming'; available: fully_async, "
+                                    r"one_step_off, sync"),
 ])
 def test_bad_fully_async_configs_are_refused(base_config, run_slime, run, message) -> None:
     cfg = fully_async(base_config)

@@ -73,6 +73,16 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :class:`PromptRow`, :func:`json_safe`, :func:`row_problem` / :class:`BadRows` (the row
   checks and the one error naming every bad row); :func:`probe` / :func:`require` /
   :class:`MissingExtraError` (a record unavailable, or a call failing, naming what to install).
+* **rollout schedules** (what slime-std's ``sync``, ``one_step_off`` and ``fully_async`` build
+  on; a :class:`~slime_hookspecs.RolloutScheduleRecord`'s factory gets a :class:`ScheduleArgs`
+  and builds a :class:`RolloutSchedule`): :class:`ScheduleCheckpoint` (what a checkpoint keeps
+  of a schedule), :class:`RolloutFuture` (a submitted rollout), :func:`read_json` /
+  :class:`CheckpointError` (a checkpoint's file, errors naming it); the rollout side's
+  :class:`RolloutManager` (its public per-group pipeline: ``generate``, ``reward``,
+  ``score_group``, ``after_generate``, ``keep_group``, ``reset_for_buffer``,
+  ``finish_batch``, ``has_teacher_engine``, ``clients``), :func:`sampling_params` (a
+  rollout's or an evaluation's sampling parameters from the config),
+  :func:`async_buffer_groups` (``run.async_buffer_groups`` with its default).
 * **errors**: :class:`UnknownRecordError`, :class:`UnavailableRecordError`,
   :class:`DuplicateRecordError`.
 * **weight transports** (the machinery the transports share): :func:`call_engine_side` (a
@@ -190,6 +200,16 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "probe": ("slime_core.extras", "probe"),
     "require": ("slime_core.extras", "require"),
     "MissingExtraError": ("slime_core.extras", "MissingExtraError"),
+    # rollout schedules
+    "RolloutSchedule": ("slime_core.runner.schedule", "RolloutSchedule"),
+    "ScheduleArgs": ("slime_core.runner.schedule", "ScheduleArgs"),
+    "ScheduleCheckpoint": ("slime_core.runner.schedule", "ScheduleCheckpoint"),
+    "RolloutFuture": ("slime_core.executors.base", "RolloutFuture"),
+    "read_json": ("slime_core.runner.checkpoint", "read_json"),
+    "CheckpointError": ("slime_core.runner.checkpoint", "CheckpointError"),
+    "RolloutManager": ("slime_core.rollout.manager", "RolloutManager"),
+    "sampling_params": ("slime_core.rollout.manager", "sampling_params"),
+    "async_buffer_groups": ("slime_core.config.sections", "async_buffer_groups"),
     # errors
     "UnknownRecordError": ("slime_core.pluginmgr.registry", "UnknownRecordError"),
     "UnavailableRecordError": ("slime_core.pluginmgr.registry", "UnavailableRecordError"),
@@ -242,6 +262,7 @@ if TYPE_CHECKING:
     from slime_core.algo.opd import teacher_model_config as teacher_model_config
     from slime_core.config.choices import replace_choice as replace_choice
     from slime_core.config.choices import replaced_choice as replaced_choice
+    from slime_core.config.sections import async_buffer_groups as async_buffer_groups
     from slime_core.context import RunContext as RunContext
     from slime_core.context import get_manager as get_manager
     from slime_core.context import get_registries as get_registries
@@ -255,6 +276,7 @@ if TYPE_CHECKING:
     from slime_core.data.jsonsafe import json_safe as json_safe
     from slime_core.data.rowcheck import BadRows as BadRows
     from slime_core.data.rowcheck import row_problem as row_problem
+    from slime_core.executors.base import RolloutFuture as RolloutFuture
     from slime_core.executors.sharding import shard_by_tokens as shard_by_tokens
     from slime_core.extras import MissingExtraError as MissingExtraError
     from slime_core.extras import probe as probe
@@ -280,6 +302,13 @@ if TYPE_CHECKING:
     from slime_core.pluginmgr.registry import UnknownRecordError as UnknownRecordError
     from slime_core.rewards.validate import reward_bound_error as reward_bound_error
     from slime_core.rollout.engine_client import EngineClient as EngineClient
+    from slime_core.rollout.manager import RolloutManager as RolloutManager
+    from slime_core.rollout.manager import sampling_params as sampling_params
+    from slime_core.runner.checkpoint import CheckpointError as CheckpointError
+    from slime_core.runner.checkpoint import read_json as read_json
+    from slime_core.runner.schedule import RolloutSchedule as RolloutSchedule
+    from slime_core.runner.schedule import ScheduleArgs as ScheduleArgs
+    from slime_core.runner.schedule import ScheduleCheckpoint as ScheduleCheckpoint
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
     from slime_core.runtime.dist_group import init_data_parallel as init_data_parallel
     from slime_core.session import load_run as load_run

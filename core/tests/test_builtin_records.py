@@ -33,6 +33,7 @@ BUILTIN_RECORDS: dict[str, dict[str, set[str]]] = {
     "tool": {},
     "tool_parser": {},
     "logger": {"core_loggers": {"jsonl", "tensorboard", "wandb"}},
+    "rollout_schedule": {"rollout_schedules": {"sync", "one_step_off", "fully_async"}},
 }
 
 
@@ -80,6 +81,7 @@ def test_registry_hook_names_come_from_the_record_types() -> None:
         "tool": "slime_register_tools",
         "tool_parser": "slime_register_tool_parsers",
         "logger": "slime_register_loggers",
+        "rollout_schedule": "slime_register_rollout_schedules",
     }
     assert {k: hook for k, (hook, _, _) in KINDS.items()} == {rt.kind: rt.hook for rt in RECORD_TYPES}
 

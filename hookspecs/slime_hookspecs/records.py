@@ -470,6 +470,62 @@ class ToolParserRecord(Record):
     hook: ClassVar[str] = "slime_register_tool_parsers"
 
 
+@dataclass
+class RolloutScheduleRecord(Record):
+    """``factory(config, args) -> RolloutSchedule`` (one per run, in the driver's process):
+    how each step's rollout is produced (``run.rollout_mode`` names one; the protocol the
+    driver calls is ``slime_core.api.RolloutSchedule``). ``args`` is a
+    ``slime_core.api.ScheduleArgs``: what the driver lends the schedule (``rollout(step)``
+    generates now, ``submit(step)`` starts a rollout and returns its future, ``prepare``,
+    ``source_state``, ``before``/``after`` firing ``slime_before_rollout`` /
+    ``slime_after_rollout``, ``num_rollouts``, ``batch_size``, and ``rollout_side()``).
+
+    ``rollout_side(config, rollouts) -> object`` (optional): the schedule's part that runs
+    where the rollout manager runs (``rollouts``: that process's ``RolloutManager``), built
+    there once per run, the first time the driver side calls ``args.rollout_side()``. Under
+    the local executor that call returns the object itself; under the ray executor a handle
+    whose method calls run in the rollout manager actor, which finds this record in its own
+    registry (so the plugin must be loaded in every worker), through its one generic entry
+    ``rollout_side_call(name, method, *args)``. Arguments and results must be picklable; a
+    call that returns a ``RolloutResult`` (or a tuple that starts with one) gets
+    ``rollout/engine_restarts`` there under ``run.fault_tolerance``.
+
+    ``check(config) -> None`` (optional): called in the driver's process at start-up, before
+    any component is built: raise ``ValueError`` naming the keys of a configuration the
+    schedule cannot run (e.g. a staleness bound below what it produces), or warn. The core
+    then applies ``run.max_staleness`` with the bound of a schedule that never overlaps
+    (``weights.update_interval - 1``); a schedule that generates while the trainer trains
+    refuses a lower bound itself.
+
+    Example (each step's rollout generated when the step starts)::
+
+        class Now:
+            overlaps = False
+
+            def __init__(self, config, args):
+                self.args = args
+
+            def take(self, step, version):
+                self.args.prepare(step)
+                self.args.before(step)
+                result = self.args.rollout(step)
+                self.args.after(step, result)
+                return result, {}
+            # before_weight_sync, after_weight_sync, before_eval, checkpoint, after_save,
+            # read_checkpoint, stop: see slime_core.api.RolloutSchedule
+
+        records.add(RolloutScheduleRecord(name="now", factory=Now, summary="generate at each step"))
+    """
+
+    kind: ClassVar[str] = "rollout_schedule"
+    hook: ClassVar[str] = "slime_register_rollout_schedules"
+    # (config, rollouts) -> the object whose methods run in the rollout manager's process;
+    # None: the schedule needs nothing there
+    rollout_side: Callable[[Any, Any], Any] | None = None
+    # (config) -> None: refuses (ValueError) or warns about a config at start-up
+    check: Callable[[Any], None] | None = None
+
+
 RECORD_TYPES: tuple[type[Record], ...] = (
     RolloutEngineRecord,
     TrainerBackendRecord,
@@ -487,6 +543,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     ToolRecord,
     ToolParserRecord,
     LoggerRecord,
+    RolloutScheduleRecord,
 )
 
 

@@ -23,6 +23,7 @@ from slime_hookspecs import (
     RecordKey,
     RewardFunctionRecord,
     RolloutEngineRecord,
+    RolloutScheduleRecord,
     TrainerBackendRecord,
     WeightTransportRecord,
 )
@@ -39,7 +40,6 @@ NUMERICS = ("slime", "verl")
 CHAT_TEMPLATE_RESERVED = ("conversation", "tools", "tokenize", "add_generation_prompt",
                           "continue_final_message", "return_dict", "return_tensors")
 
-ROLLOUT_MODES = ("sync", "one_step_off", "fully_async")
 
 
 def rollout_mode(run: Any) -> str:
@@ -81,7 +81,7 @@ class RunSection:
     compile_cache_dir: str = "~/.cache/slime/compile"  # torch.compile's caches (inductor's in inductor/, Triton's in triton/) so a second run of the same model and shapes reuses the first's compilation; an explicit TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR wins; empty: torch's own defaults
     cudnn_attention: bool = False  # CUDA: let torch's SDPA pick cuDNN attention, which builds a graph per new shape (0.4-0.5 s on an H200 at the anchor's first new prompt width; RL shapes change every step); false leaves flash/efficient/math
     async_rollout: bool = False  # one-step-off: generate step k+1 while step k trains (the same as rollout_mode = "one_step_off")
-    rollout_mode: str = "sync"  # sync | one_step_off | fully_async: engines generate continuously into a bounded buffer while the trainer consumes it (docs/executors.md); fully_async needs run.max_staleness >= 1
+    rollout_mode: str = "sync"  # rollout schedule record (slime-std: sync | one_step_off | fully_async): fully_async: engines generate continuously into a bounded buffer while the trainer consumes it (docs/executors.md); fully_async needs run.max_staleness >= 1
     max_staleness: int = -1  # drop samples generated > N weight versions ago (-1: no bound; fully_async: required, >= 1)
     async_buffer_groups: int = 0  # fully_async: groups held at once, completed in the buffer plus in generation (0: 2 x rollout.batch_size); at least rollout.batch_size
     async_chunk_tokens: int = 0  # fully_async: at most this many new tokens of a sample per engine call, so finished groups leave and new ones join between calls while long samples go on (0: the whole budget in one call)
@@ -90,11 +90,11 @@ class RunSection:
     def __post_init__(self) -> None:
         _need(self.num_rollouts >= 0, "run.num_rollouts", "must be >= 0")
         _need(self.max_staleness >= -1, "run.max_staleness", "must be >= 0, or -1 for no bound")
-        _need(self.rollout_mode in ROLLOUT_MODES, "run.rollout_mode",
-              f"must be one of {', '.join(ROLLOUT_MODES)}, got {self.rollout_mode!r}")
-        _need(not (self.async_rollout and self.rollout_mode == "fully_async"), "run.async_rollout",
-              "is one-step-off; it cannot be true with run.rollout_mode = \"fully_async\" "
-              "(leave it false)")
+        # run.rollout_mode names a rollout schedule record (RECORD_KEYS); async_rollout is the
+        # older spelling of one of them
+        _need(not self.async_rollout or self.rollout_mode in ("sync", "one_step_off"),
+              "run.async_rollout", "is one-step-off; it cannot be true with run.rollout_mode = "
+              f"{self.rollout_mode!r} (leave it false)")
         _need(self.async_buffer_groups >= 0, "run.async_buffer_groups", "must be >= 0")
         _need(self.async_chunk_tokens >= 0, "run.async_chunk_tokens", "must be >= 0")
         _need(self.save_interval >= 0, "run.save_interval", "must be >= 0")
@@ -424,6 +424,7 @@ RECORD_KEYS: dict[str, dict[str, RecordKey]] = {
     "run": {
         "accelerator": RecordKey(AcceleratorRecord, special=("auto",)),
         "loggers": RecordKey(LoggerRecord),
+        "rollout_mode": RecordKey(RolloutScheduleRecord),
     },
     "data": {"source": RecordKey(DataSourceRecord)},
     "rollout": {

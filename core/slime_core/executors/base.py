@@ -15,8 +15,9 @@ builds the components and hands the driver objects with the local components' me
   transport, returning ``{"bytes", "seconds", ...}``;
 * ``submit_rollout(rollout_id)``: start a rollout and return a future (``result()``,
   ``done()``), for one-step-off asynchronous training;
-* ``streaming()``: the fully-async generator (:class:`slime_core.rollout.streaming.StreamingRollout`
-  or a handle with its methods) where the rollout manager lives;
+* ``rollout_side(name)``: the ``rollout_side`` of the rollout schedule record ``name``
+  (:class:`~slime_hookspecs.RolloutScheduleRecord`), built once where the rollout manager
+  lives: the object itself, or a handle whose method calls run there;
 * ``shutdown()``: release everything the executor started.
 """
 
@@ -52,9 +53,21 @@ class Executor(Protocol):
 
     def submit_rollout(self, rollout_id: int) -> RolloutFuture: ...
 
-    def streaming(self) -> Any: ...
+    def rollout_side(self, name: str) -> Any: ...
 
     def shutdown(self) -> None: ...
+
+
+def build_rollout_side(registries: Any, config: Any, rollouts: Any, schedule: str) -> Any:
+    """The ``rollout_side`` of the rollout schedule record ``schedule``, built beside
+    ``rollouts`` (the rollout manager of this process)."""
+    rec = registries.rollout_schedule.get(schedule)
+    if rec.rollout_side is None:
+        raise RuntimeError(
+            f"rollout schedule {schedule!r} (plugin {rec.owner or '?'}) has no rollout side: "
+            "its RolloutScheduleRecord gives no rollout_side(config, rollouts), so its "
+            "driver side cannot call one")
+    return rec.rollout_side(config, rollouts)
 
 
 def weights_digest(state: Mapping[str, Any]) -> str:

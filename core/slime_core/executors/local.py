@@ -17,6 +17,7 @@ from typing import Any
 from slime_hookspecs import AcceleratorRecord
 
 from slime_core.executors.base import (
+    build_rollout_side,
     check_weight_agreement,
     engine_weights,
     local_only_plugins,
@@ -63,6 +64,8 @@ class LocalExecutor:
             config, self.accelerator)
         self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
         self._pool: ThreadPoolExecutor | None = None
+        self._registries = reg
+        self._sides: dict[str, Any] = {}  # rollout schedule name -> its rollout side
 
     def send_weights(self, version: int) -> dict[str, float]:
         weights = self.trainer.export_weights()
@@ -82,12 +85,13 @@ class LocalExecutor:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-rollout")
         return self._pool.submit(self.rollouts.rollout, rollout_id)
 
-    def streaming(self) -> Any:
-        """The fully-async generator (``run.rollout_mode = "fully_async"``), beside the rollout
-        manager in this process."""
-        from slime_core.rollout.streaming import StreamingRollout
-
-        return StreamingRollout(self.rollouts)
+    def rollout_side(self, name: str) -> Any:
+        """The ``rollout_side`` of rollout schedule ``name``, beside the rollout manager in
+        this process (built on the first call)."""
+        if name not in self._sides:
+            self._sides[name] = build_rollout_side(self._registries, self.config, self.rollouts,
+                                                   name)
+        return self._sides[name]
 
     def shutdown(self) -> None:
         if hasattr(self.trainer, "shutdown"):

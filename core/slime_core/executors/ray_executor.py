@@ -33,18 +33,18 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from slime_hookspecs import AcceleratorRecord, RolloutResult, TrainBatch
 
 from slime_core.executors.base import check_weight_agreement, local_only_plugins
-from slime_core.runtime.dist_group import is_loopback
 from slime_core.executors.placement import ActorSlot, plan_placement
 from slime_core.executors.ray_cluster import RayConnection
-from slime_core.executors.trainer_group import TrainerGroup
 from slime_core.executors.ray_workers import (
     EngineWorker,
     RemoteEngine,
     RolloutManagerWorker,
     TrainerWorker,
 )
+from slime_core.executors.trainer_group import TrainerGroup
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
+from slime_core.runtime.dist_group import is_loopback
 
 _Trainer = ray.remote(TrainerWorker)
 _Engine = ray.remote(EngineWorker)
@@ -121,37 +121,22 @@ class RayRollouts:
         return ray.get(self.actor.rollout.remote(rollout_id, evaluation))
 
 
-class RayStream:
-    """The driver's handle on the fully-async generator inside the rollout manager actor:
-    the methods of :class:`~slime_core.rollout.streaming.StreamingRollout`, each a blocking
-    actor call."""
+class RayRolloutSide:
+    """The driver's handle on a rollout schedule's ``rollout_side`` inside the rollout
+    manager actor: ``handle.method(*args)`` is a blocking call of the actor's one generic
+    entry ``rollout_side_call(name, method, *args)``."""
 
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
+    def __init__(self, actor: Any, name: str) -> None:
+        self.actor, self.name = actor, name
 
-    def _call(self, method: str, *args: Any) -> Any:
-        return ray.get(self.actor.stream.remote(method, *args))
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
 
-    def resume(self, version: int) -> None:
-        self._call("resume", version)
+        def call(*args: Any) -> Any:
+            return ray.get(self.actor.rollout_side_call.remote(self.name, method, *args))
 
-    def pause(self) -> None:
-        self._call("pause")
-
-    def take(self, n: int, version: int, step: int) -> tuple[RolloutResult, float]:
-        return self._call("take", n, version, step)  # type: ignore[no-any-return]
-
-    def snapshot(self) -> dict[str, Any]:
-        return self._call("snapshot")  # type: ignore[no-any-return]
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self._call("restore", state)
-
-    def stop(self) -> None:
-        self._call("stop")
-
-    def state(self) -> dict[str, int]:
-        return self._call("state")  # type: ignore[no-any-return]
+        return call
 
 
 class RayTrainerGroup(TrainerGroup):
@@ -332,8 +317,8 @@ class RayExecutor:
     def submit_rollout(self, rollout_id: int) -> RayFuture:
         return RayFuture(self.manager_actor.rollout.remote(rollout_id, False))
 
-    def streaming(self) -> RayStream:
-        return RayStream(self.manager_actor)
+    def rollout_side(self, name: str) -> RayRolloutSide:
+        return RayRolloutSide(self.manager_actor, name)
 
     def shutdown(self) -> None:
         actors = ([self.manager_actor] if self.manager_actor is not None else [])

@@ -32,7 +32,7 @@ from typing import Any
 from slime_hookspecs import GenerateOutput, RolloutResult, SamplingParams
 
 from slime_core.context import set_manager
-from slime_core.executors.base import engine_weights, weights_digest
+from slime_core.executors.base import build_rollout_side, engine_weights, weights_digest
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.rollout.engine_client import EngineLostError
 from slime_core.runtime import process_settings
@@ -366,7 +366,9 @@ class RolloutManagerWorker:
         from slime_core.rollout.manager import RolloutManager
 
         manager = bootstrap(selection, config)
-        self.config = config
+        self.manager, self.config = manager, config
+        self._rollout_sides: dict[str, Any] = {}  # schedule name -> its rollout side
+        self._restarts_taken = 0  # supervisor restarts already reported by a rollout side
         self.supervisor = EngineSupervisor(config, engine_handles) if config.run.fault_tolerance else None
         self.engines = [RemoteEngine(h, i, self.supervisor) for i, h in enumerate(engine_handles)]
         self.sources = {"train": make_data_source(manager, config, "train")}
@@ -385,23 +387,26 @@ class RolloutManagerWorker:
             result.metrics["rollout/engine_restarts"] = float(self.supervisor.restarts - before)
         return result
 
-    def stream(self, method: str, *args: Any) -> Any:
-        """A call on this actor's fully-async generator (built on first use; the driver's
-        ``RayStream`` handle sends its calls here, one at a time). The generator calls the
-        engines through this actor's :class:`RemoteEngine` objects, so the supervisor's
-        restarts and re-sends serve it as they serve :meth:`rollout`; each ``take`` reports
-        ``rollout/engine_restarts``."""
-        if getattr(self, "_stream", None) is None:
-            from slime_core.rollout.streaming import StreamingRollout
-
-            self._stream = StreamingRollout(self.rollouts)
-            self._restarts_taken = 0
-        out = getattr(self._stream, method)(*args)
-        if method == "take" and self.supervisor is not None:
+    def rollout_side_call(self, schedule: str, method: str, *args: Any) -> Any:
+        """The one entry of every rollout schedule's rollout side: ``method(*args)`` of the
+        object the record ``schedule`` builds here (``rollout_side(config, rollouts)``, on
+        first use), looked up in this actor's registry (the driver's ``RayRolloutSide``
+        handle sends its calls here, one at a time). The side calls the engines through this
+        actor's :class:`RemoteEngine` objects, so the supervisor's restarts and re-sends serve
+        it as they serve :meth:`rollout`; a call that returns a ``RolloutResult`` (or a tuple
+        starting with one) reports ``rollout/engine_restarts`` since the previous such call."""
+        side = self._rollout_sides.get(schedule)
+        if side is None:
+            side = build_rollout_side(self.manager.registries, self.config, self.rollouts,
+                                      schedule)
+            self._rollout_sides[schedule] = side
+        out = getattr(side, method)(*args)
+        result = out[0] if isinstance(out, tuple) and out else out
+        if isinstance(result, RolloutResult) and self.supervisor is not None:
             # engines restart whenever they die, not per rollout: a step reports the
             # restarts since the previous step took its groups
             restarts = self.supervisor.restarts
-            out[0].metrics["rollout/engine_restarts"] = float(restarts - self._restarts_taken)
+            result.metrics["rollout/engine_restarts"] = float(restarts - self._restarts_taken)
             self._restarts_taken = restarts
         return out
 
@@ -422,8 +427,9 @@ class RolloutManagerWorker:
         return self.supervisor.restarts if self.supervisor else 0
 
     def shutdown(self) -> None:
-        if getattr(self, "_stream", None) is not None:
-            self._stream.stop()
+        for side in self._rollout_sides.values():
+            if hasattr(side, "stop"):
+                side.stop()
         if self.supervisor is not None:
             self.supervisor.stop()
 

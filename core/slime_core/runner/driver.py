@@ -37,11 +37,9 @@ from slime_core.rollout.components import has_eval
 from slime_core.runner import checkpoint as ckpt
 from slime_core.runner import staleness, startup
 from slime_core.runner.convert import samples_to_batch
-from slime_core.runner.fully_async import FullyAsync
 from slime_core.runner.health import SkippedSteps, applied
-from slime_core.runner.pipeline import OneStepOff
 from slime_core.runner.rundir import check_resume, make_run_dir, plugin_set, write_run_files
-from slime_core.runner.schedule import RolloutSchedule, SyncSchedule
+from slime_core.runner.schedule import RolloutSchedule, ScheduleArgs
 from slime_core.runtime import process_settings
 from slime_core.runtime.accelerator import select_accelerator
 from slime_core.runtime.durable import fault_point
@@ -92,7 +90,7 @@ class Driver:
             print(f"removed checkpoints beyond run.keep_checkpoints = "
                   f"{config.run.keep_checkpoints}: {', '.join(pruned)}", file=sys.stderr)
         reg = manager.registries
-        staleness.check_config(config)
+        staleness.check_config(config, reg.rollout_schedule.get(rollout_mode(config.run)))
         if not config.weights.dir:
             config.weights.dir = str(self.run_dir / "weights")
         # trainer, engines, transport, data sources (+ buffer filter), rollout manager
@@ -128,17 +126,13 @@ class Driver:
         def after(step: int, result: RolloutResult) -> None:
             self.pm.slime_after_rollout(config=config, rollout_id=step, result=result)
 
-        source_state = self.train_source.state_dict
-        mode = rollout_mode(config.run)
-        if mode == "one_step_off":
-            return OneStepOff(submit=ex.submit_rollout, prepare=self._prepare_rollout,
-                              source_state=source_state, before=before, after=after,
-                              num_rollouts=config.run.num_rollouts)
-        if mode == "fully_async":
-            return FullyAsync(ex.streaming(), batch_size=config.rollout.batch_size,
-                              before=before, after=after, source_state=source_state)
-        return SyncSchedule(rollout=self.rollouts.rollout, prepare=self._prepare_rollout,
-                            source_state=source_state, before=before, after=after)
+        name = rollout_mode(config.run)
+        record = self.manager.registries.rollout_schedule.get(name)
+        return record.factory(config, ScheduleArgs(  # type: ignore[no-any-return]
+            rollout=self.rollouts.rollout, submit=ex.submit_rollout,
+            prepare=self._prepare_rollout, source_state=self.train_source.state_dict,
+            before=before, after=after, rollout_side=lambda: ex.rollout_side(name),
+            num_rollouts=config.run.num_rollouts, batch_size=config.rollout.batch_size))
 
     # -- state -----------------------------------------------------------------------------
     def _resume(self) -> None:

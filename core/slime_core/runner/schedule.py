@@ -19,20 +19,24 @@ place: ``sync`` fires them around the generation of step k; ``one_step_off`` fir
 ``slime_before_rollout(k+1)`` when that rollout is submitted (before ``slime_before_train(k)``)
 and ``slime_after_rollout(k+1)`` when its result is collected; ``fully_async`` fires
 ``slime_before_rollout(k)`` when step k starts taking groups from the buffer and
-``slime_after_rollout(k)`` once it has them. The implementations:
-:class:`SyncSchedule` here, :class:`~slime_core.runner.pipeline.OneStepOff`,
-:class:`~slime_core.runner.fully_async.FullyAsync`.
+``slime_after_rollout(k)`` once it has them.
+
+The schedules are records (:class:`slime_hookspecs.RolloutScheduleRecord`, registered with
+``slime_register_rollout_schedules``; slime-std registers ``sync``, ``one_step_off`` and
+``fully_async``): the driver looks ``run.rollout_mode`` up and builds the schedule with
+``factory(config, ScheduleArgs(...))``; the core names none of them.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from slime_hookspecs import RolloutResult
+
+from slime_core.executors.base import RolloutFuture
 
 
 @dataclass
@@ -90,44 +94,30 @@ class RolloutSchedule(Protocol):
         ...
 
 
-class SyncSchedule:
-    """``run.rollout_mode = "sync"``: step k's rollout is generated when step k starts, with
-    the weights of the last sync."""
+@dataclass
+class ScheduleArgs:
+    """What the driver lends a rollout schedule (the second argument of a
+    :class:`~slime_hookspecs.RolloutScheduleRecord`'s ``factory(config, args)``)."""
 
-    overlaps = False
-
-    def __init__(self, *, rollout: Callable[[int], RolloutResult],
-                 prepare: Callable[[int], None], source_state: Callable[[], dict[str, Any]],
-                 before: Callable[[int], None],
-                 after: Callable[[int, RolloutResult], None]) -> None:
-        self._rollout, self._prepare, self._source_state = rollout, prepare, source_state
-        self._before, self._after = before, after
-
-    def take(self, step: int, version: int) -> tuple[RolloutResult, dict[str, float]]:
-        self._prepare(step)
-        t = time.perf_counter()
-        self._before(step)
-        result = self._rollout(step)
-        self._after(step, result)
-        return result, {"perf/rollout_time": time.perf_counter() - t}
-
-    def before_weight_sync(self) -> None:
-        pass
-
-    def after_weight_sync(self, version: int, more: bool) -> None:
-        pass
-
-    def before_eval(self) -> bool:
-        return True
-
-    def checkpoint(self) -> ScheduleCheckpoint:
-        return ScheduleCheckpoint(write=lambda _dir: self._source_state())
-
-    def after_save(self, version: int, more: bool) -> None:
-        pass
-
-    def read_checkpoint(self, directory: Path, state: dict[str, Any]) -> Callable[[], None]:
-        return lambda: None
-
-    def stop(self) -> None:
-        pass
+    rollout: Callable[[int], RolloutResult]
+    """``rollout(step)``: generate the rollout of ``step`` now, in this thread."""
+    submit: Callable[[int], RolloutFuture]
+    """``submit(step)``: start the rollout of ``step`` (the executor's ``submit_rollout``)
+    and return its future (``result()``, ``done()``, ``exception()``)."""
+    prepare: Callable[[int], None]
+    """``prepare(step)``: before a rollout is generated or submitted (the driver checks the
+    engines' weight versions and reseeds them)."""
+    source_state: Callable[[], dict[str, Any]]
+    """The train data source's state (for a checkpoint)."""
+    before: Callable[[int], None]
+    """``before(step)``: fires ``slime_before_rollout``."""
+    after: Callable[[int, RolloutResult], None]
+    """``after(step, result)``: fires ``slime_after_rollout``."""
+    rollout_side: Callable[[], Any]
+    """The record's ``rollout_side`` object where the rollout manager runs (built on the
+    first call): itself under the local executor, a handle whose method calls run there
+    under the ray executor."""
+    num_rollouts: int
+    """``run.num_rollouts``: no rollout is generated for a step at or past it."""
+    batch_size: int
+    """``rollout.batch_size``: groups per step."""

@@ -11,7 +11,7 @@ from slime_core.runner import staleness
 from slime_core.runtime.dist_group import is_loopback
 from slime_core.testing import build_test_config
 from slime_core.weights.buckets import make_buckets, pack_bucket, unpack_bucket
-from slime_hookspecs import Sample
+from slime_hookspecs import RolloutScheduleRecord, Sample
 
 
 def test_shards_keep_groups_whole_and_balance_tokens() -> None:
@@ -72,15 +72,17 @@ def test_placement_puts_each_role_on_nodes_with_its_resources() -> None:
 
 
 def test_staleness_bounds_and_drops() -> None:
-    cfg = build_test_config(run={"async_rollout": True, "max_staleness": 1},
-                            weights={"update_interval": 2})
-    with pytest.raises(ValueError, match="up to 2 weight versions"):
-        staleness.check_config(cfg)
-    staleness.check_config(build_test_config(run={"max_staleness": 1},
-                                             weights={"update_interval": 2}))
-    with pytest.raises(ValueError, match="ray.colocate"):
-        staleness.check_config(build_test_config(run={"async_rollout": True, "executor": "ray"},
-                                                 ray={"colocate": True}))
+    calls = []
+    plain = RolloutScheduleRecord(name="plain", factory=lambda config, args: None)
+    checked = RolloutScheduleRecord(name="checked", factory=lambda config, args: None,
+                                    check=calls.append)
+    with pytest.raises(ValueError, match="up to 1 weight versions"):
+        staleness.check_config(build_test_config(run={"max_staleness": 0},
+                                                 weights={"update_interval": 2}), plain)
+    cfg = build_test_config(run={"max_staleness": 1}, weights={"update_interval": 2})
+    staleness.check_config(cfg, plain)
+    staleness.check_config(cfg, checked)  # the record's check first, then the bound
+    assert calls == [cfg]
     samples = [Sample(index=i, weight_versions=[v]) for i, v in enumerate([3, 2, 1])]
     assert staleness.drop_stale(samples, 3, 1) == 1
     assert [s.remove_sample for s in samples] == [False, False, True]

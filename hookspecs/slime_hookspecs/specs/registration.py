@@ -60,6 +60,22 @@ def slime_register_weight_transports() -> Iterable[r.WeightTransportRecord] | No
 
 
 @hookspec
+def slime_register_rollout_schedules() -> Iterable[r.RolloutScheduleRecord] | None:
+    """Register rollout schedules (``run.rollout_mode`` names one; slime-std gives ``sync``,
+    ``one_step_off`` and ``fully_async``).
+
+    **When**: once per process, when the schedule registry is first built.
+    **Process**: every process (the driver builds the schedule; the rollout manager's process
+    builds its ``rollout_side``).
+    **Returns**: :class:`~slime_hookspecs.records.RolloutScheduleRecord` (or a list);
+    ``factory(config, args)`` builds the driver's ``slime_core.api.RolloutSchedule`` from a
+    ``slime_core.api.ScheduleArgs``. A duplicate name is an error naming both plugins.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
 def slime_register_accelerators() -> Iterable[r.AcceleratorRecord] | None:
     """Register accelerators (``run.accelerator`` names one, ``"auto"`` picks by priority).
 

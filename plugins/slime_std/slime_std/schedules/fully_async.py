@@ -1,7 +1,7 @@
 """The driver's side of fully-asynchronous rollouts (``run.rollout_mode = "fully_async"``).
 
-The generator (:class:`slime_core.rollout.streaming.StreamingRollout`) runs where the rollout
-manager runs and fills a bounded buffer of completed groups; the driver:
+The generator (:class:`slime_std.schedules.streaming.StreamingRollout`, the record's
+``rollout_side``) runs where the rollout manager runs and fills a bounded buffer of completed groups; the driver:
 
 * starts it after the first weight sync and takes ``rollout.batch_size`` groups per step
   (``slime_before_rollout(k)`` fires when step k starts taking, ``slime_after_rollout(k)``
@@ -25,26 +25,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slime_core.api import ScheduleArgs, ScheduleCheckpoint, read_json
 from slime_hookspecs import RolloutResult
-
-from slime_core.runner.schedule import ScheduleCheckpoint
 
 STATE_FILE = "fully_async.json"  # checkpoint file of the generator's buffer and partials
 
 
 class FullyAsync:
-    """The :class:`~slime_core.runner.schedule.RolloutSchedule` of ``fully_async``.
-    ``stream``: the executor's generator handle (``resume``, ``pause``, ``take``,
-    ``snapshot``, ``restore``, ``stop``, ``state``); ``source_state()``: the train data
-    source's state."""
+    """The :class:`~slime_core.api.RolloutSchedule` of ``fully_async``. ``args.rollout_side()``
+    is the generator where the rollout manager runs (``resume``, ``pause``, ``take``,
+    ``snapshot``, ``restore``, ``stop``, ``state``: itself, or the executor's handle on it);
+    ``args.source_state()``: the train data source's state."""
 
     overlaps = True
 
-    def __init__(self, stream: Any, *, batch_size: int, before: Callable[[int], None],
-                 after: Callable[[int, RolloutResult], None],
-                 source_state: Callable[[], dict[str, Any]]) -> None:
-        self.stream, self.batch_size = stream, batch_size
-        self._before, self._after, self._source_state = before, after, source_state
+    def __init__(self, config: Any, args: ScheduleArgs) -> None:
+        self.stream, self.batch_size = args.rollout_side(), args.batch_size
+        self._before, self._after, self._source_state = args.before, args.after, args.source_state
         self.stopped = False
 
     def take(self, step: int, version: int) -> tuple[RolloutResult, dict[str, float]]:
@@ -89,8 +86,6 @@ class FullyAsync:
     def read_checkpoint(self, directory: Path, state: dict[str, Any]) -> Callable[[], None]:
         if not (directory / STATE_FILE).is_file():
             return lambda: None
-        from slime_core.runner.checkpoint import read_json
-
         held = read_json(directory / STATE_FILE)
         return lambda: self.stream.restore(held)
 

@@ -1,4 +1,5 @@
-"""One-step-off asynchronous rollouts (``run.async_rollout``).
+"""The rollout schedule ``one_step_off`` (``run.rollout_mode = "one_step_off"``, or the older
+``run.async_rollout = true``).
 
 The rollout of step k+1 is submitted as soon as the rollout of step k is collected, so it is
 generated while step k trains. Weights never change in the middle of a generation: the
@@ -24,38 +25,34 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from slime_core.api import (
+    CheckpointError,
+    ScheduleArgs,
+    ScheduleCheckpoint,
+    dump_path,
+    read_dump,
+    write_dump,
+)
 from slime_hookspecs import RolloutResult
-
-from slime_core.executors.base import RolloutFuture
-from slime_core.runner.schedule import ScheduleCheckpoint
 
 INFLIGHT_DIR = "inflight"  # checkpoint subdirectory of the in-flight rollout
 
 
 class OneStepOff:
-    """The :class:`~slime_core.runner.schedule.RolloutSchedule` of ``one_step_off``, driven
-    through the callables it is given:
-
-    * ``submit(step)`` starts the rollout of ``step`` (the executor's ``submit_rollout``) and
-      returns its future;
-    * ``prepare(step)`` runs before each submission (the driver checks the engines' weight
-      versions and reseeds them);
-    * ``source_state()`` is the train data source's state (kept for a checkpoint while a
-      rollout is in flight);
-    * ``before(step)`` / ``after(step, result)`` fire ``slime_before_rollout`` /
-      ``slime_after_rollout``;
-    * ``num_rollouts``: no rollout is submitted for a step at or past it.
+    """The :class:`~slime_core.api.RolloutSchedule` of ``one_step_off``, driven through the
+    :class:`~slime_core.api.ScheduleArgs` it is given: ``submit(step)`` starts the rollout of
+    ``step`` and returns its future; ``prepare(step)`` runs before each submission;
+    ``source_state()`` is kept for a checkpoint while a rollout is in flight;
+    ``before``/``after`` fire ``slime_before_rollout`` / ``slime_after_rollout``; no rollout
+    is submitted for a step at or past ``num_rollouts``.
     """
 
     overlaps = True
 
-    def __init__(self, *, submit: Callable[[int], RolloutFuture],
-                 prepare: Callable[[int], None], source_state: Callable[[], dict[str, Any]],
-                 before: Callable[[int], None], after: Callable[[int, RolloutResult], None],
-                 num_rollouts: int) -> None:
-        self._submit, self._prepare, self._source_state = submit, prepare, source_state
-        self._before, self._after = before, after
-        self.num_rollouts = num_rollouts
+    def __init__(self, config: Any, args: ScheduleArgs) -> None:
+        self._submit, self._prepare, self._source_state = args.submit, args.prepare, args.source_state
+        self._before, self._after = args.before, args.after
+        self.num_rollouts = args.num_rollouts
         self.pending: tuple[int, Any, dict[str, Any]] | None = None  # step, future, source state
         self.restored = False
 
@@ -118,8 +115,6 @@ class OneStepOff:
         def write(directory: Path) -> dict[str, Any]:
             if inflight is None:
                 return before if before is not None else self._source_state()
-            from slime_core.observe.dumps import write_dump
-
             write_dump(directory / INFLIGHT_DIR, inflight[0], inflight[1])
             return self._source_state()  # after the in-flight rollout
 
@@ -133,9 +128,6 @@ class OneStepOff:
         inflight = state.get("inflight_rollout")
         if inflight is None:
             return lambda: None
-        from slime_core.observe.dumps import dump_path, read_dump
-        from slime_core.runner.checkpoint import CheckpointError
-
         where = dump_path(directory / INFLIGHT_DIR, inflight, evaluation=False)
         try:
             _, result = read_dump(where)

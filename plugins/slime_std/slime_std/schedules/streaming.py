@@ -87,11 +87,8 @@ import warnings
 from collections import Counter, deque
 from typing import Any, cast
 
+from slime_core.api import EngineClient, RolloutManager, async_buffer_groups, sampling_params
 from slime_hookspecs import FinishedGroupSource, RolloutResult, Sample, SamplingParams, Status
-
-from slime_core.config.sections import async_buffer_groups
-from slime_core.rollout.engine_client import EngineClient
-from slime_core.rollout.manager import RolloutManager, sampling_params
 
 SNAPSHOT_FORMAT = "slime.fully_async/1"
 POLL_S = 0.1  # between polls of a source of finished groups while nothing came back

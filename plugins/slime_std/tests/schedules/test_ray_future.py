@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("ray")
 
-from slime_hookspecs import RolloutResult  # noqa: E402
-
+from slime_core.api import ScheduleArgs  # noqa: E402
 from slime_core.executors import ray_executor  # noqa: E402
-from slime_core.runner.pipeline import OneStepOff  # noqa: E402
+from slime_hookspecs import RolloutResult  # noqa: E402
+from slime_std.schedules.one_step_off import OneStepOff  # noqa: E402
 
 
 class _FakeRay:
@@ -36,9 +36,12 @@ class _FakeRay:
 
 def _schedule(monkeypatch: pytest.MonkeyPatch, ref: Any) -> OneStepOff:
     monkeypatch.setattr(ray_executor, "ray", _FakeRay)
-    sched = OneStepOff(submit=lambda step: ray_executor.RayFuture(ref), prepare=lambda step: None,
-                       source_state=lambda: {"position": 3}, before=lambda step: None,
-                       after=lambda step, result: None, num_rollouts=4)
+    sched = OneStepOff(None, ScheduleArgs(
+        rollout=lambda step: RolloutResult(groups=[]),
+        submit=lambda step: ray_executor.RayFuture(ref), prepare=lambda step: None,
+        source_state=lambda: {"position": 3}, before=lambda step: None,
+        after=lambda step, result: None, rollout_side=lambda: None, num_rollouts=4,
+        batch_size=1))
     sched._start(1)
     return sched
 
