@@ -281,8 +281,10 @@ def test_the_agent_api_starts_alone(tmp_path):
                              str(cfg)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("agent API on http://127.0.0.1:"), line + proc.stdout.read()
+        seen = []  # the lines before the address: the resolved `auto:` keys of the engine
+        while not (line := proc.stdout.readline()).startswith("agent API on http://127.0.0.1:"):
+            assert line and len(seen) < 50, "".join(seen) + line
+            seen.append(line)
         url = line.split(" on ", 1)[1].strip()
         client = openai.OpenAI(base_url=url, api_key="tk", max_retries=0, timeout=60)
         r = client.chat.completions.create(model="slime", messages=USER, max_tokens=3,
