@@ -1,1 +1,1 @@
-"""The driver loop above the executors: checkpoints, run directories, the one-step-off pipeline."""
+"""The driver loop above the executors: checkpoints, run directories, the rollout schedule protocol (the schedules are slime-std's records), training health."""
