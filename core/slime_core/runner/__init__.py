@@ -1,1 +1,2 @@
-"""The driver loop above the executors: checkpoints, run directories, the rollout schedule protocol (the schedules are slime-std's records), training health."""
+"""The driver loop above the executors: checkpoints, run directories, training health and the
+rollout schedule protocol (the schedules themselves are slime-std's records)."""
