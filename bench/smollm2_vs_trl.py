@@ -24,7 +24,9 @@ before the first step and every ``--eval-interval`` steps (slime: its own evalua
 start time), minus the time spent in these evaluations; so each curve includes imports,
 model loading and every warm-up. Printed: both curves, and the ratio TRL / slime of the times
 at which each first reaches the same accuracy (the lower of the two best accuracies, and the
-step-0 accuracy + 0.15 when both reach it). ``--out`` gets ``curves.jsonl`` and
+step-0 accuracy + 0.15 when both reach it). Each framework's ``startup`` row also reports the
+evaluations left out of the clock (``eval_time_total`` over ``evals`` evaluations), so
+evaluation time stands next to training time. ``--out`` gets ``curves.jsonl`` and
 ``summary.json``.
 """
 
@@ -108,6 +110,7 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "s
     emit(framework=framework, what="startup", startup_time=first["perf/startup_time"],
          setup_time=first["perf/setup_time"],
          step_time_median=_median([r["perf/step_time"] for r in rows if "perf/step_time" in r]),
+         eval_time_total=sum(evals), evals=len(evals),  # left out of the curves' clock
          peak_memory_gb=max((r.get("perf/peak_memory_gb", 0.0) for r in rows), default=0.0),
          optimizer_state_mb=max((r.get("train/optimizer_state_mb", 0.0) for r in rows),
                                 default=0.0),
@@ -205,6 +208,7 @@ def run_trl(a: argparse.Namespace, model: Path, emit: Any, framework: str = "trl
     trainer.train()
     state = trainer.optimizer.state.values() if trainer.optimizer is not None else []
     emit(framework=framework, what="startup", step_time_median=_median(step_times),
+         eval_time_total=sum(evals), evals=len(evals),  # left out of the curves' clock
          peak_memory_gb=(torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0),
          optimizer_state_mb=sum(int(v.numel()) * int(v.element_size()) for st in state
                                 for v in st.values() if torch.is_tensor(v)) / 2**20)
