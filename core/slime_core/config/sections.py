@@ -255,7 +255,7 @@ class TrainSection:
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
     ref_update_interval: int = 0  # every N steps the reference model takes the policy's weights (slime's --ref-update-interval); 0: the reference stays fixed
-    routing_replay: str = "off"  # mixture-of-experts models: "rollout" routes the training forward of every sampled token to the experts the rollout engine chose (R3; gate weights recomputed from the trainer router's logits on those experts, slime_core.moe.routing); "off": the trainer's router picks its own. Needs a model with experts and an engine and backend that support it (local, torch)
+    routing_replay: str = "off"  # mixture-of-experts models: "rollout" routes the training forward of every sampled token to the experts the rollout engine chose (R3; gate weights recomputed from the trainer router's logits on those experts, slime_core.moe.routing); "off": the trainer's router picks its own. Needs a model with experts, an engine that records routing (local, sglang, vllm) and a backend that replays it (torch)
     keep_old_actor: bool = False  # old_log_probs (the PPO ratio's denominator) from the weights that generated each sample, kept in the trainer, not the current policy (slime's --keep-old-actor; matters with run.async_rollout or weights.update_interval > 1)
 
     def __post_init__(self) -> None:

@@ -118,10 +118,10 @@ class SlimeWorkerExtension:
         if not current_platform.is_cpu():
             return
         for module in self.model_runner.get_model().modules():
-            method = getattr(module, "quant_method", None)
+            method: Any = getattr(module, "quant_method", None)
             kernel = getattr(method, "moe_kernel", None)
             experts = getattr(kernel, "fused_experts", None)
-            if experts is None or getattr(method, "_slime_repacks", False):
+            if method is None or experts is None or getattr(method, "_slime_repacks", False):
                 continue
             inner = method.process_weights_after_loading
 
