@@ -6,9 +6,10 @@ generated sequence (``GenerateOutput.routed_experts``, recorded in vLLM's worker
 in a teacher-forced forward of the same tokens (same weights, float32); a short GRPO run with
 ``train.routing_replay = "rollout"`` replays them in the trainer.
 
-Measured here (2 cores, float32): 100% of (position, MoE layer) rows agree, as sets and in
-order, before and after a weight sync; the GRPO run logs ``train/routing_replay_agreement``
-1.0 and ``train/mismatch_abs_logprob_diff`` ~1e-7 every step.
+Measured here (2 cores, float32): 100% of 402 (position, MoE layer) rows agree, as sets and
+in order, before and after a weight sync (2 to 5% agree with the new routers before it); the
+GRPO run logs ``train/routing_replay_agreement`` 1.0 and ``train/mismatch_abs_logprob_diff``
+6e-8 .. 9e-8 every step. The whole file: ~90 s (three engines).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def test_records_follow_a_weight_sync(setup: tuple[Any, Any], tmp_path: Path) ->
     try:
         engine.update_weights_from_disk(str(tmp_path), 1)
         after = agreement(engine, model, seed=20)
+        print(f"stale routers {stale:.3f}; after the sync {after[0]:.4f} as sets, {after[1]:.4f} in order")
         assert stale < 0.5 and after[0] >= 0.99 and after[1] >= 0.99, (stale, after)
     finally:
         engine.update_weights({k: v.detach().clone()
