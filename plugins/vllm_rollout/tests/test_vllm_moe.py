@@ -14,7 +14,6 @@ GRPO run logs ``train/routing_replay_agreement`` 1.0 and ``train/mismatch_abs_lo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,13 +21,8 @@ from typing import Any
 
 import pytest
 
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip(
-        "vllm is not importable in this Python; build the venv and run there: "
-        "bash plugins/vllm_rollout/ci/make_env.sh && "
-        "/tmp/slime-vllm-venv/bin/python -m pytest plugins/vllm_rollout/tests -q",
-        allow_module_level=True,
-    )
+pytest.importorskip("vllm", reason="vllm is not importable in this Python; the vLLM venv runs these: "
+                    "bash plugins/vllm_rollout/ci/test_in_venv.sh")
 
 import torch  # noqa: E402
 from slime_core.testing import TINY_OLMOE, TINY_QWEN3_MOE  # noqa: E402
