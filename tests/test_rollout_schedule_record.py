@@ -7,10 +7,9 @@ the same record serves the rollout manager actor's ``rollout_side_call``, as sli
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
-from slime_core.api import ScheduleArgs, ScheduleCheckpoint
+from slime_core.api import ScheduleBase
 from slime_hookspecs import RolloutScheduleRecord, hookimpl
 
 from tests.conftest import read_metrics
@@ -29,11 +28,8 @@ class Side:
         return self.rollouts.rollout(step)
 
 
-class ThroughTheSide:
-    overlaps = False
-
-    def __init__(self, config: Any, args: ScheduleArgs) -> None:
-        self.args = args
+class ThroughTheSide(ScheduleBase):
+    """Generates each step's rollout through its rollout side; the quiet defaults for the rest."""
 
     def take(self, step: int, version: int) -> tuple[Any, dict[str, float]]:
         self.args.prepare(step)
@@ -42,27 +38,6 @@ class ThroughTheSide:
         result = self.args.rollout_side().generate(step)
         self.args.after(step, result)
         return result, {"perf/rollout_time": time.perf_counter() - t}
-
-    def before_weight_sync(self) -> None:
-        pass
-
-    def after_weight_sync(self, version: int, more: bool) -> None:
-        pass
-
-    def before_eval(self) -> bool:
-        return True
-
-    def checkpoint(self) -> ScheduleCheckpoint:
-        return ScheduleCheckpoint(write=lambda _dir: self.args.source_state())
-
-    def after_save(self, version: int, more: bool) -> None:
-        pass
-
-    def read_checkpoint(self, directory: Path, state: dict[str, Any]) -> Any:
-        return lambda: None
-
-    def stop(self) -> None:
-        pass
 
 
 class SchedulePlugin:

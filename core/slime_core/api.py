@@ -75,8 +75,9 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :class:`MissingExtraError` (a record unavailable, or a call failing, naming what to install).
 * **rollout schedules** (what slime-std's ``sync``, ``one_step_off`` and ``fully_async`` build
   on; a :class:`~slime_hookspecs.RolloutScheduleRecord`'s factory gets a :class:`ScheduleArgs`
-  and builds a :class:`RolloutSchedule`): :class:`ScheduleCheckpoint` (what a checkpoint keeps
-  of a schedule), :class:`RolloutFuture` (a submitted rollout), :func:`read_json` /
+  and builds a :class:`RolloutSchedule`; :class:`ScheduleBase` holds the quiet defaults of a
+  schedule that generates nothing between steps): :class:`ScheduleCheckpoint` (what a
+  checkpoint keeps of a schedule), :class:`RolloutFuture` (a submitted rollout), :func:`read_json` /
   :class:`CheckpointError` (a checkpoint's file, errors naming it); the rollout side's
   :class:`RolloutManager` (its public per-group pipeline: ``generate``, ``reward``,
   ``score_group``, ``after_generate``, ``keep_group``, ``reset_for_buffer``,
@@ -203,6 +204,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # rollout schedules
     "RolloutSchedule": ("slime_core.runner.schedule", "RolloutSchedule"),
     "ScheduleArgs": ("slime_core.runner.schedule", "ScheduleArgs"),
+    "ScheduleBase": ("slime_core.runner.schedule", "ScheduleBase"),
     "ScheduleCheckpoint": ("slime_core.runner.schedule", "ScheduleCheckpoint"),
     "RolloutFuture": ("slime_core.executors.base", "RolloutFuture"),
     "read_json": ("slime_core.runner.checkpoint", "read_json"),
@@ -308,6 +310,7 @@ if TYPE_CHECKING:
     from slime_core.runner.checkpoint import read_json as read_json
     from slime_core.runner.schedule import RolloutSchedule as RolloutSchedule
     from slime_core.runner.schedule import ScheduleArgs as ScheduleArgs
+    from slime_core.runner.schedule import ScheduleBase as ScheduleBase
     from slime_core.runner.schedule import ScheduleCheckpoint as ScheduleCheckpoint
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
     from slime_core.runtime.dist_group import init_data_parallel as init_data_parallel

@@ -121,3 +121,39 @@ class ScheduleArgs:
     """``run.num_rollouts``: no rollout is generated for a step at or past it."""
     batch_size: int
     """``rollout.batch_size``: groups per step."""
+
+
+class ScheduleBase:
+    """A schedule that generates nothing between steps: every moment but :meth:`take` is
+    quiet (no generation to drain at a sync or a save, evaluation may reseed, a checkpoint
+    keeps only the data source's state, nothing to restore or stop). Subclass it and write
+    :meth:`take`; override what a schedule that runs ahead must handle."""
+
+    overlaps = False
+
+    def __init__(self, config: Any, args: ScheduleArgs) -> None:
+        self.config, self.args = config, args
+
+    def take(self, step: int, version: int) -> tuple[RolloutResult, dict[str, float]]:
+        raise NotImplementedError
+
+    def before_weight_sync(self) -> None:
+        pass
+
+    def after_weight_sync(self, version: int, more: bool) -> None:
+        pass
+
+    def before_eval(self) -> bool:
+        return True
+
+    def checkpoint(self) -> ScheduleCheckpoint:
+        return ScheduleCheckpoint(write=lambda _dir: self.args.source_state())
+
+    def after_save(self, version: int, more: bool) -> None:
+        pass
+
+    def read_checkpoint(self, directory: Path, state: dict[str, Any]) -> Callable[[], None]:
+        return lambda: None
+
+    def stop(self) -> None:
+        pass
