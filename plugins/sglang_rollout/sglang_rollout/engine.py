@@ -226,7 +226,7 @@ class SGLangEngine:
         if self.adapter is not None:
             raise RuntimeError(
                 f"sglang engine {self.engine_index}: a LoRA run serves each sync as an SGLang "
-                "LoRA adapter loaded from a directory; the NCCL broadcast transport writes into "
+                "LoRA adapter loaded from a directory; the broadcast transport writes into "
                 "the base model's weights instead: use weights.transport = disk or inprocess")
         body = api.init_weights_update_group_body(master_address, master_port, rank_offset,
                                                   world_size, group_name, backend)

@@ -212,6 +212,9 @@ def test_disk_transport_and_the_stand_ins_sglang_behaviour(lora_parts, tmp_path)
     assert status == 200 and body["loaded_adapters"] == {}
     status, body = _post(f"{srv.url}/generate", {**gen, "lora_path": "slime-v1"})
     assert status == 200 and list(srv.loras) == ["slime-v1"]
+    # the broadcast transport writes into base weights: refused in a LoRA run
+    with pytest.raises(RuntimeError, match="use weights.transport = disk or inprocess"):
+        engine.init_weights_update_group("127.0.0.1", 29500, 1, 2)
 
 
 def test_launch_flags_and_refusals() -> None:
