@@ -262,6 +262,10 @@ class FakeSGLangServer:
         lora = body.get("lora_path")
         if lora is not None and not isinstance(lora, str):
             return _error(400, "/generate: a list of lora_path (batched prompts) is not emulated")
+        epoch = self._abort_epoch
+        # held here while paused, before taking an adapter: an unload during a pause waits
+        # for the adapter's running requests only
+        await self._unpaused.wait()
         try:
             if lora:
                 await self._resolve_lora(lora)
@@ -269,13 +273,12 @@ class FakeSGLangServer:
             return web.json_response({"error": {"message": str(exc)}}, status=400)
         await self._acquire_lora(lora or None)
         try:
-            return await self._generate_with(body, ids, sp)
+            return await self._generate_with(body, ids, sp, epoch)
         finally:
             await self._release_lora()
 
     async def _generate_with(self, body: dict[str, Any], ids: list[int],
-                             sp: dict[str, Any]) -> web.Response:
-        epoch = self._abort_epoch
+                             sp: dict[str, Any], epoch: int) -> web.Response:
         await self._unpaused.wait()
         t0 = time.perf_counter()
         if self._abort_epoch != epoch:  # aborted while waiting (pause)
