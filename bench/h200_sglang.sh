@@ -17,9 +17,9 @@
 # `core`'s sglang engine), local (the same with the local engine), or all.
 #
 # LoRA through the real server (plugins/slime_lora with rollout.engine = "sglang"; written, NOT
-# RUN yet): after the chain above, on the warm machine,
-#   bash bench/h200_sglang.sh run lora  # call 6, carry [".sgl/5", ".whl"]; .whl = peft 0.21.2 +
-#                                       # accelerate 1.16.0 wheels (bench/h200_lora.sh's list)
+# RUN yet): calls 1-4 as above, then as call 5 (or after `run all`, on the warm machine)
+#   bash bench/h200_sglang.sh run lora  # carry [".sgl/5", ".whl"] (.whl: bench/h200_lora.sh's
+#                                       # wheels, peft 0.21.2 + accelerate 1.16.0 among them; 35 MB)
 # runs the SmolLM2 example with LoRA (r 16, alpha 32, attention + MLP, lr 5e-5) on the SGLang
 # engine (servers launched with --enable-lora ...; every sync a /load_lora_adapter of
 # slime-v<N> and an /unload_lora_adapter of the previous one; disk, then the tensor transport),
