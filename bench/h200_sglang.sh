@@ -16,6 +16,17 @@
 # /generate, /update_weights_from_disk, /model_info), sglang (the example through
 # `core`'s sglang engine), local (the same with the local engine), or all.
 #
+# LoRA through the real server (plugins/slime_lora with rollout.engine = "sglang"; written, NOT
+# RUN yet): calls 1-4 as above, then as call 5 (or after `run all`, on the warm machine)
+#   bash bench/h200_sglang.sh run lora  # carry [".sgl/5", ".whl"] (.whl: bench/h200_lora.sh's
+#                                       # wheels, peft 0.21.2 + accelerate 1.16.0 among them; 35 MB)
+# runs the SmolLM2 example with LoRA (r 16, alpha 32, attention + MLP, lr 5e-5) on the SGLang
+# engine (servers launched with --enable-lora ...; every sync a /load_lora_adapter of
+# slime-v<N> and an /unload_lora_adapter of the previous one; disk, then the tensor transport),
+# then the same LoRA run on the local engine. What to read: "train/mismatch_abs_logprob_diff"
+# (SGLang's LoRA kernels against the trainer's peft forward), the held-out curve against the
+# local engine's, and "LoRA adapter loading" lines in $OUT/logs.
+#
 # How .sgl/ was made (on a CPU host with PyPI; .sgl/ is in .git/info/exclude):
 #  * sgl.tar.xz: `site/` = `pip install --no-deps --target site` of sglang==0.5.17,
 #    sglang-kernel==0.4.5 (without flash_ops, flashmla_ops, infllm_ops and sm100/: FA3, MLA
@@ -93,7 +104,7 @@ slime_run() {  # label, engine, steps, extra args...
            --slime-set "sglang.server_args=$SERVER_ARGS" --slime-set "sglang.mem_fraction_static=0.3"
            --slime-set "sglang.startup_timeout_s=300" --slime-set "sglang.log_dir=\"$OUT/logs\"")
   fi
-  PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo:plugins/sglang_rollout:bench" \
+  PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo:plugins/sglang_rollout:plugins/slime_lora:bench" \
     timeout "${RUN_TIMEOUT:-420}" python3 bench/smollm2_vs_trl.py --worker slime --label "$label" --steps "$steps" \
     --out "$OUT/$label" "${sets[@]}" "$@" 2>&1 | grep -v -E "Loading weights|it/s\]" | tail -40
 }
@@ -130,11 +141,29 @@ case "${1:-}" in
       slime_run sglang-tensor sglang 4 --precision bf16 "${EV[@]}" \
         --slime-set 'weights.transport="inprocess"'
     fi
+    # LoRA served by the real server (written, not run yet: see the header)
+    if [ "$what" = lora ]; then
+      if ls .whl/peft-*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+          --target /tmp/site .whl/*.whl || exit 5
+      fi
+      PYTHONPATH=/tmp/site python3 -c "import peft; print('peft', peft.__version__)" \
+        || { echo "peft missing: carry .whl (peft, accelerate)"; exit 5; }
+      LORA=(--lr 5e-5 --precision bf16 --slime-set lora.enabled=true --slime-set lora.rank=16
+            --slime-set lora.alpha=32.0)
+      slime_run sglang-lora sglang "${STEPS:-40}" "${LORA[@]}" \
+        --slime-plugins sglang_rollout,slime_lora --slime-set 'weights.transport="disk"'
+      slime_run sglang-lora-tensor sglang 4 "${LORA[@]}" --eval-interval 100 --eval-prompts 64 \
+        --slime-plugins sglang_rollout,slime_lora --slime-set 'weights.transport="inprocess"'
+      slime_run local-lora local "${STEPS:-40}" "${LORA[@]}" --slime-plugins slime_lora
+      grep -h "LoRA adapter loading\|load_lora_adapter\|unload_lora_adapter" "$OUT"/logs/*.log \
+        2>/dev/null | tail -8
+    fi
     if [ "$what" = local ] || [ "$what" = all ]; then
       slime_run slime-local local "${STEPS:-40}" --precision "${PRECISION:-bf16}"
     fi
     ;;
   *)
-    echo "usage: $0 carry | run [smoke|sglang|local|all|async]"; exit 1
+    echo "usage: $0 carry | run [smoke|sglang|local|all|async|lora]"; exit 1
     ;;
 esac

@@ -50,6 +50,8 @@ ENDPOINTS: dict[str, str] = {
     "/destroy_weights_update_group": "POST",
     "/release_memory_occupation": "POST",
     "/resume_memory_occupation": "POST",
+    "/load_lora_adapter": "POST",  # LoRA runs (sglang_rollout.lora)
+    "/unload_lora_adapter": "POST",
 }
 
 # older SGLang servers (the ones slime pins) answer the weight version here; used after a 404
@@ -94,9 +96,10 @@ def sampling_params_body(params: SamplingParams, skip_special_tokens: bool = Tru
 
 def generate_body(prompt_ids: list[int], params: SamplingParams,
                   skip_special_tokens: bool = True,
-                  routed_experts: bool = False) -> dict[str, Any]:
+                  routed_experts: bool = False, lora_name: str | None = None) -> dict[str, Any]:
     """``POST /generate`` for one prompt given as token ids (never text: no re-tokenization);
-    ``routed_experts``: ask for the experts of every token (routing replay)."""
+    ``routed_experts``: ask for the experts of every token (routing replay); ``lora_name``:
+    generate with that loaded LoRA adapter (``lora_path`` takes the adapter's name)."""
     body: dict[str, Any] = {
         "input_ids": [int(t) for t in prompt_ids],
         "sampling_params": sampling_params_body(params, skip_special_tokens),
@@ -104,7 +107,20 @@ def generate_body(prompt_ids: list[int], params: SamplingParams,
     }
     if routed_experts:
         body["return_routed_experts"] = True
+    if lora_name is not None:
+        body["lora_path"] = str(lora_name)
     return body
+
+
+def load_lora_adapter_body(lora_name: str, lora_path: str) -> dict[str, Any]:
+    """``POST /load_lora_adapter`` (``LoadLoRAAdapterReqInput``): a PEFT adapter directory the
+    server reads, served under ``lora_name`` (not pinned: it may be unloaded)."""
+    return {"lora_name": str(lora_name), "lora_path": str(lora_path)}
+
+
+def unload_lora_adapter_body(lora_name: str) -> dict[str, Any]:
+    """``POST /unload_lora_adapter`` (``UnloadLoRAAdapterReqInput``)."""
+    return {"lora_name": str(lora_name)}
 
 
 def version_str(version: int) -> str:
@@ -225,6 +241,20 @@ def parse_get_weight_version(where: str, data: Any) -> int:
     if not isinstance(data, dict) or "weight_version" not in data:
         raise SGLangResponseError(f"{where}: expected {{\"weight_version\": ...}}, got {clip(repr(data))}")
     return parse_weight_version(where, data["weight_version"])
+
+
+def parse_lora_update(where: str, data: Any) -> dict[str, str]:
+    """A ``LoRAUpdateOutput`` answer (``{"success", "error_message", "loaded_adapters"}``) ->
+    the adapters the server holds (name -> path); ``success`` false raises with the answer."""
+    if not isinstance(data, dict) or not isinstance(data.get("success"), bool):
+        raise _bad(where, "expected a LoRAUpdateOutput object with 'success'", data)
+    if not data["success"]:
+        raise SGLangResponseError(f"{where}: failed: {data.get('error_message') or '(no message)'}"
+                                  f"; body: {clip(repr(data))}")
+    loaded = data.get("loaded_adapters")
+    if not isinstance(loaded, dict):
+        raise _bad(where, "no 'loaded_adapters' object in a successful answer", data)
+    return {str(k): str(v) for k, v in loaded.items()}
 
 
 def _bad(where: str, what: str, data: Any) -> SGLangResponseError:

@@ -75,6 +75,7 @@ class SGLangSection:
     abort_retry_s: float = 1.0  # re-send abort_all while aborted requests are still running
     check_weights: bool = True  # after each disk / tensor weight update, read the first rows of a few tensors back (/get_weights_by_name) and fail on a difference; skipped with a warning where the model cannot answer
     skip_special_tokens: bool = True  # of the returned text (token ids are never affected)
+    lora_dir: str = ""  # LoRA runs: where each sync's adapter directory is written for the server to read (empty: a temporary folder on the engine's host, right for launched servers; attached servers on other hosts need a shared folder)
 
     def __post_init__(self) -> None:
         self.urls = [normalize_url(u, "urls") for u in self.urls]

@@ -19,7 +19,11 @@ Implements :class:`slime_hookspecs.RolloutEngine` over SGLang's native HTTP API
   first rows of a few tensors back (``/get_weights_by_name``, :mod:`.weight_check`);
 * memory: ``/release_memory_occupation`` / ``/resume_memory_occupation`` for ``sleep`` /
   ``wake_up`` when ``sglang.enable_sleep`` (launched servers then get ``--enable-memory-saver``);
-* health: ``GET /health_generate`` answering 200.
+* health: ``GET /health_generate`` answering 200;
+* LoRA runs (a plugin answers ``slime_engine_adapter``): launched servers get SGLang's LoRA
+  flags, each sync (disk or tensors) is served as a new adapter through
+  ``/load_lora_adapter`` and the previous one unloaded, and every ``/generate`` names the
+  current one in ``lora_path`` (:mod:`sglang_rollout.lora`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from slime_hookspecs import GenerateOutput, SamplingParams
 from sglang_rollout import api
 from sglang_rollout.config import SGLangSection, section_of
 from sglang_rollout.http import LoopThread, ServerClient, SGLangHTTPError
+from sglang_rollout.lora import ServedAdapter, engine_adapter, launch_flags
 from sglang_rollout.servers import Servers
 
 log = logging.getLogger(__name__)
@@ -72,8 +77,14 @@ class SGLangEngine:
         self._version_endpoint = "/model_info"
         self._can_check = True  # until the server cannot answer /get_weights_by_name
         self.weights_checked = 0  # updates whose tensors were read back and matched
+        self.adapter: ServedAdapter | None = None  # LoRA runs: the adapter served
         try:
-            self.servers = Servers(config, self.sec, engine_index, self._loop)
+            spec = engine_adapter(config)
+            extra: list[str] = []
+            if spec is not None:
+                extra = launch_flags(spec)  # refuses targets SGLang cannot adapt, first
+                self.adapter = ServedAdapter(spec, engine_index, self.sec.lora_dir)
+            self.servers = Servers(config, self.sec, engine_index, self._loop, extra)
             self.url = self.servers.url
             self.server = ServerClient(self.url, self.sec.api_key)
             gen_url = self.sec.router_url or self.url
@@ -112,8 +123,9 @@ class SGLangEngine:
         async with sem:
             if self._abort_epoch != epoch:  # aborted before it was sent
                 return GenerateOutput([], [], "abort", self._version, "")
+            lora = self.adapter.name_for(self._version) if self.adapter is not None else None
             body = api.generate_body(prompt, sp, self.sec.skip_special_tokens,
-                                     routed_experts=self._moe is not None)
+                                     routed_experts=self._moe is not None, lora_name=lora)
             _, data = await self.generator.call("POST", "/generate", body,
                                                 self.sec.request_timeout_s)
         where = f"SGLang server {self.generator.url}: POST /generate"
@@ -124,6 +136,8 @@ class SGLangEngine:
                 f"{gen.abort_message or '(no message)'}"
             )
         version = self._version if gen.weight_version is None else gen.weight_version
+        if self.adapter is not None and self.adapter.version is not None:
+            version = self.adapter.version  # the server's own version is its base model's
         routed = None
         if self._moe is not None and gen.token_ids:
             if gen.routed_experts is None:
@@ -163,8 +177,13 @@ class SGLangEngine:
     # -- weights ---------------------------------------------------------------------------
     def update_weights(self, weights: Any, version: int) -> None:
         """A directory path -> :meth:`update_weights_from_disk`; a mapping name -> tensor ->
-        :meth:`update_weights_from_tensor` (the server must be on this host: colocated)."""
-        if isinstance(weights, (str, os.PathLike)):
+        :meth:`update_weights_from_tensor` (the server must be on this host: colocated).
+
+        In a LoRA run ``weights`` is the adapter (the trainer's names); it is served as a new
+        SGLang LoRA adapter instead (:mod:`sglang_rollout.lora`)."""
+        if self.adapter is not None and isinstance(weights, Mapping):
+            self._load_adapter(weights, version)
+        elif isinstance(weights, (str, os.PathLike)):
             self.update_weights_from_disk(str(weights), version)
         elif isinstance(weights, Mapping):
             from sglang_rollout.tensors import serialize_named_tensors
@@ -182,7 +201,13 @@ class SGLangEngine:
                                  load_format: str | None = None) -> None:
         """The server reloads ``version_dir`` (safetensors files; the model config is the one
         it was started with). The core's ``disk`` transport fires ``slime_before_weights_read``
-        in this process before it calls this."""
+        in this process before it calls this. In a LoRA run the directory holds the adapter:
+        it is served as a new adapter (:meth:`update_weights`)."""
+        if self.adapter is not None:
+            from sglang_rollout.lora import read_version_dir
+
+            self._load_adapter(read_version_dir(version_dir, version), version)
+            return
         body = api.update_weights_from_disk_body(version_dir, version, load_format)
         self._weight_update("/update_weights_from_disk", body, version)
         if self.sec.check_weights and self._can_check:
@@ -198,6 +223,11 @@ class SGLangEngine:
     def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int,
                                   world_size: int, group_name: str = "weight_update_group",
                                   backend: str = "nccl") -> Any:
+        if self.adapter is not None:
+            raise RuntimeError(
+                f"sglang engine {self.engine_index}: a LoRA run serves each sync as an SGLang "
+                "LoRA adapter loaded from a directory; the broadcast transport writes into "
+                "the base model's weights instead: use weights.transport = disk or inprocess")
         body = api.init_weights_update_group_body(master_address, master_port, rank_offset,
                                                   world_size, group_name, backend)
         return self._call("POST", "/init_weights_update_group", body)
@@ -216,6 +246,13 @@ class SGLangEngine:
     def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> Any:
         return self._call("POST", "/destroy_weights_update_group",
                           api.destroy_weights_update_group_body(group_name))
+
+    def _load_adapter(self, weights: Mapping[str, Any], version: int) -> None:
+        assert self.adapter is not None
+        with self._paused():
+            self.adapter.load(lambda endpoint, body: self._call("POST", endpoint, body),
+                              f"SGLang server {self.url}", weights, version)
+        self._version = int(version)
 
     def _weight_update(self, endpoint: str, body: dict[str, Any], version: int) -> None:
         with self._paused():
@@ -251,7 +288,11 @@ class SGLangEngine:
         self.weights_checked += 1
 
     def weight_version(self) -> int:
-        """The server's version: ``GET /model_info`` (``/get_weight_version`` on older SGLang)."""
+        """The server's version: ``GET /model_info`` (``/get_weight_version`` on older SGLang);
+        in a LoRA run, once an adapter is served, the version that adapter holds."""
+        if self.adapter is not None and self.adapter.version is not None:
+            self._version = self.adapter.version
+            return self._version
         timeout = self.sec.health_timeout_s * 4
         try:
             data = self._call("GET", self._version_endpoint, None, timeout)
@@ -334,6 +375,8 @@ class SGLangEngine:
                     except Exception:  # noqa: BLE001 - closing a dead session is not an error
                         pass
             self._loop.close()
+            if self.adapter is not None:
+                self.adapter.close()
 
     # -- helpers -----------------------------------------------------------------------------
     def _check_awake(self) -> None:

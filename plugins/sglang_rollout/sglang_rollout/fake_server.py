@@ -4,7 +4,9 @@ For tests on hosts where SGLang cannot run (it needs CUDA). It is a stand-in, no
 routes, status codes and JSON shapes follow ``sglang/srt/entrypoints/http_server.py`` and
 ``managers/tokenizer_manager.py`` of SGLang 0.5.23, and generation is done by the engine given
 (the core's ``LocalEngine`` for real tokens and exact log-probs, or :class:`ScriptedEngine`).
-What it does not emulate is listed in the plugin README.
+LoRA (``--enable-lora``, ``/load_lora_adapter``, ``/unload_lora_adapter``, ``lora_path`` on
+``/generate``) follows SGLang 0.5.17, the adapter merged into the engine's weights while
+requests naming it run. What it does not emulate is listed in the plugin README.
 
 ``python -m sglang_rollout.fake_server --model-path X --host H --port P`` serves a
 :class:`ScriptedEngine` with ``sglang.launch_server``'s basic flags (others are ignored), which
@@ -74,13 +76,19 @@ BODY_KEYS = {  # endpoint -> accepted keys (io_struct fields, minus internal one
     "/get_weights_by_name": {"name", "truncate_size"},
     "/release_memory_occupation": {"tags"},
     "/resume_memory_occupation": {"tags"},
+    # LoadLoRAAdapterReqInput / UnloadLoRAAdapterReqInput (+ BaseReq's rid, http_worker_ipc)
+    "/load_lora_adapter": {"lora_name", "lora_path", "pinned", "lora_id", "rid",
+                           "http_worker_ipc"},
+    "/unload_lora_adapter": {"lora_name", "lora_id", "rid", "http_worker_ipc"},
 }
 REQUIRED = {"/update_weights_from_disk": {"model_path"},
             "/update_weights_from_tensor": {"serialized_named_tensors"},
             "/init_weights_update_group": {"master_address", "master_port", "rank_offset",
                                            "world_size"},
             "/update_weights_from_distributed": {"names", "dtypes", "shapes"},
-            "/get_weights_by_name": {"name"}}
+            "/get_weights_by_name": {"name"},
+            "/load_lora_adapter": {"lora_name", "lora_path"},
+            "/unload_lora_adapter": {"lora_name"}}
 
 
 @dataclass
@@ -108,6 +116,14 @@ class FakeSGLangServer:
     released: bool = False
     in_flight: int = 0
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # LoRA, as --enable-lora --max-lora-rank --lora-target-modules --max-loaded-loras set it
+    enable_lora: bool = False
+    max_lora_rank: int = 0  # 0: any rank
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all"])
+    max_loaded_loras: int | None = None
+    loras: dict[str, str] = field(default_factory=dict)  # loaded adapters: name -> path (LRU order)
+    lora_cache: dict[str, str] = field(default_factory=dict)  # every name ever loaded -> path
+    lora_applied: str | None = None  # the adapter merged into the engine's weights now
 
     def __post_init__(self) -> None:
         self._aborts = itertools.count(1)
@@ -116,6 +132,9 @@ class FakeSGLangServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._client: Any = None
+        self._deltas: dict[str, dict[str, Any]] = {}  # adapter -> weight name -> fp32 delta
+        self._base: dict[str, Any] = {}  # base weights of the layers an adapter changed
+        self._lora_users = 0  # requests running with lora_applied
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -145,6 +164,7 @@ class FakeSGLangServer:
         self._unpaused = asyncio.Event()
         self._unpaused.set()
         self._client = EngineClient(self.engine)  # batches concurrent /generate requests
+        self._lora_cond = asyncio.Condition()
         app = web.Application(middlewares=[self._middleware])
         r = app.router
         r.add_route("POST", "/generate", self._generate)
@@ -166,6 +186,8 @@ class FakeSGLangServer:
         r.add_post("/destroy_weights_update_group", self._destroy_group)
         r.add_route("*", "/release_memory_occupation", self._release)
         r.add_route("*", "/resume_memory_occupation", self._resume)
+        r.add_post("/load_lora_adapter", self._load_lora)
+        r.add_post("/unload_lora_adapter", self._unload_lora)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -237,7 +259,26 @@ class FakeSGLangServer:
             return _error(400, f"/generate: bad input_ids or sampling_params {sorted(sp)}")
         if self.released:
             return _error(400, "/generate while memory is released")
+        lora = body.get("lora_path")
+        if lora is not None and not isinstance(lora, str):
+            return _error(400, "/generate: a list of lora_path (batched prompts) is not emulated")
         epoch = self._abort_epoch
+        # held here while paused, before taking an adapter: an unload during a pause waits
+        # for the adapter's running requests only
+        await self._unpaused.wait()
+        try:
+            if lora:
+                await self._resolve_lora(lora)
+        except ValueError as exc:  # as http_server.generate_request: _create_error_response
+            return web.json_response({"error": {"message": str(exc)}}, status=400)
+        await self._acquire_lora(lora or None)
+        try:
+            return await self._generate_with(body, ids, sp, epoch)
+        finally:
+            await self._release_lora()
+
+    async def _generate_with(self, body: dict[str, Any], ids: list[int],
+                             sp: dict[str, Any], epoch: int) -> web.Response:
         await self._unpaused.wait()
         t0 = time.perf_counter()
         if self._abort_epoch != epoch:  # aborted while waiting (pause)
@@ -320,6 +361,7 @@ class FakeSGLangServer:
         for f in files:
             tensors.update(load_file(f))
         old = self.version
+        self._base, self.lora_applied = {}, None  # full weights: what adapters merge into
         version = self._set_version(body)
         try:
             await asyncio.to_thread(self.engine.update_weights, tensors, version)
@@ -336,6 +378,7 @@ class FakeSGLangServer:
         import torch.multiprocessing  # noqa: F401 - registers the tensor reductions pickle needs
 
         named = pickle.loads(base64.b64decode(body["serialized_named_tensors"][0], validate=True))
+        self._base, self.lora_applied = {}, None  # full weights: what adapters merge into
         version = self._set_version(body)
         await asyncio.to_thread(self.engine.update_weights, dict(named), version)
         return self._ok("Succeeded to update model weights.")
@@ -375,6 +418,159 @@ class FakeSGLangServer:
         return web.json_response({"success": ok, "message": "destroyed" if ok else "no group"},
                                  status=200 if ok else 400)
 
+    # -- LoRA (SGLang 0.5.17: http_server.py, tokenizer_control_mixin.py, lora_manager.py) ------
+    # The stand-in serves one adapter (or the base) at a time, merged into the engine's
+    # weights (W0 + lora_alpha / r * B @ A in fp32, cast to the weight's dtype); a request
+    # naming another one waits until the running ones finish. SGLang batches requests of
+    # different adapters together with its LoRA kernels and never changes the base weights.
+    def _lora_answer(self, success: bool, message: str = "",
+                     loaded: dict[str, str] | None = None) -> web.Response:
+        # LoRAUpdateOutput through msgspec_to_builtins: 200 on success, else 400
+        return web.json_response({"rid": None, "http_worker_ipc": None, "success": success,
+                                  "error_message": message, "loaded_adapters": loaded},
+                                 status=200 if success else 400)
+
+    def _read_adapter(self, name: str, path: str) -> dict[str, Any]:
+        """A PEFT adapter directory -> weight name -> fp32 delta, checked as SGLang's
+        LoRAConfig and LoRAManager.validate_new_adapter check it."""
+        import json
+
+        import torch
+        from safetensors.torch import load_file
+
+        with open(os.path.join(path, "adapter_config.json")) as f:
+            cfg = json.load(f)
+        if cfg.get("use_dora"):
+            raise ValueError(f"Failed to load {name} because LoRA serving currently doesn't "
+                             "support DoRA adapters")
+        rank, targets = int(cfg["r"]), cfg.get("target_modules") or []
+        targets = [targets] if isinstance(targets, str) else list(targets)
+        allowed = set(self.lora_target_modules)
+        if (self.max_lora_rank and rank > self.max_lora_rank) or \
+                ("all" not in allowed and not set(targets) <= allowed):
+            raise ValueError(
+                f"LoRA adapter {name} with rank {rank} is incompatible with the current LoRA "
+                "memory pool configuration. Please ensure that the LoRA adapter's rank is "
+                "within the configured `--max-lora-rank` and that the target modules are "
+                "included in `--lora-target-modules`.")
+        files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+        if not files:
+            raise FileNotFoundError(f"no adapter_model.safetensors in {path}")
+        tensors = load_file(files[0])
+        scaling = float(cfg.get("lora_alpha", rank)) / rank
+        state = self._state()
+        deltas: dict[str, Any] = {}
+        for key, a in tensors.items():
+            if ".lora_A." not in key:
+                continue
+            module = key.removeprefix("base_model.model.").split(".lora_A.")[0]
+            b = tensors[key.replace(".lora_A.", ".lora_B.")]
+            weight = f"{module}.weight"
+            if weight not in state:
+                raise ValueError(f"{name}: {module} is not a layer of the served model")
+            deltas[weight] = scaling * (b.to(torch.float32) @ a.to(torch.float32))
+        return deltas
+
+    def _state(self) -> dict[str, Any]:
+        state = getattr(self.engine, "state_dict", None)
+        if not callable(state):
+            raise ValueError("the stand-in serves LoRA adapters only over an engine with "
+                             "state_dict() (the core's LocalEngine)")
+        return state()
+
+    async def _load_named(self, name: str, path: str) -> dict[str, str]:
+        """Load ``name``; ValueError (the message SGLang answers) when it cannot."""
+        if name in self.loras:
+            raise ValueError(f"Failed to load LoRA adapter {name} because it is already loaded")
+        self._deltas[name] = await asyncio.to_thread(self._read_adapter, name, path)
+        self.loras[name] = self.lora_cache[name] = path
+        while self.max_loaded_loras is not None and len(self.loras) > self.max_loaded_loras:
+            lru = next(n for n in self.loras if n != name)
+            await self._unload_named(lru)
+        return dict(self.loras)
+
+    async def _unload_named(self, name: str) -> None:
+        if name not in self.loras:
+            raise ValueError(f"LoRA with name {name} does not exist. Loaded LoRAs: "
+                             f"{self.loras.keys()}")
+        del self.loras[name]
+        async with self._lora_cond:  # as SGLang: unload once its running requests finished
+            await self._lora_cond.wait_for(
+                lambda: self.lora_applied != name or self._lora_users == 0)
+        self._deltas.pop(name, None)
+
+    async def _load_lora(self, request: web.Request) -> web.Response:
+        body = request["body"]
+        if not self.enable_lora:
+            return self._lora_answer(False, "LoRA is not enabled. Please set `--enable-lora` "
+                                            "to enable LoRA.")
+        try:
+            return self._lora_answer(True, "", await self._load_named(body["lora_name"],
+                                                                      body["lora_path"]))
+        except Exception as exc:  # noqa: BLE001 - the backend's answer: success false + loaded
+            return self._lora_answer(False, str(exc), dict(self.loras))
+
+    async def _unload_lora(self, request: web.Request) -> web.Response:
+        if not self.enable_lora:
+            return self._lora_answer(False, "LoRA is not enabled. Please set `--enable-lora` "
+                                            "to enable LoRA.")
+        try:
+            await self._unload_named(request["body"]["lora_name"])
+        except ValueError as exc:
+            return self._lora_answer(False, str(exc))
+        return self._lora_answer(True, "", dict(self.loras))
+
+    async def _resolve_lora(self, name: str) -> None:
+        """TokenizerManager._validate_and_resolve_lora: an adapter unloaded since is loaded
+        again from where it was loaded from (SGLang's lora_ref_cache)."""
+        if not self.enable_lora:
+            raise ValueError(f"LoRA adapter '{name}' was requested, but LoRA is not enabled. "
+                             "Please launch the server with --enable-lora flag and preload "
+                             "adapters using --lora-paths or /load_lora_adapter endpoint.")
+        if name in self.loras:
+            self.loras[name] = self.loras.pop(name)  # most recently used
+            return
+        if name not in self.lora_cache:
+            raise ValueError(f"Got LoRA adapter that has never been loaded: {name}\n"
+                             f"All loaded adapters: {self.lora_cache.keys()}.")
+        try:
+            await self._load_named(name, self.lora_cache[name])
+        except Exception as exc:  # noqa: BLE001 - reported as SGLang does
+            raise ValueError(f"Failed to implicitly load LoRA adapter {name}: {exc}") from None
+
+    async def _acquire_lora(self, want: str | None) -> None:
+        async with self._lora_cond:
+            await self._lora_cond.wait_for(
+                lambda: self.lora_applied == want or self._lora_users == 0)
+            if self.lora_applied != want:
+                await asyncio.to_thread(self._apply_lora, want)
+            self._lora_users += 1
+
+    async def _release_lora(self) -> None:
+        async with self._lora_cond:
+            self._lora_users -= 1
+            self._lora_cond.notify_all()
+
+    def _apply_lora(self, want: str | None) -> None:
+        """Merge adapter ``want`` (None: the base) into the engine's weights."""
+        import torch
+
+        new = self._deltas.get(want or "", {})
+        state = None
+        for name in new:
+            if name not in self._base:  # not changed by any adapter yet: the engine has W0
+                state = self._state() if state is None else state
+                self._base[name] = state[name].clone()
+        out = {}
+        for name in set(self._base) | set(new):  # every layer an adapter changed: W0 again
+            base = self._base[name]
+            w = base.to(torch.float32) + new[name] if name in new else base.to(torch.float32)
+            out[name] = w.to(base.dtype)
+        if out:
+            version = int(self.version) if self.version.lstrip("-").isdigit() else 0
+            self.engine.update_weights(out, version)
+        self.lora_applied = want
+
     async def _release(self, request: web.Request) -> web.Response:
         self.released = True
         await asyncio.to_thread(self.engine.sleep)
@@ -398,12 +594,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--api-key", default="")
+    ap.add_argument("--enable-lora", action="store_true")
+    ap.add_argument("--max-lora-rank", type=int, default=0)
+    ap.add_argument("--lora-target-modules", nargs="*", default=["all"])
+    ap.add_argument("--max-loaded-loras", type=int, default=None)
     args, ignored = ap.parse_known_args(argv)
     delay = float(os.environ.get("FAKE_SGLANG_STARTUP_DELAY", "0"))
     if os.environ.get("FAKE_SGLANG_CRASH"):
         raise SystemExit(f"fake sglang: crashing on purpose ({os.environ['FAKE_SGLANG_CRASH']})")
     server = FakeSGLangServer(ScriptedEngine(), host=args.host, port=args.port,
-                              api_key=args.api_key, startup_delay_s=delay).start()
+                              api_key=args.api_key, startup_delay_s=delay,
+                              enable_lora=args.enable_lora, max_lora_rank=args.max_lora_rank,
+                              lora_target_modules=list(args.lora_target_modules),
+                              max_loaded_loras=args.max_loaded_loras).start()
     print(f"fake sglang serving {args.model_path} at {server.url}; ignored flags: {ignored}",
           flush=True)
     done = threading.Event()

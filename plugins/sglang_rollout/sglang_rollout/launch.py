@@ -61,13 +61,16 @@ def flag_list(args: dict[str, Any], where: str = "sglang.server_args") -> list[s
 
 def server_command(sec: SGLangSection, *, model_path: str, port: int, nccl_port: int,
                    engine_index: int, seed: int, tokenizer_path: str = "",
-                   trust_remote_code: bool = False, dtype: str = "auto") -> list[str]:
+                   trust_remote_code: bool = False, dtype: str = "auto",
+                   extra_args: list[str] | None = None) -> list[str]:
     """``python -m sglang.launch_server ...`` for engine ``engine_index`` (its GPUs start at
     ``base_gpu_id + engine_index * tp_size``).
 
     ``dtype`` is ``model.dtype``: anything but ``auto`` becomes ``--dtype`` (unless
     ``server_args`` sets it), so the server generates with the weights the trainer trains
     (SGLang's own default reads the checkpoint's ``torch_dtype``, e.g. bf16 for an fp32 run).
+    ``extra_args``: flags the engine needs (a LoRA run's, :func:`sglang_rollout.lora.launch_flags`),
+    before ``server_args``.
     """
     if not model_path:
         raise ValueError(
@@ -94,7 +97,7 @@ def server_command(sec: SGLangSection, *, model_path: str, port: int, nccl_port:
         cmd += ["--api-key", sec.api_key]
     if dtype and dtype != "auto" and "dtype" not in sec.server_args:
         cmd += ["--dtype", dtype]
-    return cmd + flag_list(sec.server_args)
+    return cmd + list(extra_args or []) + flag_list(sec.server_args)
 
 
 def router_command(sec: SGLangSection, host: str, port: int) -> list[str]:

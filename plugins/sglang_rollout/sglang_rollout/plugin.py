@@ -54,8 +54,10 @@ def slime_register_rollout_engines() -> list[RolloutEngineRecord]:
     return [RolloutEngineRecord(
         name=ENGINE_NAME, factory=make_engine, probe=probe,
         library="sglang", routing_replay=True,  # meta_info.routed_experts (docs/moe.md)
+        lora_adapters=True,  # slime_engine_adapter: served as SGLang LoRA adapters (lora.py)
         summary="SGLang servers (launched here or sglang.urls), native /generate with "
-                "input_ids and log-probs; weights from disk, tensors or NCCL",
+                "input_ids and log-probs; weights from disk, tensors or NCCL; LoRA adapters "
+                "through /load_lora_adapter",
     )]
 
 

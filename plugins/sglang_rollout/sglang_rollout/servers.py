@@ -32,8 +32,9 @@ class Servers:
     """Attach or launch engine ``engine_index``'s server; :attr:`url` is its base URL."""
 
     def __init__(self, config: Any, sec: SGLangSection, engine_index: int,
-                 loop: LoopThread) -> None:
+                 loop: LoopThread, extra_args: list[str] | None = None) -> None:
         self.sec, self.index, self.loop = sec, engine_index, loop
+        self.extra_args = list(extra_args or [])  # launch flags the engine adds (LoRA)
         self.proc: ManagedProcess | None = None
         self.router_proc: ManagedProcess | None = None
         self.router: ServerClient | None = None
@@ -81,7 +82,7 @@ class Servers:
             nccl_port=free_port(sec.host), engine_index=self.index, seed=int(config.run.seed),
             tokenizer_path=config.model.tokenizer,
             trust_remote_code=bool(config.model.trust_remote_code),
-            dtype=str(config.model.dtype),
+            dtype=str(config.model.dtype), extra_args=self.extra_args,
         )
         self.url = _url(sec.host, port)
         self.proc = ManagedProcess(f"SGLang server of engine {self.index} ({self.url})", cmd,

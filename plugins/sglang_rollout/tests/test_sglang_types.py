@@ -215,3 +215,44 @@ def test_launch_command_parses_as_sglang_server_args() -> None:
     assert ns.skip_server_warmup and ns.enable_memory_saver and ns.trust_remote_code
     assert (ns.api_key, ns.mem_fraction_static, ns.chunked_prefill_size) == ("k", 0.6, 2048)
     assert ns.tokenizer_path == "/tok" and ns.enable_metrics
+
+
+def test_lora_bodies_answers_and_launch_flags() -> None:
+    """LoRA runs (``sglang_rollout.lora``): the load/unload bodies validate as SGLang's request
+    types, ``lora_path`` on ``/generate`` as ``GenerateReqInput``'s, an answer built as SGLang
+    builds it parses, and the LoRA launch flags parse (checked as ``ServerArgs`` checks them)."""
+    from types import SimpleNamespace
+
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.utils.msgspec_utils import msgspec_to_builtins
+    from sglang_rollout.lora import launch_flags
+
+    load = validate(io.LoadLoRAAdapterReqInput, api.load_lora_adapter_body("slime-v3", "/a/v3"))
+    assert (load.lora_name, load.lora_path, load.pinned) == ("slime-v3", "/a/v3", False)
+    assert validate(io.UnloadLoRAAdapterReqInput,
+                    api.unload_lora_adapter_body("slime-v2")).lora_name == "slime-v2"
+    gen = validate(io.GenerateReqInput, api.generate_body([3, 1], SamplingParams(),
+                                                          lora_name="slime-v3"))
+    gen.normalize_batch_and_arguments()
+    assert gen.lora_path == "slime-v3"
+    answer = json.loads(json.dumps(msgspec_to_builtins(io.LoRAUpdateOutput(
+        success=True, error_message="", loaded_adapters={"slime-v3": "/a/v3"}))))
+    assert api.parse_lora_update("sglang", answer) == {"slime-v3": "/a/v3"}
+    failed = json.loads(json.dumps(msgspec_to_builtins(io.LoRAUpdateOutput(
+        success=False, error_message="LoRA is not enabled."))))
+    with pytest.raises(api.SGLangResponseError, match="failed: LoRA is not enabled"):
+        api.parse_lora_update("sglang", failed)
+
+    spec = SimpleNamespace(rank=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj"])
+    for targets, expected in [(spec.target_modules, set(spec.target_modules)),
+                              (["all-linear"], {"all"})]:
+        spec.target_modules = targets
+        cmd = server_command(SGLangSection(), model_path="/m", port=31000, nccl_port=31001,
+                             engine_index=0, seed=1, extra_args=launch_flags(spec))
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        ns = parser.parse_args(cmd[3:])
+        assert ns.enable_lora and ns.max_lora_rank == 16
+        assert set(ns.lora_target_modules) == expected
+        assert (ns.max_loras_per_batch, ns.max_loaded_loras) == (2, 2)

@@ -25,14 +25,8 @@ PRESETS: dict[str, list[str]] = {
 ALL_LINEAR = "all_linear"
 BACKENDS = ("torch",)  # trainer backends that train adapters
 # why a known engine without RolloutEngineRecord.lora_adapters cannot take adapter syncs
-ENGINE_REASONS = {
-    "sglang": "SGLang serves LoRA adapters itself (launched with --enable-lora, "
-              "--max-lora-rank and --lora-target-modules; POST /load_lora_adapter and "
-              "/unload_lora_adapter; lora_path per /generate request), but the sglang_rollout "
-              "plugin does not use it yet: it would launch its servers with those flags and "
-              "implement slime_engine_adapter as the vllm engine does (plugins/slime_lora/"
-              "README.md)",
-}
+# (local, vllm and sglang all take them now)
+ENGINE_REASONS: dict[str, str] = {}
 
 
 def _need(cond: bool, key: str, msg: str) -> None:

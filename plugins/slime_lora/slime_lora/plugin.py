@@ -14,8 +14,8 @@ How a LoRA run flows (``--plugins slime_grpo,slime_lora -o lora.enabled=true``):
 * ``slime_trainer_weights`` (trainer rank): syncs and checkpoints carry the adapters only;
 * ``slime_engine_weights`` (engine process): merges them into the ``local`` engine's base
   layers;
-* ``slime_engine_adapter`` (engine process): for engines that serve LoRA themselves (``vllm``),
-  the rank and a writer of each sync's adapter as a PEFT directory they load;
+* ``slime_engine_adapter`` (engine process): for engines that serve LoRA themselves (``vllm``,
+  ``sglang``), the rank and a writer of each sync's adapter as a PEFT directory they load;
 * ``slime_trainer_save`` (rank 0): the checkpoint also holds the adapter in PEFT format;
 * ``slime_run_end`` (driver): ``lora.export_merged`` writes the merged HF model.
 """

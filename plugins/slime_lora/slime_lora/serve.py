@@ -1,5 +1,5 @@
-"""Engine side, for engines that serve LoRA themselves (vLLM): one sync's adapter tensors as a
-PEFT adapter directory.
+"""Engine side, for engines that serve LoRA themselves (vLLM, SGLang): one sync's adapter
+tensors as a PEFT adapter directory.
 
 The trainer syncs the adapter under its own state-dict names
 (``model.layers.0.self_attn.q_proj.lora_A.default.weight``); a PEFT directory names the same

@@ -125,19 +125,19 @@ def _resolve_with_engines(data, engine: str):
 
 
 @pytest.mark.parametrize("engine,match", [
-    ("sglang", r"SGLang serves LoRA adapters itself .* POST /load_lora_adapter .* sglang_rollout "
-               r"plugin does not use it yet"),
     ("replay", r"plugin core_observe\) does not say it applies adapter-only weight syncs"),
 ])
 def test_engines_that_cannot_apply_adapters_are_refused(lora_config, engine, match) -> None:
     with pytest.raises(ValueError, match=match) as err:
         _resolve_with_engines(lora_config, engine)
-    assert "Use rollout.engine = 'local' or 'vllm'" in str(err.value)
+    assert "Use rollout.engine = 'local' or 'sglang' or 'vllm'" in str(err.value)
     assert not (Path(lora_config["run"]["run_dir"])).exists()
 
 
-def test_vllm_engine_is_accepted(lora_config) -> None:
-    """The vllm record applies adapter syncs (``lora_adapters``; served as vLLM LoRA
-    adapters, ``plugins/vllm_rollout/tests/test_vllm_lora.py`` runs it)."""
-    _, config = _resolve_with_engines(lora_config, "vllm")
-    assert config.rollout.engine == "vllm" and config.lora.enabled
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_vllm_and_sglang_engines_are_accepted(lora_config, engine) -> None:
+    """The vllm and sglang records apply adapter syncs (``lora_adapters``; served as vLLM /
+    SGLang LoRA adapters: ``plugins/vllm_rollout/tests/test_vllm_lora.py``,
+    ``plugins/sglang_rollout/tests/test_lora.py``)."""
+    _, config = _resolve_with_engines(lora_config, engine)
+    assert config.rollout.engine == engine and config.lora.enabled
