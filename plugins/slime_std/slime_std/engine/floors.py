@@ -101,9 +101,10 @@ def calibrate(device: torch.device, dtype: torch.dtype, size: int | None = None,
     default = size is None and buffer_bytes is None
     if default and key in _CALIBRATED:
         return _CALIBRATED[key]
-    cuda = device.type == "cuda"
-    n = size or (8192 if cuda else 768)
-    nbytes = buffer_bytes or (1 << 30 if cuda else 64 << 20)
+    # an accelerator needs big operands to reach its peak; a CPU core a small one, quickly
+    accelerator = device.type != "cpu"
+    n = size or (8192 if accelerator else 768)
+    nbytes = buffer_bytes or (1 << 30 if accelerator else 64 << 20)
     module = getattr(torch, device.type, None)  # torch.cuda, torch.npu, ...: its own sync
     sync = getattr(module, "synchronize", None) if device.type != "cpu" else None
 
