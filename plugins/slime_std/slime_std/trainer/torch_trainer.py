@@ -15,7 +15,7 @@ forward keeps the routers' logits (``slime_core.api.RouterCapture``) and adds
 ``coef x loss`` of the micro-batch's real tokens (padding excluded) to its policy loss, so
 the losses take the micro-batch's share as the policy loss does; ``train/moe_aux_loss`` and
 ``train/moe_z_loss`` are the unweighted values. With routing replay the load term counts the
-replayed experts (the ones the forward used; docs/moe.md).
+router's own top-k, not the replayed experts (as megatron-core does; docs/moe.md).
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ class TorchTrainer:
         self.routing = (RoutingControl(self.model) if config.train.routing_replay == "rollout"
                         else None)
         # train.moe_aux_loss_coef / moe_z_loss_coef: the routers' logits of training forwards
-        # (hooks registered after the replay's, so they see the experts the forward used)
         self.router_capture = (RouterCapture(self.model) if config.train.moe_aux_loss_coef
                                or config.train.moe_z_loss_coef else None)
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
