@@ -49,7 +49,7 @@ from slime_core.api import (
 )
 from slime_hookspecs import TrainBatch
 
-from megatron_backend import checkpoint, cpu_shims, parallel
+from megatron_backend import checkpoint, cpu_shims, parallel, router_losses
 from megatron_backend.convert import is_expert, megatron_names, stage_layers, to_hf, to_megatron
 from megatron_backend.forward import causal_mask, from_logits, pack
 from megatron_backend.gather import gather_experts, gather_shards, load_local_state, local_state
@@ -58,7 +58,6 @@ from megatron_backend.model import build_gpt
 from megatron_backend.model_list import ModelList
 from megatron_backend.optim import Accumulation, health
 from megatron_backend.pipeline import StagePass, Stages
-from megatron_backend import router_losses
 from megatron_backend.routing import MegatronRouting, replay_ids
 from megatron_backend.zero import make_optimizer
 
