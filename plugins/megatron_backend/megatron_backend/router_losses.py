@@ -16,6 +16,12 @@ and adds their gradients through ``MoEAuxLossAutoScaler``; the backend maps the 
 * megatron's z-loss is each layer's mean over tokens of ``logsumexp^2``, added per layer:
   given ``coef / layers``, it is the ``torch`` backend's mean over layers and tokens exactly.
 
+With tensor parallelism (no sequence parallelism here: each TP rank routes every token, the
+backend's ``MoELayerWithoutSequenceParallel``) megatron still counts tokens as if the TP ranks
+held different ones (its load counts and token totals are summed over the TP group, its z
+coefficient divided by the TP size), which halves both at TP = 2: the coefficients and the
+logged load value are multiplied by the TP size back (:func:`replicas`).
+
 Padding is excluded (megatron's ``padding_mask``, True at padding). Each micro-batch's
 router-loss gradient takes that micro-batch's share of the policy loss
 (``MoEAuxLossAutoScaler.set_loss_scale``), as on the ``torch`` backend. The values are read
@@ -34,15 +40,22 @@ def enabled(train: Any) -> bool:
     return bool(train.moe_aux_loss_coef or train.moe_z_loss_coef)
 
 
-def config_kwargs(layout: Any, train: Any) -> dict[str, Any]:
+def replicas(mg: Any) -> int:
+    """How many ranks of megatron's TP group route the same tokens (the TP size without
+    sequence parallelism, else 1)."""
+    tp = int(mg.tensor_model_parallel_size)
+    return tp if tp > 1 and not mg.sequence_parallel else 1
+
+
+def config_kwargs(layout: Any, train: Any, mg: Any) -> dict[str, Any]:
     """megatron-core ``TransformerConfig`` keys for ``train``'s router losses (every layer of
     a megatron MoE layout is an MoE layer)."""
     if not enabled(train):
         return {"moe_router_load_balancing_type": "none", "moe_aux_loss_coeff": 0.0}
-    layers = layout.num_layers
+    scale = replicas(mg) / layout.num_layers
     return {"moe_router_load_balancing_type": "aux_loss",
-            "moe_aux_loss_coeff": float(train.moe_aux_loss_coef) * layout.top_k / layers,
-            "moe_z_loss_coeff": float(train.moe_z_loss_coef) / layers or None}
+            "moe_aux_loss_coeff": float(train.moe_aux_loss_coef) * layout.top_k * scale,
+            "moe_z_loss_coeff": float(train.moe_z_loss_coef) * scale or None}
 
 
 def reset() -> None:
@@ -66,7 +79,7 @@ def set_share(share: float, device: torch.device) -> None:
     MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(float(share), device=device))
 
 
-def take_metrics(layout: Any) -> dict[str, float]:
+def take_metrics(layout: Any, mg: Any) -> dict[str, float]:
     """The router losses of the forward just run (megatron's tracker, cleared here)."""
     from megatron.core.transformer.moe.moe_utils import (
         clear_aux_losses_tracker,
@@ -77,7 +90,8 @@ def take_metrics(layout: Any) -> dict[str, float]:
     out: dict[str, float] = {}
     if "load_balancing_loss" in tracker:
         values = tracker["load_balancing_loss"]["values"]
-        out["train/moe_aux_loss"] = float(values.sum()) * layout.top_k / layout.num_layers
+        out["train/moe_aux_loss"] = (float(values.sum()) * layout.top_k * replicas(mg)
+                                     / layout.num_layers)
     if "z_loss" in tracker:
         out["train/moe_z_loss"] = float(tracker["z_loss"]["values"].sum()) / layout.num_layers
     clear_aux_losses_tracker()

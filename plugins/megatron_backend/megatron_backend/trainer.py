@@ -176,7 +176,7 @@ class MegatronTrainer:
         st = self.stages
         if model is None:
             model = build_gpt(layout, self.dtype, self.mg, self.device, st.first, st.last,
-                              router_losses.config_kwargs(layout, self.config.train)
+                              router_losses.config_kwargs(layout, self.config.train, self.mg)
                               if layout.num_experts else None)
         hf = load_causal_lm(model_cfg, torch.device("cpu"), torch.float32, role=role,
                             seed=self.config.run.seed)
@@ -288,7 +288,7 @@ class MegatronTrainer:
             router_losses.set_share(0.0, self.device)
         out = sp.forward(ids, positions, causal_mask(1, self.device))
         if self.router_losses:
-            router_losses.take_metrics(self.layout)  # (not counted)
+            router_losses.take_metrics(self.layout, self.mg)  # (not counted)
         if torch.is_grad_enabled():
             if out is not None:
                 (out.float().sum() * 0.0).backward()
@@ -357,7 +357,7 @@ class MegatronTrainer:
                         mb.old_log_probs = [lp.detach() for lp in lps]
                     loss, m, weighting = compute_loss(self.config, mb, lps, ents)
                     if self.router_losses:  # their gradients at the micro-batch's share
-                        m.update(router_losses.take_metrics(self.layout))
+                        m.update(router_losses.take_metrics(self.layout, self.mg))
                         router_losses.set_share(mb_tokens / acc.total_tokens
                                                 if weighting == "tokens"
                                                 else len(mb) / acc.total_samples, self.device)

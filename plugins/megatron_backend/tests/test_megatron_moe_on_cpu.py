@@ -93,3 +93,29 @@ def test_router_losses_match_torch_backend(layers: int, request: pytest.FixtureR
     else:  # megatron's value is the mean of the per-layer transformers forms
         assert abs(b - result["per_layer_aux"]) < 1e-4 * b, result
         assert abs(a - b) > 1e-3, result  # which differs from the pooled one
+
+
+def _router_losses_parallel(rank: int, world_size: int, path: str,
+                            mg: dict[str, Any]) -> dict[str, Any]:
+    ranks = world_size if "expert_model_parallel_size" in mg else 1
+    return router_loss_compare(rank, world_size, base_data(
+        {"path": path}, megatron=mg,
+        train={"moe_aux_loss_coef": 0.1, "moe_z_loss_coef": 0.01, "num_ranks": ranks}))
+
+
+@pytest.mark.parametrize("mg", [{"tensor_model_parallel_size": 2},
+                                {"expert_model_parallel_size": 2}], ids=["tp2", "ep2"])
+def test_router_losses_match_torch_backend_tp2_ep2(mg: dict[str, Any],
+                                                   tiny_qwen3_moe_one_layer: Path) -> None:
+    """TP = 2 (each TP rank routes every token: megatron's TP-summed counts are scaled back)
+    and EP = 2 (two data-parallel replicas of the whole batch) over gloo: the one-layer step
+    still equals the torch backend's, router gradients included."""
+    for result in spawn(_router_losses_parallel, 2, str(tiny_qwen3_moe_one_layer), mg):
+        for key in ("moe_aux_loss", "moe_z_loss"):
+            a, b = result[key]
+            assert a is not None and a > 0 and abs(a - b) < 1e-4 * a, (key, result)
+        for key in ("loss", "grad_norm"):
+            a, b = result[key]
+            assert abs(a - b) < STEP_TOL, (key, result)
+        assert result["router_grad_diff"] < STEP_TOL, result
+        assert result["router_grad_max"] > 1e-2, result
