@@ -119,3 +119,18 @@ def test_router_losses_match_torch_backend_tp2_ep2(mg: dict[str, Any],
             assert abs(a - b) < STEP_TOL, (key, result)
         assert result["router_grad_diff"] < STEP_TOL, result
         assert result["router_grad_max"] > 1e-2, result
+
+
+def test_router_losses_under_routing_replay_match_torch_backend(
+        tiny_qwen3_moe_one_layer: Path, one_thread: None) -> None:
+    """With routing replay both backends count the router's own top-k in the load term (the
+    forward dispatches to the replayed experts): the replayed step's loss and grad norm with
+    the router losses on are the torch backend's, and the losses moved the grad norm."""
+    path = {"path": str(tiny_qwen3_moe_one_layer)}
+    off = replay_compare(0, 1, base_data(path))
+    on = replay_compare(0, 1, base_data(path, train={"moe_aux_loss_coef": 0.1,
+                                                      "moe_z_loss_coef": 0.01}))
+    for key in ("loss", "grad_norm"):
+        a, b = on[key]
+        assert abs(a - b) < STEP_TOL, (key, on)
+    assert abs(on["grad_norm"][0] - off["grad_norm"][0]) > 1e-3, (on, off)
