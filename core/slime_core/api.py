@@ -64,7 +64,10 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   choice :func:`choose_kernel` (``auto`` / ``triton`` / the torch name for a device),
   :func:`pdl_supported`; MoE routing replay on a Hugging Face model: :class:`RoutingControl`,
   :func:`config_moe_shape`, :func:`routes_to_record`, :func:`check_routes`,
-  :func:`check_batch_routes`; the trainer's forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
+  :func:`check_batch_routes`; router auxiliary losses (``train.moe_aux_loss_coef`` /
+  ``moe_z_loss_coef``): :class:`RouterCapture` (every router's logits and used experts of a
+  forward, and their load-balancing and z losses over the real tokens), :func:`router_losses`;
+  the trainer's forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
   head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``);
   checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
 * **data sources and optional dependencies** (what slime-std's sources and rewards build on):
@@ -188,6 +191,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "routes_to_record": ("slime_core.moe.routing", "to_record"),
     "check_routes": ("slime_core.moe.routing", "check_routes"),
     "check_batch_routes": ("slime_core.moe.routing", "check_batch_routes"),
+    "RouterCapture": ("slime_core.moe.losses", "RouterCapture"),
+    "router_losses": ("slime_core.moe.losses", "router_losses"),
     "fused_head_unsupported": ("slime_core.trainkit.logprob_head", "unsupported"),
     "shared_micro_batches": ("slime_core.trainkit.batching", "shared_micro_batches"),
     "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
@@ -292,6 +297,8 @@ if TYPE_CHECKING:
     from slime_core.models.loading import resolve_dtype as resolve_dtype
     from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
     from slime_core.models.value import build_value_model as build_value_model
+    from slime_core.moe.losses import RouterCapture as RouterCapture
+    from slime_core.moe.losses import router_losses as router_losses
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
     from slime_core.moe.routing import RoutingControl as RoutingControl
     from slime_core.moe.routing import check_batch_routes as check_batch_routes

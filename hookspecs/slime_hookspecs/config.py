@@ -159,6 +159,8 @@ class TrainConfig(Protocol):
     head_kernel: str
     ref_update_interval: int
     routing_replay: str
+    moe_aux_loss_coef: float
+    moe_z_loss_coef: float
     keep_old_actor: bool
 
 

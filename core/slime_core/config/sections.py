@@ -256,6 +256,8 @@ class TrainSection:
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
     ref_update_interval: int = 0  # every N steps the reference model takes the policy's weights (slime's --ref-update-interval); 0: the reference stays fixed
     routing_replay: str = "off"  # mixture-of-experts models: "rollout" routes the training forward of every sampled token to the experts the rollout engine chose (R3; gate weights recomputed from the trainer router's logits on those experts, slime_core.moe.routing); "off": the trainer's router picks its own. Needs a model with experts, an engine that records routing (local, sglang, vllm) and a backend that replays it (torch, megatron)
+    moe_aux_loss_coef: float = 0.0  # mixture-of-experts models: weight of the router load-balancing loss added to the policy loss (transformers' load_balancing_loss_func over the real tokens: num_experts x sum f_i P_i; megatron: its "aux_loss", normalised per layer, docs/moe.md); logged as train/moe_aux_loss. 0: off
+    moe_z_loss_coef: float = 0.0  # mixture-of-experts models: weight of the router z-loss (ST-MoE: mean over real tokens and MoE layers of logsumexp(router logits)^2); logged as train/moe_z_loss. 0: off
     keep_old_actor: bool = False  # old_log_probs (the PPO ratio's denominator) from the weights that generated each sample, kept in the trainer, not the current policy (slime's --keep-old-actor; matters with run.async_rollout or weights.update_interval > 1)
 
     def __post_init__(self) -> None:
@@ -276,6 +278,8 @@ class TrainSection:
         _need(self.num_ranks >= 1, "train.num_ranks", "must be >= 1")
         _need(self.routing_replay in ("off", "rollout"), "train.routing_replay",
               f"{self.routing_replay!r} is not one of off, rollout")
+        _need(self.moe_aux_loss_coef >= 0, "train.moe_aux_loss_coef", "must be >= 0 (0: off)")
+        _need(self.moe_z_loss_coef >= 0, "train.moe_z_loss_coef", "must be >= 0 (0: off)")
         _need(len(self.adam_betas) == 2, "train.adam_betas", "must have two values")
 
 

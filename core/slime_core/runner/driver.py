@@ -30,7 +30,7 @@ from slime_core.config.sections import rollout_mode
 from slime_core.context import set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
-from slime_core.moe.preflight import check_routing_replay
+from slime_core.moe.preflight import check_router_losses, check_routing_replay
 from slime_core.observe.rollout_metrics import rollout_metrics
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
@@ -57,6 +57,7 @@ class Driver:
         # a wrong name fails before a run directory or a model exists
         check_record_names(manager, config)
         check_routing_replay(manager, config)  # a dense model or a backend that cannot
+        check_router_losses(config)  # router losses for a dense model
         self.accel_record = select_accelerator(manager, config.run.accelerator)
         process_settings.apply(config)
         random.seed(config.run.seed)

@@ -20,7 +20,10 @@ RECOMPUTE = {
 }
 
 
-def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
+def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any,
+                       router_losses: dict[str, Any] | None = None) -> Any:
+    """``router_losses``: megatron's load-balancing and z-loss keys
+    (``router_losses.config_kwargs``; default none)."""
     import torch.nn.functional as F
     from megatron.core.transformer import TransformerConfig
 
@@ -36,7 +39,8 @@ def transformer_config(layout: Layout, dtype: torch.dtype, mg: Any) -> Any:
             # them) is the renormalised one; pre-softmax (softmax over all, then top-k) the
             # other.
             moe_router_pre_softmax=not layout.norm_topk,
-            moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+            **(router_losses or {"moe_router_load_balancing_type": "none",
+                                 "moe_aux_loss_coeff": 0.0}),
             # Expert parallelism: the alltoall dispatcher (each rank sends each expert's
             # tokens to the rank holding it; token counts may differ between ranks: only the
             # number of forwards must match). Without it no token leaves the rank and the
@@ -119,13 +123,15 @@ def _moe_layer_without_sequence_parallel() -> type:
 
 
 def build_gpt(layout: Layout, dtype: torch.dtype, mg: Any, device: torch.device,
-              first: bool = True, last: bool = True) -> Any:
+              first: bool = True, last: bool = True,
+              router_losses: dict[str, Any] | None = None) -> Any:
     """An uninitialised GPTModel of ``layout`` on ``device`` (weights come from the converter);
-    ``first`` / ``last``: whether this pipeline stage embeds / computes the logits."""
+    ``first`` / ``last``: whether this pipeline stage embeds / computes the logits;
+    ``router_losses``: as :func:`transformer_config` takes it."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    cfg = transformer_config(layout, dtype, mg)
+    cfg = transformer_config(layout, dtype, mg, router_losses)
     if layout.num_experts:
         import megatron.core.transformer.moe.moe_utils as moe_utils
 

@@ -49,19 +49,20 @@ class StagePass:
         self.received: torch.Tensor | None = None
         self.output: torch.Tensor | None = None
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor | None:
-        """The logits on the last stage, ``None`` elsewhere (hidden states sent on)."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                **kwargs: Any) -> torch.Tensor | None:
+        """The logits on the last stage, ``None`` elsewhere (hidden states sent on);
+        ``kwargs`` go to the model (``padding_mask``)."""
         st = self.stages
         if st.size == 1:
-            return self.model(ids, positions, attention_mask=mask)
+            return self.model(ids, positions, attention_mask=mask, **kwargs)
         if not st.first:
             b, s = ids.shape
             buf = torch.empty((s, b, self.hidden), dtype=self.dtype, device=ids.device)
             dist.recv(buf, src=st.prev)
             self.received = buf.requires_grad_(torch.is_grad_enabled())
             self.model.set_input_tensor(self.received)
-        out = self.model(ids, positions, attention_mask=mask)
+        out = self.model(ids, positions, attention_mask=mask, **kwargs)
         if st.last:
             return out
         self.output = out

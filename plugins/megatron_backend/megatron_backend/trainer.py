@@ -49,7 +49,7 @@ from slime_core.api import (
 )
 from slime_hookspecs import TrainBatch
 
-from megatron_backend import checkpoint, cpu_shims, parallel
+from megatron_backend import checkpoint, cpu_shims, parallel, router_losses
 from megatron_backend.convert import is_expert, megatron_names, stage_layers, to_hf, to_megatron
 from megatron_backend.forward import causal_mask, from_logits, pack
 from megatron_backend.gather import gather_experts, gather_shards, load_local_state, local_state
@@ -115,6 +115,16 @@ class MegatronTrainer:
         if parallel.ep_size() > 1 and not self.layout.num_experts:
             raise ValueError(f"megatron.expert_model_parallel_size = {parallel.ep_size()} needs "
                              f"a mixture-of-experts model ({self.layout.family} has no experts)")
+        # train.moe_aux_loss_coef / moe_z_loss_coef: megatron's own router losses
+        self.router_losses = router_losses.enabled(config.train)
+        if self.router_losses and not self.layout.num_experts:
+            raise ValueError("train.moe_aux_loss_coef / moe_z_loss_coef: the model has no "
+                             "mixture-of-experts layers; set them to 0")
+        if self.router_losses and self.stages.size > 1:
+            raise ValueError("train.moe_aux_loss_coef / moe_z_loss_coef with "
+                             "megatron.pipeline_model_parallel_size > 1 is not implemented")
+        if self.router_losses:
+            router_losses.reset()
         self.model = self._build("actor")
         st = self.stages
         names = megatron_names(self.layout, st.rank, st.size, parallel.ep_size())
@@ -165,7 +175,9 @@ class MegatronTrainer:
         model = self.manager.hook.slime_make_model(config=self.config, role=role)
         st = self.stages
         if model is None:
-            model = build_gpt(layout, self.dtype, self.mg, self.device, st.first, st.last)
+            model = build_gpt(layout, self.dtype, self.mg, self.device, st.first, st.last,
+                              router_losses.config_kwargs(layout, self.config.train, self.mg)
+                              if layout.num_experts else None)
         hf = load_causal_lm(model_cfg, torch.device("cpu"), torch.float32, role=role,
                             seed=self.config.run.seed)
         shard = to_megatron(hf.state_dict(), layout, parallel.tp_rank(), parallel.tp_size(),
@@ -272,7 +284,11 @@ class MegatronTrainer:
         ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
         positions = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         sp = self._stage_pass(model, hidden)
+        if self.router_losses and torch.is_grad_enabled():  # the pad token adds no loss
+            router_losses.set_share(0.0, self.device)
         out = sp.forward(ids, positions, causal_mask(1, self.device))
+        if self.router_losses:
+            router_losses.take_metrics(self.layout, self.mg)  # (not counted)
         if torch.is_grad_enabled():
             if out is not None:
                 (out.float().sum() * 0.0).backward()
@@ -325,8 +341,11 @@ class MegatronTrainer:
             p = pack(mb.tokens, mb.response_lengths, self.pad_id, self.device)
             sp = self._stage_pass(self.model)
             # the replay spans the backward too: full recomputation routes again there
+            pad = ({"padding_mask": router_losses.padding_mask(mb.tokens, p.ids.shape[1],
+                                                               self.device)}
+                   if self.router_losses else {})
             with self._replayed(mb.tokens, mb.routed_experts):
-                logits = sp.forward(p.ids, p.positions, p.mask)
+                logits = sp.forward(p.ids, p.positions, p.mask, **pad)
                 if logits is not None:  # the last pipeline stage: the loss
                     lps, ents = from_logits(logits, p, self.config.rollout.temperature,
                                             self.layout.vocab, with_entropy=True,
@@ -337,6 +356,11 @@ class MegatronTrainer:
                     if mb.old_log_probs is None:
                         mb.old_log_probs = [lp.detach() for lp in lps]
                     loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+                    if self.router_losses:  # their gradients at the micro-batch's share
+                        m.update(router_losses.take_metrics(self.layout, self.mg))
+                        router_losses.set_share(mb_tokens / acc.total_tokens
+                                                if weighting == "tokens"
+                                                else len(mb) / acc.total_samples, self.device)
                     acc.backward(loss, m, weighting, len(mb), mb_tokens)
                 sp.backward()
         metrics, grad_norm = acc.step(dict(self.model.named_parameters()), self.sharded_names,

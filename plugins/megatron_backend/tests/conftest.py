@@ -64,6 +64,15 @@ def tiny_qwen3_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_moe_one_layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3-MoE with one (MoE) layer: where megatron's per-layer load-balancing
+    loss and transformers' pooled one are the same function."""
+    return write_tiny(tmp_path_factory.mktemp("qwen3_moe_1l"), "qwen3_moe", tie_word_embeddings=True,
+                      num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      norm_topk_prob=True, initializer_range=0.2, num_hidden_layers=1)
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen3_moe_unnormalised(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Qwen3-MoE with ``norm_topk_prob = false``: gates are the full softmax's
     probabilities of the chosen experts (megatron's pre-softmax router)."""

@@ -415,3 +415,57 @@ def expert_parallel(rank: int, world_size: int, data: dict[str, Any]) -> dict[st
         "grad_max": max(float(g.abs().max()) for g in grads_t.values()),
         "experts_moved": min(float((after_m[k] - ref[k]).abs().max()) for k in experts),
     }
+
+
+def router_loss_compare(rank: int, world_size: int, data: dict[str, Any]) -> dict[str, Any]:
+    """One GRPO step with ``train.moe_aux_loss_coef`` / ``moe_z_loss_coef`` on both backends
+    (megatron-core's own router losses against ``slime_core.moe.losses``): loss, grad norm,
+    the logged router losses and the routers' gradients (before clipping: grad_clip 0)."""
+    from megatron_backend.trainer import MegatronTrainer
+    from slime_std.trainer.torch_trainer import TorchTrainer
+
+    data = {**data, "train": {**data["train"], "grad_clip": 0.0}}
+    config = make_config(data)
+    torch_tr = TorchTrainer(config, 0, 1, None)
+    mg = MegatronTrainer(config, rank, world_size, None)
+    batch = grpo_batch(mg.layout.vocab)
+    off_policy(batch, torch_tr.compute_log_probs(copy_batch(batch), "actor"))
+    m_torch = torch_tr.train_step(copy_batch(batch), 0)
+    m_mg = mg.train_step(copy_batch(batch), 0)
+    grads_m = hf_grads(mg)
+    routers = [k for k, _ in torch_tr.model.named_parameters() if k.endswith("mlp.gate.weight")]
+    out: dict[str, Any] = {k: (m_torch.get(f"train/{k}"), m_mg.get(f"train/{k}"))
+                           for k in ("loss", "grad_norm", "moe_aux_loss", "moe_z_loss")}
+    params = dict(torch_tr.model.named_parameters())
+    out["router_grad_diff"] = max(float((params[k].grad - grads_m[k]).abs().max())
+                                  for k in routers)
+    out["router_grad_max"] = max(float(params[k].grad.abs().max()) for k in routers)
+    out["per_layer_aux"] = _per_layer_aux(torch_tr, batch)
+    return out
+
+
+def _per_layer_aux(torch_tr: Any, batch: Any) -> float:
+    """megatron's logged load-balancing value computed from a fresh copy of the torch model
+    (the weights before the step): the mean over layers of each layer's transformers form,
+    micro-batches at their sample share (the seq_mean_token_mean reduction)."""
+    from slime_core.api import RouterCapture, load_causal_lm, micro_batches, router_losses
+
+    model = load_causal_lm(torch_tr.config.model, torch.device("cpu"), torch.float32,
+                           seed=torch_tr.config.run.seed)
+    capture = RouterCapture(model)
+    total = 0.0
+    plan = micro_batches([len(t) for t in batch.tokens], torch_tr.config.train.micro_batch_tokens)
+    with torch.no_grad():
+        for mb in plan:
+            toks = [batch.tokens[i] for i in mb]
+            width = max(len(t) for t in toks)
+            ids = torch.zeros((len(toks), width), dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for row, t in enumerate(toks):
+                ids[row, : len(t)], attn[row, : len(t)] = t, 1
+            with capture.capturing():
+                model(input_ids=ids, attention_mask=attn)
+            layers = list(capture.taken)
+            per = [float(router_losses([lg], attn, capture.top_k)[0]) for lg in layers]
+            total += sum(per) / len(per) * len(mb) / len(batch)
+    return total

@@ -9,10 +9,18 @@ Mixture-of-experts models take the fused head too (``slime_core.api.fused_head_u
 too; not the reference's or a teacher's) route every token to ``TrainBatch.routed_experts`` (``slime_core.api.RoutingControl``),
 checked against the model's shape first; ``train/routing_replay_agreement`` is the fraction of
 replayed expert choices the trainer's routers would have made themselves.
+
+``train.moe_aux_loss_coef`` / ``moe_z_loss_coef`` > 0 (an MoE model): every training
+forward keeps the routers' logits (``slime_core.api.RouterCapture``) and adds
+``coef x loss`` of the micro-batch's real tokens (padding excluded) to its policy loss, so
+the losses take the micro-batch's share as the policy loss does; ``train/moe_aux_loss`` and
+``train/moe_z_loss`` are the unweighted values. With routing replay the load term counts the
+router's own top-k, not the replayed experts (as megatron-core does; docs/moe.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -23,6 +31,7 @@ import torch
 from slime_core.api import (
     SKIPPED_STEPS,
     Accumulation,
+    RouterCapture,
     RoutingControl,
     TrainingHealth,
     check_batch_routes,
@@ -79,6 +88,9 @@ class TorchTrainer:
         # train.routing_replay: the policy's routers follow the rollout's recorded experts
         self.routing = (RoutingControl(self.model) if config.train.routing_replay == "rollout"
                         else None)
+        # train.moe_aux_loss_coef / moe_z_loss_coef: the routers' logits of training forwards
+        self.router_capture = (RouterCapture(self.model) if config.train.moe_aux_loss_coef
+                               or config.train.moe_z_loss_coef else None)
         if config.train.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             cast(Any, self.model).gradient_checkpointing_enable()
         # the response log-probs' head step (logprob_head) for the models that allow it
@@ -253,22 +265,27 @@ class TorchTrainer:
                            self.data_parallel, self.device, self.data_parallel_group)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         options = self._head_options(self.model)
+        # router losses read the right-padded batch's routers (one pass, as replay does)
+        options["shared_prefix"] = options["shared_prefix"] and self.router_capture is None
         for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):
             mb = mini.select(mb_idx)
             # summed on the host before the move: no device sync per sample
             mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
             if self.device.type != "cpu":  # batch tensors stay on the host until needed
                 _to_device(mb, self.device)
-            lps, ents = response_log_probs(
-                self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
-                self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad, **options,
-                **self._replay(list(range(len(mb))), mb.routed_experts),
-            )
+            with self._capturing():
+                lps, ents = response_log_probs(
+                    self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
+                    self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad, **options,
+                    **self._replay(list(range(len(mb))), mb.routed_experts),
+                )
             if ents is not None and not want_entropy_grad:
                 ents = [e.detach() for e in ents]
             if mb.old_log_probs is None:
                 mb.old_log_probs = [lp.detach() for lp in lps]
             loss, m, weighting = compute_loss(self.config, mb, lps, ents)
+            if self.router_capture is not None:
+                loss = loss + self._router_losses(mb.tokens, m)
             acc.backward(loss, m, weighting, len(mb), mb_tokens)
         metrics, grad_norm = acc.step(self.model, self.optimizer, self.config.train.grad_clip)
         metrics["train/grad_norm"] = grad_norm
@@ -277,6 +294,23 @@ class TorchTrainer:
         if acc.applied:  # a skipped step leaves the schedule where it was (as Megatron)
             self.scheduler.step()
         return metrics
+
+    def _capturing(self) -> Any:
+        return (self.router_capture.capturing() if self.router_capture is not None
+                else contextlib.nullcontext())
+
+    def _router_losses(self, tokens: list[torch.Tensor], metrics: dict[str, float]) -> torch.Tensor:
+        """``coef x loss`` of the router losses of the micro-batch just run (its right-padded
+        rows: the real tokens are each row's first ``len(tokens[i])``); their values go to
+        ``metrics``."""
+        assert self.router_capture is not None
+        lengths = torch.tensor([int(len(t)) for t in tokens])
+        mask = torch.arange(int(lengths.max())).unsqueeze(0) < lengths.unsqueeze(1)
+        aux, z = self.router_capture.losses(mask.to(self.device))
+        metrics["train/moe_aux_loss"] = float(aux.detach())
+        metrics["train/moe_z_loss"] = float(z.detach())
+        t = self.config.train
+        return t.moe_aux_loss_coef * aux + t.moe_z_loss_coef * z
 
     # -- weights and checkpoints -----------------------------------------------------------
     def export_weights(self) -> dict[str, torch.Tensor]:
