@@ -126,12 +126,18 @@ class TrainerBackendRecord(Record):
     mixture-of-experts model to ``TrainBatch.routed_experts`` when ``train.routing_replay =
     "rollout"``; a run asking for replay with a backend that cannot fails before any model
     loads.
+
+    ``router_losses``: the backend adds ``train.moe_aux_loss_coef`` x the router
+    load-balancing loss and ``train.moe_z_loss_coef`` x the router z-loss to the policy loss
+    and logs ``train/moe_aux_loss`` / ``train/moe_z_loss``; a run with a non-zero coefficient
+    and a backend without it fails before any model loads.
     """
 
     kind: ClassVar[str] = "trainer_backend"
     hook: ClassVar[str] = "slime_register_trainer_backends"
     critic_factory: Callable[..., Any] | None = None  # (config, model, CriticSpec) -> CriticModel
     routing_replay: bool = False  # replays TrainBatch.routed_experts (MoE models)
+    router_losses: bool = False  # adds the MoE router losses (train.moe_*_loss_coef)
 
 
 @dataclass

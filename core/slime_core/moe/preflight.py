@@ -66,14 +66,22 @@ def check_routing_replay(manager: Any, config: Any) -> MoeShape | None:
     return shape
 
 
-def check_router_losses(config: Any) -> None:
+def check_router_losses(manager: Any, config: Any) -> None:
     """Raise ``ValueError`` when ``train.moe_aux_loss_coef`` or ``train.moe_z_loss_coef`` is
-    non-zero for a model without experts (read from its config, before it loads)."""
+    non-zero for a trainer backend whose record lacks ``router_losses`` or for a model without
+    experts (read from its config, before it loads)."""
     t = config.train
     keys = [f"train.{k} = {getattr(t, k)}" for k in ("moe_aux_loss_coef", "moe_z_loss_coef")
             if getattr(t, k)]
-    if not keys or not (config.model.path or config.model.init_config):
-        return  # off, or a plugin builds the model (the trainer finds no router then)
+    if not keys:
+        return
+    backend = manager.registries.trainer_backend.get(t.backend, require_available=False)
+    if not backend.router_losses:
+        raise ValueError(f"{', '.join(keys)}: trainer backend {backend.name!r} (plugin "
+                         f"{backend.owner}) does not add router losses; use train.backend = "
+                         "'torch' or 'megatron', or set it to 0")
+    if not (config.model.path or config.model.init_config):
+        return  # a plugin builds the model (the trainer finds no router then)
     if config_moe_shape(hf_config(config.model)) is None:
         where = config.model.path or f"model.init_config (model_type {config.model.init_config.get('model_type')!r})"
         raise ValueError(f"{', '.join(keys)}: the model {where} has no mixture-of-experts "

@@ -57,7 +57,7 @@ class Driver:
         # a wrong name fails before a run directory or a model exists
         check_record_names(manager, config)
         check_routing_replay(manager, config)  # a dense model or a backend that cannot
-        check_router_losses(config)  # router losses for a dense model
+        check_router_losses(manager, config)  # a dense model or a backend without them
         self.accel_record = select_accelerator(manager, config.run.accelerator)
         process_settings.apply(config)
         random.seed(config.run.seed)

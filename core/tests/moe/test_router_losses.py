@@ -4,6 +4,8 @@ checks (the trainer step: plugins/slime_std/tests/trainer/test_trainer_router_lo
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from slime_core.models.loading import load_causal_lm
@@ -84,10 +86,22 @@ def test_keys_are_checked_and_a_dense_model_is_refused_before_it_loads():
         build_test_config(train={"moe_aux_loss_coef": -0.1})
     with pytest.raises(ValueError, match="train.moe_z_loss_coef"):
         build_test_config(train={"moe_z_loss_coef": -1.0})
+    manager = _manager(router_losses=True)
     dense = build_test_config(model={"init_config": TINY_QWEN2},
                               train={"moe_aux_loss_coef": 0.01})
     with pytest.raises(ValueError, match=r"train.moe_aux_loss_coef = 0.01: .*no mixture-of-experts"):
-        check_router_losses(dense)
-    check_router_losses(build_test_config(model={"init_config": TINY_QWEN2}))  # off: fine
-    check_router_losses(build_test_config(model={"init_config": TINY_QWEN3_MOE},
-                                          train={"moe_z_loss_coef": 1e-3}))
+        check_router_losses(manager, dense)
+    check_router_losses(manager, build_test_config(model={"init_config": TINY_QWEN2}))  # off
+    moe = build_test_config(model={"init_config": TINY_QWEN3_MOE}, train={"moe_z_loss_coef": 1e-3})
+    check_router_losses(manager, moe)
+    # a backend whose record does not declare router_losses would ignore the keys: refused
+    with pytest.raises(ValueError, match=r"train.moe_z_loss_coef = 0.001: trainer backend "
+                                         r"'torch' .*does not add router losses"):
+        check_router_losses(_manager(router_losses=False), moe)
+
+
+def _manager(router_losses: bool) -> SimpleNamespace:
+    """What the check reads of a plugin manager: the trainer backend's record."""
+    record = SimpleNamespace(name="torch", owner="a test", router_losses=router_losses)
+    registry = SimpleNamespace(get=lambda name, require_available=False: record)
+    return SimpleNamespace(registries=SimpleNamespace(trainer_backend=registry))

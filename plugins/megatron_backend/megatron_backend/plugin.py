@@ -79,6 +79,7 @@ def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
         name=BACKEND, factory=make_trainer, critic_factory=make_critic, probe=probe,
         routing_replay=True,
+        router_losses=True,
         library="megatron-core",
         summary=_summary(),
         extra={"megatron_core": megatron_core_version()},

@@ -25,6 +25,7 @@ def _make_critic(config: Config, model: Any, spec: Any) -> Any:
 def slime_register_trainer_backends() -> list[TrainerBackendRecord]:
     return [TrainerBackendRecord(
         name="torch", factory=_make, critic_factory=_make_critic, routing_replay=True,
+        router_losses=True,
         summary="transformers AutoModelForCausalLM + AdamW; fp32 on CPU, bf16 on GPU",
     )]
 
