@@ -23,7 +23,9 @@ Groups:
 * **choices** (one way per extension point: a plugin that changes a choice the config names
   registers a record and points the key at it): :func:`replace_choice` (in
   ``slime_configure``: set ``"rollout.reward"`` to the plugin's record, returning the user's
-  choice) and :func:`replaced_choice` (the user's choice, for the record to build on).
+  choice) and :func:`replaced_choice` (the user's choice, for the record to build on);
+  :func:`config_notice` (a line telling how ``slime_configure`` resolved a key, printed once
+  the config has passed its checks).
 The three groups **algorithm composition**, **data parallelism** and **training steps** are the
 backend author's kit, :mod:`slime_core.trainkit` (the torch and megatron backends both build on
 it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
@@ -124,6 +126,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "get_manager": ("slime_core.context", "get_manager"),
     "get_registries": ("slime_core.context", "get_registries"),
     "run_context": ("slime_core.context", "run_context"),
+    "config_notice": ("slime_core.context", "config_notice"),
     "RunContext": ("slime_core.context", "RunContext"),
     "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
@@ -275,6 +278,7 @@ if TYPE_CHECKING:
     from slime_core.context import get_registries as get_registries
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
     from slime_core.context import run_agent_api as run_agent_api
+    from slime_core.context import config_notice as config_notice
     from slime_core.context import run_context as run_context
 
     # slime_std: rewards and data

@@ -9,6 +9,7 @@ documented place instead of module globals in each package that needs it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,6 +67,25 @@ class RunContext:
 
 
 _LONE_CONTEXT = RunContext()  # a process with no manager yet (a backend's unit test)
+
+
+def config_notice(line: str) -> None:
+    """Tell the user how a ``slime_configure`` resolved part of the config (slime-std's
+    ``auto: train.compile = false (...)`` lines). The line is kept on the plugin manager being
+    configured and printed to stderr by the driver once the config has passed its checks
+    (record names, routing replay), so a config error is not buried under them; with no
+    manager being configured it is printed at once."""
+    if _MANAGER is None:
+        print(line, file=sys.stderr)
+    else:
+        _MANAGER.notices.append(line)
+
+
+def print_config_notices(manager: SlimePluginManager) -> None:
+    """Print (once) the lines :func:`config_notice` kept on ``manager``."""
+    for line in manager.notices:
+        print(line, file=sys.stderr)
+    manager.notices.clear()
 
 
 def run_context() -> RunContext:

@@ -151,6 +151,9 @@ class SlimePluginManager:
             self.pluggy.add_hookspecs(mod)
         self.infos: dict[str, PluginInfo] = {}
         self._registries: Any = None
+        # lines for the user from slime_configure (slime_core.context.config_notice), printed
+        # by the driver once the config has passed its checks
+        self.notices: list[str] = []
         if self.selection.trace:
             from slime_core.pluginmgr.hook_tracer import install_tracer
 

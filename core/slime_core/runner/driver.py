@@ -27,7 +27,7 @@ from slime_hookspecs import RolloutResult
 from slime_core.config import Config
 from slime_core.config.names import check_record_names
 from slime_core.config.sections import rollout_mode
-from slime_core.context import set_manager
+from slime_core.context import print_config_notices, set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
 from slime_core.moe.preflight import check_router_losses, check_routing_replay
@@ -58,6 +58,7 @@ class Driver:
         check_record_names(manager, config)
         check_routing_replay(manager, config)  # a dense model or a backend that cannot
         check_router_losses(manager, config)  # a dense model or a backend without them
+        print_config_notices(manager)  # how slime_configure resolved keys (auto: lines)
         self.accel_record = select_accelerator(manager, config.run.accelerator)
         process_settings.apply(config)
         random.seed(config.run.seed)

@@ -27,7 +27,6 @@ per-step saving measured on an H200 (``bench/README.md``):
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -140,14 +139,14 @@ def configure(config: Any, part: Callable[[Any, AcceleratorRecord], list[Choice]
     """``slime_configure``'s part: resolve with this run's accelerator record and print each
     choice. Without a record here (``run.accelerator`` unknown or unavailable) nothing is
     resolved: the driver fails where it selects the accelerator, naming it."""
-    from slime_core.api import accelerator_record
+    from slime_core.api import accelerator_record, config_notice
 
     try:
         record = accelerator_record(config)
     except (KeyError, RuntimeError):
         return
     for choice in part(config, record):
-        print(choice.line(), file=sys.stderr)
+        config_notice(choice.line())
 
 
 def _kernels(device_type: str) -> tuple[bool, str]:

@@ -4,6 +4,7 @@ default plugins that own the keys resolve them when a run's config is resolved."
 
 from __future__ import annotations
 
+from slime_core.context import print_config_notices
 from slime_core.pluginmgr import PluginSelection
 from slime_core.session import resolve
 from slime_core.testing import build_test_config
@@ -96,9 +97,13 @@ def test_every_choice_prints_its_value_and_reason():
 
 
 def test_the_owning_default_plugins_resolve_their_keys_with_the_config(capsys):
-    _, config = resolve(PluginSelection(plugins=[]), data={"run": {"accelerator": "cpu"}})
+    manager, config = resolve(PluginSelection(plugins=[]), data={"run": {"accelerator": "cpu"}})
     assert config.rollout.cuda_graphs is False and config.rollout.decode_attention == "sdpa"
     assert config.train.compile is False and config.train.head_kernel == "torch"
+    # the lines wait for the driver (after the config's checks), then print once
+    assert "auto:" not in capsys.readouterr().err
+    print_config_notices(manager)
+    print_config_notices(manager)
     err = capsys.readouterr().err
     assert err.count("auto: rollout.cuda_graphs = false (cpu does not capture graphs)") == 1
     assert err.count("auto: train.compile = false") == 1
