@@ -56,8 +56,10 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`check_generate_inputs` (the input checks every engine's ``generate`` makes),
   :func:`rollout_engine_clients` (deprecated: the hook ``slime_rollout_engines_ready``),
   :func:`run_agent_api` (deprecated: moved to ``slime_agent.run_agent_api`` with the agent API);
-  routing replay (docs/moe.md): :func:`model_moe_shape` (an MoE model's layers, top-k and
-  experts, from its config), :func:`record_from_int32` (an engine's int32 expert ids checked
+  :func:`engine_adapter` (the ``slime_engine_adapter`` answer in this process: serve an
+  adapter instead of full weights); routing replay (docs/moe.md): :func:`model_moe_shape` (an
+  MoE model's layers, top-k and experts, from its config), :func:`replay_shape` (that shape
+  when replay is on, refusing a model without experts, naming the engine), :func:`record_from_int32` (an engine's int32 expert ids checked
   and turned into a ``RoutedExperts``).
 * **rewards**: :func:`reward_bound_error` (why a reward is refused under
   ``rollout.max_abs_reward``: every path that takes rewards from outside applies it).
@@ -127,6 +129,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "get_registries": ("slime_core.context", "get_registries"),
     "run_context": ("slime_core.context", "run_context"),
     "config_notice": ("slime_core.context", "config_notice"),
+    "engine_adapter": ("slime_core.context", "engine_adapter"),
     "RunContext": ("slime_core.context", "RunContext"),
     "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
@@ -183,6 +186,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "rollout_engine_clients": ("slime_core.context", "rollout_engine_clients"),
     "run_agent_api": ("slime_core.context", "run_agent_api"),
     "model_moe_shape": ("slime_core.moe.preflight", "model_moe_shape"),
+    "replay_shape": ("slime_core.moe.preflight", "replay_shape"),
     "record_from_int32": ("slime_core.moe.routing", "record_from_int32"),
     # rewards
     "reward_bound_error": ("slime_core.rewards.validate", "reward_bound_error"),
@@ -279,6 +283,7 @@ if TYPE_CHECKING:
     from slime_core.context import rollout_engine_clients as rollout_engine_clients
     from slime_core.context import run_agent_api as run_agent_api
     from slime_core.context import config_notice as config_notice
+    from slime_core.context import engine_adapter as engine_adapter
     from slime_core.context import run_context as run_context
 
     # slime_std: rewards and data
@@ -304,6 +309,7 @@ if TYPE_CHECKING:
     from slime_core.moe.losses import RouterCapture as RouterCapture
     from slime_core.moe.losses import router_losses as router_losses
     from slime_core.moe.preflight import model_moe_shape as model_moe_shape
+    from slime_core.moe.preflight import replay_shape as replay_shape
     from slime_core.moe.routing import RoutingControl as RoutingControl
     from slime_core.moe.routing import check_batch_routes as check_batch_routes
     from slime_core.moe.routing import check_routes as check_routes

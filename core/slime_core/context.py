@@ -69,6 +69,15 @@ class RunContext:
 _LONE_CONTEXT = RunContext()  # a process with no manager yet (a backend's unit test)
 
 
+def engine_adapter(config: Any) -> Any:
+    """The ``slime_engine_adapter`` answer in this process: the adapter a rollout engine serves
+    instead of full weights (an ``EngineAdapter``), or None (syncs carry full weights, or no
+    plugin manager here, as for an engine built outside a run)."""
+    if _MANAGER is None:
+        return None
+    return _MANAGER.hook.slime_engine_adapter(config=config)
+
+
 def config_notice(line: str) -> None:
     """Tell the user how a ``slime_configure`` resolved part of the config (slime-std's
     ``auto: train.compile = false (...)`` lines). The line is kept on the plugin manager being

@@ -38,6 +38,19 @@ def model_moe_shape(model_cfg: Any) -> MoeShape | None:
     return config_moe_shape(hf_config(model_cfg))
 
 
+def replay_shape(config: Any, engine: str) -> MoeShape | None:
+    """The MoE shape an engine serving ``config.model`` in its own process reads the routed
+    experts with when ``train.routing_replay = "rollout"`` (None when replay is off); raises
+    naming ``engine`` when the config names no mixture-of-experts model."""
+    if config.train.routing_replay != "rollout":
+        return None
+    shape = model_moe_shape(config.model)
+    if shape is None:
+        raise ValueError(f"{engine} engine: train.routing_replay = 'rollout' needs model.path "
+                         "(or model.init_config) of a mixture-of-experts model")
+    return shape
+
+
 def check_routing_replay(manager: Any, config: Any) -> MoeShape | None:
     """Raise ``ValueError`` when ``train.routing_replay = "rollout"`` cannot run; the model's
     MoE shape when it can (None when replay is off)."""

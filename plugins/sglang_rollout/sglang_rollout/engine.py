@@ -37,13 +37,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from slime_core.api import check_generate_inputs, model_moe_shape, record_from_int32
+from slime_core.api import check_generate_inputs, engine_adapter, record_from_int32, replay_shape
 from slime_hookspecs import GenerateOutput, SamplingParams
 
 from sglang_rollout import api
 from sglang_rollout.config import SGLangSection, section_of
 from sglang_rollout.http import LoopThread, ServerClient, SGLangHTTPError
-from sglang_rollout.lora import ServedAdapter, engine_adapter, launch_flags
+from sglang_rollout.lora import ServedAdapter, launch_flags
 from sglang_rollout.servers import Servers
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,7 @@ class SGLangEngine:
         self._closed = False
         # train.routing_replay: ask every /generate for the experts it routed to, read with
         # the model's MoE shape (from its config: the weights are the server's)
-        self._moe = None
-        if config.train.routing_replay == "rollout":
-            self._moe = model_moe_shape(config.model)
-            if self._moe is None:
-                raise ValueError("sglang engine: train.routing_replay = 'rollout' needs "
-                                 "model.path (or model.init_config) of a mixture-of-experts "
-                                 "model to read the server's routed experts")
+        self._moe = replay_shape(config, "sglang")
         self._version_endpoint = "/model_info"
         self._can_check = True  # until the server cannot answer /get_weights_by_name
         self.weights_checked = 0  # updates whose tensors were read back and matched

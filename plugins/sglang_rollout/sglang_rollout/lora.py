@@ -44,18 +44,6 @@ SGLANG_ALL = "all"
 SLOTS = 2  # adapters per batch and in memory: the serving one + the next one while it loads
 
 
-def engine_adapter(config: Any) -> Any:
-    """The ``slime_engine_adapter`` answer in this process (None: syncs carry full weights, or
-    no plugin manager here, as for an engine built outside a run)."""
-    from slime_core.api import get_manager
-
-    try:
-        pm = get_manager()
-    except RuntimeError:
-        return None
-    return pm.hook.slime_engine_adapter(config=config)
-
-
 def sglang_target_modules(targets: list[str]) -> list[str]:
     """The adapter's target modules as ``--lora-target-modules`` takes them: peft's
     ``all-linear`` -> ``all``; module names SGLang adapts pass as they are; others fail."""

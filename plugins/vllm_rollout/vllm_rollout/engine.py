@@ -63,11 +63,11 @@ from typing import Any
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
-from slime_core.api import check_generate_inputs, model_moe_shape  # noqa: E402
+from slime_core.api import check_generate_inputs, engine_adapter, replay_shape  # noqa: E402
 from slime_hookspecs import GenerateOutput, SamplingParams  # noqa: E402
 
 from vllm_rollout.config import LOGPROBS_MODE  # noqa: E402
-from vllm_rollout.lora import ServedAdapter, engine_adapter, read_version_dir  # noqa: E402
+from vllm_rollout.lora import ServedAdapter, read_version_dir  # noqa: E402
 from vllm_rollout.model_dir import (  # noqa: E402
     checkpoint_shapes,
     eos_token_ids,
@@ -131,13 +131,7 @@ class VllmEngine:
         self.on_cpu = bool(current_platform.is_cpu())
         # train.routing_replay: the MoE shape the recorded experts must have, from the model's
         # config (before any weight is read)
-        self._moe = None
-        if config.train.routing_replay == "rollout":
-            self._moe = model_moe_shape(config.model)
-            if self._moe is None:
-                raise ValueError("vllm engine: train.routing_replay = 'rollout' needs "
-                                 "model.path (or model.init_config) of a mixture-of-experts "
-                                 "model")
+        self._moe = replay_shape(config, "vllm")
         self.model_dir, self.tokenizer_dir, self._tmp_dir = materialize_model(config)
         if self._tmp_dir:  # also removed at exit when shutdown() is never called
             weakref.finalize(self, shutil.rmtree, self._tmp_dir, ignore_errors=True)

@@ -33,18 +33,6 @@ from typing import Any
 _CPU_CACHE_SLOTS = 2  # the new adapter loads before the previous one is removed
 
 
-def engine_adapter(config: Any) -> Any:
-    """The ``slime_engine_adapter`` answer in this process (None: syncs carry full weights, or
-    no plugin manager here, as for an engine built outside a run)."""
-    from slime_core.api import get_manager
-
-    try:
-        pm = get_manager()
-    except RuntimeError:
-        return None
-    return pm.hook.slime_engine_adapter(config=config)
-
-
 def max_lora_rank(rank: int) -> int:
     """The smallest ``max_lora_rank`` this vLLM accepts that holds ``rank``."""
     from typing import get_args
