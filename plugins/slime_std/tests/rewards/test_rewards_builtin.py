@@ -49,6 +49,29 @@ def test_math(make_config):
     assert fn(sample("", "1")) == 0.0 and fn(sample("\\boxed{1}", None)) == 0.0
 
 
+def test_math_verdicts_are_memoized_per_label_and_response(make_config):
+    """A repeated (label, response) pair is answered from the memo with the same verdict, a
+    label's parse is shared by its different responses, and the memo never hides a change of
+    response or label."""
+    pytest.importorskip("math_verify")
+    import importlib
+
+    # (the package exports the function under the module's name)
+    mod = importlib.import_module("slime_std.rewards.math_reward")
+    fn = make_math_reward(make_config())
+    mod._verdict.cache_clear()
+    mod._gold.cache_clear()
+    label = "7/13"  # not used by any other test: its parse is a miss first
+    assert fn(sample("it is \\boxed{7/13}", label)) == 1.0
+    assert fn(sample("it is \\boxed{7/13}", label)) == 1.0
+    assert mod._verdict.cache_info().hits == 1
+    assert fn(sample("\\boxed{14/26}", label)) == 1.0  # another response: verified, not looked up
+    assert fn(sample("\\boxed{7/12}", label)) == 0.0
+    gold = mod._gold.cache_info()
+    assert (gold.misses, gold.hits) == (1, 2)  # one parse of the label for three responses
+    assert fn(sample("it is \\boxed{7/13}", "7/12")) == 0.0  # same response, other label
+
+
 def test_extract_answer():
     assert extract_answer("think <answer>1</answer> then <answer> 2 </answer>") == "2"
     assert extract_answer("  plain \n") == "plain"
