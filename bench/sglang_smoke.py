@@ -99,8 +99,16 @@ def main() -> None:
                           "version_ok": str(info.get("weight_version")) == "7",
                           "model_info_s": round(time.time() - t, 3)}), flush=True)
         again, _ = batch(0.0)
-        same = [o["output_ids"] for o in again] == [o["output_ids"] for o in greedy]
-        print(json.dumps({"check": "greedy after reload", "ok": same}), flush=True)
+        # bf16 greedy decoding is not batch-invariant (SGLang 0.5.17 on an H100, 2026-12-05:
+        # the same weights reloaded gave other ids in some rows), so the share of identical
+        # rows and the first position that differs are reported, not one yes/no
+        pairs = [(o["output_ids"], g["output_ids"]) for o, g in zip(again, greedy)]
+        equal = sum(a == b for a, b in pairs)
+        first = min((next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+                     for a, b in pairs if a != b), default=None)
+        print(json.dumps({"check": "greedy after reload", "ok": equal == len(pairs),
+                          "rows_equal": f"{equal}/{len(pairs)}", "first_diff_pos": first}),
+              flush=True)
     except Exception as exc:  # noqa: BLE001 - report with the server's log
         print(repr(exc)[:2000])
         fail("requests")

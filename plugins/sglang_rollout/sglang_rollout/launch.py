@@ -107,6 +107,26 @@ def router_command(sec: SGLangSection, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), *flag_list(sec.router_args, "sglang.router_args")]
 
 
+#: (text in a server's log, what it means): failures met when starting real servers, each
+#: seen in a device run (plugins/sglang_rollout/README.md), said in slime's terms
+KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
+    ("failed to dispatch data type Float",
+     "SGLang's sgl_kernel has no float32 kernel for one of this model's layers (0.5.17: "
+     "rmsnorm), so the server cannot serve model.dtype = \"float32\": set model.dtype = "
+     "\"bfloat16\", or keep training in fp32 and serve bf16 with sglang.server_args = "
+     "{dtype = \"bfloat16\"}"),
+    ("is already used by a Transformers config",
+     "this SGLang does not import beside the installed transformers (0.5.17 needs 5.12.1; "
+     "it fails with 5.13 and later): give the server its own with sglang.env = "
+     "{PYTHONPATH = \"<dir with transformers 5.12.1>\"} or sglang.python"),
+)
+
+
+def failure_hints(log_text: str) -> list[str]:
+    """What the known failures found in ``log_text`` mean (:data:`KNOWN_FAILURES`)."""
+    return [hint for needle, hint in KNOWN_FAILURES if needle in log_text]
+
+
 class ManagedProcess:
     """A child process in its own session, logging to ``log_path``."""
 
@@ -142,6 +162,14 @@ class ManagedProcess:
             return f"(log {self.log_path} unreadable: {exc})"
         return "\n".join(text.splitlines()[-lines:])
 
+    def hints(self) -> str:
+        """The known failures in this process's log, one "hint:" line each ('' for none)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "".join(f"\nhint: {h}" for h in failure_hints(text))
+
     def wait_ready(self, ready: Callable[[], bool], timeout_s: float, what: str,
                    interval_s: float = 0.5) -> None:
         """Poll ``ready()`` until True; fail if the process exits or ``timeout_s`` passes."""
@@ -154,12 +182,13 @@ class ManagedProcess:
                 raise RuntimeError(
                     f"{self.name} exited with code {code} before {what}; command: "
                     f"{' '.join(self.cmd)}\nlast lines of {self.log_path}:\n{self.log_tail()}"
+                    f"{self.hints()}"
                 )
             if time.monotonic() > deadline:
                 self.stop()
                 raise TimeoutError(
                     f"{self.name} did not pass {what} within {timeout_s:g} s (stopped it); "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                    f"last lines of {self.log_path}:\n{self.log_tail()}{self.hints()}"
                 )
             time.sleep(interval_s)
 

@@ -139,6 +139,17 @@ def test_a_server_that_dies_at_start_is_reported_with_its_log(fake_sglang, resol
         SGLangEngine(_config(resolve, tmp_path), 0)
 
 
+def test_a_known_start_failure_says_what_to_change(fake_sglang, resolve, tmp_path,
+                                                  monkeypatch) -> None:
+    """The line a real SGLang 0.5.17 logged when asked for fp32 (H100, 2026-12-05) turns into
+    the keys to set."""
+    monkeypatch.setenv("FAKE_SGLANG_CRASH", "RuntimeError: rmsnorm(at::Tensor&, at::Tensor&, "
+                       "at::Tensor&, double, bool)::<lambda()> failed to dispatch data type Float")
+    with pytest.raises(RuntimeError, match=r"exited with code 1(.|\n)*\nhint: SGLang's sgl_kernel "
+                                           r"has no float32 kernel(.|\n)*model.dtype = \"bfloat16\""):
+        SGLangEngine(_config(resolve, tmp_path), 0)
+
+
 def test_a_server_that_never_gets_ready_is_stopped(fake_sglang, resolve, tmp_path,
                                                    monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SGLANG_STARTUP_DELAY", "300")
