@@ -16,8 +16,8 @@
 # /generate, /update_weights_from_disk, /model_info), sglang (the example through
 # `core`'s sglang engine), local (the same with the local engine), or all.
 #
-# LoRA through the real server (plugins/slime_lora with rollout.engine = "sglang"; written, NOT
-# RUN yet): calls 1-4 as above, then as call 5 (or after `run all`, on the warm machine)
+# LoRA through the real server (plugins/slime_lora with rollout.engine = "sglang"; run on an
+# H100 2026-12-05): calls 1-4 as above, then as call 5 (or after `run all`, on the warm machine)
 #   bash bench/h200_sglang.sh run lora  # carry [".sgl/5", ".whl"] (.whl: bench/h200_lora.sh's
 #                                       # wheels, peft 0.21.2 + accelerate 1.16.0 among them; 35 MB)
 # runs the SmolLM2 example with LoRA (r 16, alpha 32, attention + MLP, lr 5e-5) on the SGLang
@@ -141,7 +141,7 @@ case "${1:-}" in
       slime_run sglang-tensor sglang 4 --precision bf16 "${EV[@]}" \
         --slime-set 'weights.transport="inprocess"'
     fi
-    # LoRA served by the real server (written, not run yet: see the header)
+    # LoRA served by the real server (see the header)
     if [ "$what" = lora ]; then
       if ls .whl/peft-*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
