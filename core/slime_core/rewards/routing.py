@@ -14,6 +14,8 @@ from typing import Any
 
 from slime_hookspecs import Sample
 
+from slime_core.rewards.processes import PROCESSES_KEY, InProcesses, RewardProcesses
+
 ROW_KEY = "rm_type"
 
 
@@ -25,18 +27,26 @@ def row_reward_name(sample: Sample) -> str | None:
 
 
 class RewardFunctions:
-    """Reward function records by name, built once each from the config."""
+    """Reward function records by name, built once each from the config. With
+    ``rollout.reward_processes`` > 0, the per-sample functions of records that allow it
+    (``extra["processes"]``) are called through a pool of worker processes
+    (:mod:`slime_core.rewards.processes`): calling one returns a future."""
 
     def __init__(self, manager: Any, config: Any) -> None:
         self.manager, self.config = manager, config
         self._built: dict[str, tuple[Any, bool, str]] = {}
+        workers = int(config.rollout.reward_processes)
+        self.processes = RewardProcesses(workers) if workers > 0 else None
 
     def get(self, name: str, why: str = "") -> tuple[Any, bool, str]:
         """``(fn, is_group, source)``; ``source`` names it and its plugin for messages."""
         if name not in self._built:
             rec = self.manager.registries.reward_function.get(name)
             source = f"reward function {name!r} (plugin {rec.owner!r}{why})"
-            self._built[name] = (rec.factory(self.config), rec.group, source)
+            fn = rec.factory(self.config)
+            if self.processes is not None and not rec.group and rec.extra.get(PROCESSES_KEY):
+                fn = InProcesses(fn, self.processes, source)
+            self._built[name] = (fn, rec.group, source)
         return self._built[name]
 
     def for_row(self, sample: Sample) -> tuple[Any, bool, str] | None:

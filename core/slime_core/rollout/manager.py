@@ -24,6 +24,7 @@ fetched until ``rollout.batch_size`` are kept, samples without a reward are scor
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import inspect
 import sys
@@ -47,6 +48,7 @@ from slime_core.context import get_manager, run_context
 from slime_core.evaluation.settings import EvalSettings
 from slime_core.observe.trace import span
 from slime_core.pluginmgr.deprecation import warn_deprecated_impls
+from slime_core.rewards.processes import InProcesses
 from slime_core.rewards.routing import RewardFunctions, row_reward_name
 from slime_core.rewards.validate import RewardValueError, check_reward, summarise_failures
 from slime_core.rollout.engine_client import EngineClient, EngineLostError
@@ -55,6 +57,8 @@ from slime_core.rollout.hook_answer import FirstAnswer, HookCallError
 
 
 async def _maybe_await(value: Any) -> Any:
+    if isinstance(value, concurrent.futures.Future):  # a reward scored in a worker process
+        return await asyncio.wrap_future(value)
     return await value if inspect.isawaitable(value) else value
 
 
@@ -491,6 +495,12 @@ class RolloutManager:
                     s.reward = r
             todo = []
 
+        # a reward scored in worker processes gets the batch in one chunk per worker (not
+        # without the deprecated per-sample hook, which answers first)
+        sent: dict[int, Any] = {}
+        if isinstance(fn, InProcesses) and todo and not sample_hook:
+            sent = {id(s): f for s, f in zip(todo, fn.submit_many(todo), strict=True)}
+
         async def one(s: Sample, routed: bool) -> None:
             source = fn_source
             try:
@@ -498,6 +508,8 @@ class RolloutManager:
                     r, plugin = await sample_hook(config=cfg, sample=s) if sample_hook else (None, None)
                     if r is not None:
                         source = f"plugin {plugin!r} hook slime_reward"
+                    elif not routed and id(s) in sent:
+                        r = await _maybe_await(sent[id(s)])
                     elif routed:
                         source = f"metadata.rm_type {row_reward_name(s)!r}"
                         row_fn, row_group, source = self._rewards.for_row(s)  # type: ignore[misc]

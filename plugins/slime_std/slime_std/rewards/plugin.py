@@ -4,7 +4,8 @@
 row (the core's routing looks the name up among the records). Heavy verifiers are imported on
 first use; probes only look for modules.
 ``extra["needs_label"]`` makes the file sources refuse rows without a usable label
-(the core's row checks)."""
+(the core's row checks); ``extra["processes"]`` says the built function is picklable and pure,
+so ``rollout.reward_processes`` may score with it in worker processes."""
 
 from __future__ import annotations
 
@@ -29,44 +30,44 @@ from slime_std.rewards.random_reward import make_random_reward
 def slime_register_reward_functions() -> list[RewardFunctionRecord]:
     return [
         RewardFunctionRecord(
-            name="exact", factory=make_exact_reward, extra={"needs_label": True},
+            name="exact", factory=make_exact_reward, extra={"needs_label": True, "processes": True},
             summary="1.0 when the response (cut at a stop string, stripped) equals the label",
         ),
         RewardFunctionRecord(
-            name="math", factory=make_math_reward, extra={"needs_label": True},
+            name="math", factory=make_math_reward, extra={"needs_label": True, "processes": True},
             summary="math-verify: the response's answer (\\boxed{} first) equals the label",
             probe=probe("math_verify"),
         ),
         RewardFunctionRecord(
-            name="boxed_math", factory=make_boxed_math_reward, extra={"needs_label": True},
+            name="boxed_math", factory=make_boxed_math_reward, extra={"needs_label": True, "processes": True},
             summary="math on the last \\boxed{} only; 0.0 without one",
             probe=probe("math_verify"),
         ),
         RewardFunctionRecord(
-            name="dapo", factory=make_dapo_reward, extra={"needs_label": True},
+            name="dapo", factory=make_dapo_reward, extra={"needs_label": True, "processes": True},
             summary="DAPO: the last 'Answer:' line equals the integer label: 1.0, else -1.0",
         ),
         RewardFunctionRecord(
-            name="boxed_dapo", factory=make_boxed_dapo_reward, extra={"needs_label": True},
+            name="boxed_dapo", factory=make_boxed_dapo_reward, extra={"needs_label": True, "processes": True},
             summary="DAPO's strict box: the last \\boxed{} equals the integer label: 1.0, else -1.0",
         ),
         RewardFunctionRecord(
-            name="deepscaler", factory=make_deepscaler_reward, extra={"needs_label": True},
+            name="deepscaler", factory=make_deepscaler_reward, extra={"needs_label": True, "processes": True},
             summary="DeepScaleR: the \\boxed{} answer after </think> equals the label (MATH "
                     "normalisation or sympy): 1.0, else 0.0",
             probe=probe("sympy"),
         ),
         RewardFunctionRecord(
             name="boxed_deepscaler", factory=make_boxed_deepscaler_reward,
-            extra={"needs_label": True}, probe=probe("sympy"),
+            extra={"needs_label": True, "processes": True}, probe=probe("sympy"),
             summary="deepscaler on the last \\boxed{} of the response, no </think> needed",
         ),
         RewardFunctionRecord(
-            name="f1", factory=make_f1_reward, extra={"needs_label": True},
+            name="f1", factory=make_f1_reward, extra={"needs_label": True, "processes": True},
             summary="SQuAD token F1 of the response against the label (yes/no all or nothing)",
         ),
         RewardFunctionRecord(
-            name="gpqa", factory=make_gpqa_reward,
+            name="gpqa", factory=make_gpqa_reward, extra={"processes": True},
             summary="multiple choice: the response's letter equals the right one (label or "
                     "metadata.correct_letter / choices)",
         ),

@@ -1,0 +1,59 @@
+"""``rollout.reward_processes``: rewards whose records allow it are scored in worker
+processes, the others where they always were; a dead worker fails its samples, not the run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from slime_core.rewards.processes import InProcesses, RewardProcesses
+from slime_hookspecs import Sample
+
+from tests import reward_workers
+from tests.cli_support import ARITH, core, tiny_run, write_toml
+
+
+def test_allowed_rewards_run_in_workers_and_the_others_stay(tmp_path, tokenizer_dir) -> None:
+    data = tiny_run(tmp_path, tokenizer_dir, run={"plugin_modules": ["tests.reward_workers"]},
+                    rollout={"reward": "pid_pure", "reward_processes": 2},
+                    data={"eval_path": str(ARITH / "eval.jsonl")},
+                    eval={"interval": 1, "reward": "pid_plain", "max_prompts": 2})
+    cfg = write_toml(tmp_path / "run.toml", data)
+    res = core("run", "--config", str(cfg), "--plugins", "slime_grpo")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r["rollout/reward_mean"] for r in rows if "rollout/reward_mean" in r]
+    evals = [r["eval/reward_mean"] for r in rows if "eval/reward_mean" in r]
+    assert train == [1.0, 1.0]  # every training sample scored in a worker
+    assert evals and set(evals) == {0.0}  # the record without the promise: the rollout's thread
+
+
+def test_a_dead_worker_fails_its_call_and_the_pool_starts_again() -> None:
+    pool = RewardProcesses(1)
+    try:
+        with pytest.raises(Exception, match="terminated abruptly|process pool"):
+            pool.submit(reward_workers.die, Sample()).result(timeout=120)
+        ok = InProcesses(reward_workers.pid_factory(None), pool, "reward function 'pid_pure'")
+        assert ok(Sample()).result(timeout=120) == 1.0
+    finally:
+        pool.close()
+
+
+def test_a_batch_goes_in_one_chunk_per_worker_and_fails_sample_by_sample() -> None:
+    pool = RewardProcesses(2)
+    try:
+        fn = InProcesses(reward_workers.odd_fails, pool, "reward function 'odd'")
+        futures = fn.submit_many([Sample(index=i) for i in range(5)])
+        assert [futures[i].result(timeout=120) for i in (0, 2, 4)] == [0.0, 2.0, 4.0]
+        for i in (1, 3):
+            with pytest.raises(ValueError, match=f"sample {i} is odd"):
+                futures[i].result(timeout=120)
+    finally:
+        pool.close()
+
+
+def test_a_promise_the_function_cannot_keep_is_refused_naming_the_record() -> None:
+    with pytest.raises(ValueError, match=r"reward function 'x' \(plugin 'p'\) declares "
+                                         r"extra\['processes'\] = True, but its built function "
+                                         r"cannot be sent to a worker process"):
+        InProcesses(lambda s: 1.0, RewardProcesses(1), "reward function 'x' (plugin 'p')")
