@@ -252,6 +252,8 @@ def decode(
         # The step's only host sync. A fixed batch keeps computing finished rows anyway, so it
         # asks only every SYNC_EVERY steps and lets the device run ahead in between (a sync
         # per step left the GPU idle while the host queued the next step).
+        if step == max_new - 1:
+            break  # every row is at its limit: no forward for a token nobody samples
         if fixed is None or string_rows or step % SYNC_EVERY == SYNC_EVERY - 1:
             remaining = int(still.sum())
             if remaining == 0:
