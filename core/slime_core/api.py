@@ -46,7 +46,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **training steps**: :class:`Accumulation`, :func:`step_indices`,
   :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
   :func:`micro_batches`,
-  :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`; training health:
+  :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`,
+  :func:`fuse_rms_norms` (``train.fused_norm``); training health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
@@ -169,6 +170,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "WeightVersions": ("slime_core.trainkit.master", "WeightVersions"),
     "micro_batches": ("slime_core.trainkit.batching", "micro_batches"),
     "response_log_probs": ("slime_core.trainkit.batching", "response_log_probs"),
+    "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
     "TrainingHealth": ("slime_core.trainkit.health", "TrainingHealth"),
@@ -341,6 +343,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.batching import response_log_probs as response_log_probs
     from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
+    from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms
     from slime_core.trainkit.compose import compute_advantages as compute_advantages
     from slime_core.trainkit.compose import compute_loss as compute_loss
     from slime_core.trainkit.compose import make_reducer as make_reducer

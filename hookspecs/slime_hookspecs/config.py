@@ -156,6 +156,7 @@ class TrainConfig(Protocol):
     gradient_checkpointing: bool
     compile: bool | str
     fused_head: bool
+    fused_norm: bool
     shared_prefix: bool
     head_kernel: str
     ref_update_interval: int

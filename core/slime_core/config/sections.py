@@ -255,6 +255,7 @@ class TrainSection:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_std.fast_path)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral and the MoE Qwen3-MoE/Qwen2-MoE/OLMoE/Mixtral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
+    fused_norm: bool = False  # the torch backend's Llama-family RMSNorms (Llama, Qwen2, Qwen3, Mistral, their MoE forms) as one fused F.rms_norm call, as the local engine computes them (kernel launches bound a small model's GPU training step); off until measured on the GPU (bench/h200_smollm2.sh ab)
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
     ref_update_interval: int = 0  # every N steps the reference model takes the policy's weights (slime's --ref-update-interval); 0: the reference stays fixed

@@ -38,6 +38,7 @@ from slime_core.api import (
     check_finite_weights,
     compute_loss,
     dp_active,
+    fuse_rms_norms,
     fused_head_unsupported,
     get_manager,
     load_causal_lm,
@@ -132,6 +133,8 @@ class TorchTrainer:
             model_cfg = ref_model_config(self.config) if role == "ref" else self.config.model
             model = load_causal_lm(model_cfg, self.device, self.dtype, role=role,
                                    seed=self.config.run.seed)
+        if self.config.train.fused_norm:
+            fuse_rms_norms(model)
         return model.to(self.device)
 
     def _ref(self) -> torch.nn.Module:
