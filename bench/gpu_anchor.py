@@ -18,6 +18,19 @@ copy bandwidth).
     python bench/gpu_anchor.py --out results.json            # every variant
     python bench/gpu_anchor.py --variants graphs --steps 4
 
+On an SGLang server (issue 42 item 3; ``bench/h200_sglang.sh run anchor`` on the device):
+``sglang`` and ``sglang_disk`` launch one server (the ``sglang_rollout`` plugin) on a model
+directory that the seeded weights are written to once (``save_anchor_model``), weights synced
+as tensors or through a safetensors file; ``saved_local`` is the local engine on the same
+directory, the training the same in all three. ``--sglang-set KEY=VALUE`` (repeatable) gives
+the server's settings (``server_args``, ``env``, ``mem_fraction_static``, ``log_dir``, ...):
+
+    python bench/gpu_anchor.py --variants saved_local,sglang --steps 10 \
+        --sglang-set 'env={PYTHONPATH = "/opt/sglang-site"}' --sglang-set mem_fraction_static=0.3
+
+``--smoke --variants sglang`` on a CPU needs a stand-in ``sglang.launch_server`` (see
+plugins/sglang_rollout/tests/test_anchor_bench.py, which runs it).
+
 Correctness of each variant's engine: the median ``train/mismatch_abs_logprob_diff`` (mean
 |rollout log-prob - training log-prob| over the same tokens) is reported next to its speed, so
 a decoding path that computes wrong log-probs shows up against ``eager``. ``--check-graphs``
@@ -171,6 +184,30 @@ VARIANTS.update({
                                                    "compile_autotune": True}),
     "eager_defaults_cudnn": _variant("eager_defaults", run={"cudnn_attention": True}),
 })
+# issue 42 item 3: the anchor on an SGLang server beside the local engine. Both load the seeded
+# model from one saved directory (``bench.saved_model``: ``model.path``, see save_anchor_model)
+# because ``sglang.launch_server`` needs a directory, and both engines must start from the same
+# weights for the log-prob mismatch and the tokens/s to compare. Both train as ``rollout_pdl``
+# does (no train.compile: its ~200 s warm-up would not fit beside an SGLang start in one 600 s
+# device call), so the two differ in the rollout engine (and its weight sync) only. The SGLang
+# variants carry no local-engine keys (cuda_graphs, compile_decode, ...: the server has its own
+# settings, given with --sglang-set).
+_BASE = VARIANTS["rollout_pdl"]
+VARIANTS.update({
+    "saved_local": _variant("rollout_pdl", bench={"saved_model": True}),
+    # tensors through /update_weights_from_tensor (CUDA IPC: the server is on this host)
+    "sglang": {"run": dict(_BASE["run"]), "train": dict(_BASE["train"]),
+               "rollout": {"engine": "sglang"}, "weights": {"transport": "inprocess"},
+               "bench": {"saved_model": True}},
+    # a safetensors file a sync, read by the server (/update_weights_from_disk)
+    "sglang_disk": {"run": dict(_BASE["run"]), "train": dict(_BASE["train"]),
+                    "rollout": {"engine": "sglang"}, "weights": {"transport": "disk"},
+                    "bench": {"saved_model": True}},
+})
+# sections of a variant that are not slime config sections: read by the worker
+BENCH_SECTION = "bench"
+# run.seed of every variant: it seeds the init_config weights and the saved directory's
+SEED = 1
 
 
 def emit(log: Any, **kw: Any) -> None:
@@ -231,6 +268,53 @@ def write_inputs(work: Path) -> tuple[Path, Path]:
     prompts.write_text("".join(json.dumps({"prompt": p, "label": "0"}) + "\n"
                                for p in prompt_texts(512)))
     return tok_dir, prompts
+
+
+def anchor_model_config(smoke: bool) -> dict[str, Any]:
+    """``model.init_config`` of the shape; ``smoke``: a tiny model of the same family."""
+    model = dict(SHAPES[SHAPE][0])
+    if smoke:  # plumbing check on a CPU: few parameters, the tokenizer's vocabulary
+        model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, vocab_size=1000)
+    return model
+
+
+def save_anchor_model(work: Path, smoke: bool, dtype: str | None = None) -> Path:
+    """The seeded random anchor model as a model directory (config.json, safetensors, the
+    anchor tokenizer's files), for engines that load a directory (``sglang.launch_server
+    --model-path``) and for the trainer (``model.path``).
+
+    The weights are built by the same function and seed as ``model.init_config`` builds them
+    in the trainer and the local engine (fp32 on the CPU, then cast), saved in the run's dtype
+    (bf16; fp32 in ``--smoke``), so a run from the directory starts from the weights a run from
+    ``init_config`` starts from (``dtype`` other than the run's: for tests). The tokenizer
+    files make the directory whole for a bare ``--model-path`` launch, but beside a qwen2
+    ``config.json`` transformers 5 (5.19 here) loads them as ``Qwen2Tokenizer``, whose
+    pre-tokenizer splits digits apart: other token ids than the anchor's tokenizer gives, so
+    the variants also set ``model.tokenizer`` to the anchor's. Written once per work dir and shape (a marker file records
+    what it holds; another config rewrites it); written beside and renamed, so a killed writer
+    leaves no half directory behind."""
+    import torch
+    from slime_core.models.loading import load_causal_lm
+
+    tok_dir, _ = write_inputs(work)
+    model = anchor_model_config(smoke)
+    dtype = dtype or ("float32" if smoke else "bfloat16")
+    out = work / f"model_{SHAPE}{'_smoke' if smoke else ''}"
+    marker = {"init_config": model, "seed": SEED, "dtype": dtype}
+    if (out / "slime_anchor.json").exists() and \
+            json.loads((out / "slime_anchor.json").read_text()) == marker:
+        return out
+    spec = argparse.Namespace(path="", init_config=model, trust_remote_code=False)
+    lm: Any = load_causal_lm(spec, torch.device("cpu"), getattr(torch, dtype), seed=SEED)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=work))
+    lm.save_pretrained(str(tmp), safe_serialization=True)
+    for f in tok_dir.iterdir():
+        shutil.copy(f, tmp / f.name)
+    (tmp / "slime_anchor.json").write_text(json.dumps(marker))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
 
 
 def train_flops(tokens_per_sample: list[int], response_per_sample: list[int]) -> float:
@@ -307,26 +391,30 @@ def check_graphs(work: Path, smoke: bool) -> dict[str, Any]:
 
 
 # -- one variant (own process) ---------------------------------------------------------------
-def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
-           profile_dir: str | None = None,
-           profile_steps: tuple[int, int] | None = None) -> dict[str, Any]:
-    import torch
-    from slime_core.runner.driver import run_training
-    from slime_core.session import resolve
+def is_sglang(variant: str) -> bool:
+    return VARIANTS[variant]["rollout"].get("engine") == "sglang"
 
+
+def variant_data(variant: str, work: Path, run_dir: Path, num_rollouts: int,
+                 smoke: bool) -> dict[str, Any]:
+    """The config tables of one variant's run (before ``--sglang-set`` overrides)."""
     tok_dir, prompts = write_inputs(work)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"slime-gpu-{variant}-")) / "run"
     over = VARIANTS[variant]
-    model = dict(SHAPES[SHAPE][0])
-    if smoke:  # plumbing check on a CPU: a tiny model of the same family, few tokens
-        model.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, vocab_size=1000)
-    data = {
-        "run": {"num_rollouts": warmup + steps + (2 if extra_profiled(profile_dir, profile_steps) else 0),
-                "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": 1,
+    dtype = "float32" if smoke else "bfloat16"
+    if over.get(BENCH_SECTION, {}).get("saved_model"):
+        # model.tokenizer still names the anchor's tokenizer (the server gets it as
+        # --tokenizer-path): the copy in the directory loads as another tokenizer (see
+        # save_anchor_model), which would change the prompts' tokens
+        model_table: dict[str, Any] = {"path": str(save_anchor_model(work, smoke)),
+                                       "tokenizer": str(tok_dir), "dtype": dtype}
+    else:
+        model_table = {"init_config": anchor_model_config(smoke), "tokenizer": str(tok_dir),
+                       "dtype": dtype}
+    data: dict[str, Any] = {
+        "run": {"num_rollouts": num_rollouts,
+                "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": SEED,
                 **over.get("run", {})},
-        "model": {"init_config": model, "tokenizer": str(tok_dir),
-                  "dtype": "float32" if smoke else "bfloat16"},
+        "model": model_table,
         "data": {"path": str(prompts)},
         "rollout": {"batch_size": 2 if smoke else PROMPTS, "n_samples_per_prompt": GROUP,
                     "max_new_tokens": 8 if smoke else NEW,
@@ -334,16 +422,36 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         "train": {"lr": 1e-6, "grad_clip": 1.0, **over["train"]},
         "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2},
     }
+    for section, keys in over.items():  # e.g. weights.transport of the SGLang variants
+        if section not in data and section != BENCH_SECTION:
+            data[section] = dict(keys)
     if smoke:  # no GPU: the kernels fall back to their torch forms
         data["train"]["head_kernel"] = "auto"
+    return data
+
+
+def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
+           profile_dir: str | None = None,
+           profile_steps: tuple[int, int] | None = None,
+           sglang_set: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One variant's run; ``sglang_set`` (``KEY=VALUE``, core run's ``-o`` syntax) become
+    ``sglang.KEY=VALUE`` overrides of the SGLang variants (the device script's server
+    arguments, its environment, the log folder)."""
+    import torch
+    from slime_core.runner.driver import run_training
+    from slime_core.session import resolve
+
+    run_dir = Path(tempfile.mkdtemp(prefix=f"slime-gpu-{variant}-")) / "run"
+    data = variant_data(variant, work, run_dir, warmup + steps + (
+        2 if extra_profiled(profile_dir, profile_steps) else 0), smoke)
     if profile_dir:  # two more steps under the torch profiler, not timed: from the first's
         # training to the second's, so the second's rollout and weight sync are in it
         last = warmup + steps
         first_last = list(profile_steps) if profile_steps else [last, last + 1]
         data["profile"] = {"steps": first_last, "scope": PROFILE_SCOPE, "row_limit": 80,
                            "sort_by": "self_cpu_time_total" if smoke else "self_cuda_time_total"}
-    extra = ("megatron_backend",) if over["train"].get("backend") == "megatron" else ()
-    manager, config = resolve(plugin_selection(extra), None, (), data)
+    manager, config = resolve(plugin_selection(variant_plugins(variant)), None,
+                              sglang_overrides(variant, sglang_set), data)
     bench = BenchPlugin(cuda=not smoke)
     manager.register_object(bench, "bench_gpu_anchor")
     if not smoke:
@@ -360,7 +468,8 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
                     shutil.copyfileobj(src, dst)
     # per-sample token counts of the last step (all steps have the same shape up to prompt length)
     return {
-        "variant": variant, "walls": bench.step_walls(), "phases": bench.phases,
+        "variant": variant, "engine": config.rollout.engine,
+        "walls": bench.step_walls(), "phases": bench.phases,
         "gc_s": bench.phase_gc, "gc_full": bench.phase_gc2, "cuda_alloc": bench.phase_cuda_alloc,
         "train_tokens": bench.train_tokens, "response_tokens": bench.response_tokens,
         "sync_bytes": [r.get("perf/weight_sync_bytes") for r in rows],
@@ -371,6 +480,24 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         "samples": (2 if smoke else PROMPTS) * GROUP,
         "profiled_steps": 2 if extra_profiled(profile_dir, profile_steps) else 0,
     }
+
+
+def variant_plugins(variant: str) -> tuple[str, ...]:
+    """Plugins a variant needs beside slime_grpo and the defaults."""
+    over = VARIANTS[variant]
+    extra = ("megatron_backend",) if over["train"].get("backend") == "megatron" else ()
+    return extra + (("sglang_rollout",) if is_sglang(variant) else ())
+
+
+def sglang_overrides(variant: str, sglang_set: tuple[str, ...] | list[str]) -> list[str]:
+    """``sglang.KEY=VALUE`` for an SGLang variant; none for the others (their runs have no
+    ``[sglang]`` section: the plugin is not loaded)."""
+    if not is_sglang(variant):
+        return []
+    for item in sglang_set:
+        if "=" not in item:
+            raise SystemExit(f"--sglang-set takes KEY=VALUE (TOML value); got {item!r}")
+    return [f"sglang.{item}" for item in sglang_set]
 
 
 def extra_profiled(profile_dir: str | None, profile_steps: tuple[int, int] | None) -> bool:
@@ -394,7 +521,8 @@ def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[
     sync_bytes = float(res["sync_bytes"][-1] or 0)
     bound = 2 * sync_bytes / peak["copy_bytes_per_s"]
     return {
-        "variant": res["variant"], "s_per_step": med(walls), "steps": walls,
+        "variant": res["variant"], "engine": res.get("engine", "local"),
+        "s_per_step": med(walls), "steps": walls,
         "rollout_s": med(roll), "rollout_tok_per_s": med(r / t for r, t in zip(resp, roll, strict=True)),
         "train_s": med(train), "train_tok_per_s": med(k / t for k, t in zip(tokens, train, strict=True)),
         "train_tflops": med(f / t / 1e12 for f, t in zip(flops, train, strict=True)), "train_mfu": med(mfu),
@@ -409,7 +537,9 @@ def summarize(res: dict[str, Any], peak: dict[str, float], warmup: int) -> dict[
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(n for n in VARIANTS if not is_sglang(n)),
+                    help="comma-separated (default: every variant but the SGLang ones, which "
+                    "need SGLang and its settings)")
     ap.add_argument("--check-graphs", action="store_true",
                     help="first compare eager and graph decoding on the same seeded requests")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per variant")
@@ -433,6 +563,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int,
                     help="completion tokens instead of the shape's (e.g. a 1.5b profile that "
                     "fits one device call: the profiler over 2 x 1,024 decode steps did not)")
+    ap.add_argument("--sglang-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="for the SGLang variants (sglang, sglang_disk): sglang.KEY=VALUE, "
+                    "VALUE in TOML as core run's -o takes it, e.g. 'mem_fraction_static=0.3' or "
+                    "'env={PYTHONPATH = \"/tmp/sgl/site\"}' (repeatable)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true",
                     help="plumbing check without a GPU: tiny model on the CPU, no ceilings")
@@ -452,8 +586,13 @@ def main() -> None:
         if steps is not None and len(steps) != 2:
             raise SystemExit(f"--profile-steps takes two rollout ids A,B; got {a.profile_steps!r}")
         print("RESULT " + json.dumps(worker(a.worker, work, a.steps, a.warmup, a.smoke,
-                                            a.profile_dir, steps)), flush=True)
+                                            a.profile_dir, steps, tuple(a.sglang_set))),
+              flush=True)
         return
+    names = a.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     log = open(a.out, "a") if a.out else None  # noqa: SIM115 - closed at exit
     import torch
 
@@ -463,11 +602,15 @@ def main() -> None:
     peak = {"bf16_tflops": 1.0, "copy_bytes_per_s": 1e10} if a.smoke else ceilings()
     emit(log, what="ceilings", **peak)
     write_inputs(work)
+    if any(VARIANTS[n].get(BENCH_SECTION, {}).get("saved_model") for n in names):
+        # once, before the variants: its writing is no variant's time
+        emit(log, what="saved_model", path=str(save_anchor_model(work, a.smoke)))
     table = []
-    for name in (["check_graphs"] if a.check_graphs else []) + a.variants.split(","):
+    for name in (["check_graphs"] if a.check_graphs else []) + names:
         cmd = [sys.executable, __file__, "--worker", name, "--work-dir", str(work),
                "--steps", str(a.steps), "--warmup", str(a.warmup), "--shape", a.shape,
                "--new-tokens", str(NEW)] + (["--smoke"] if a.smoke else [])
+        cmd += [f"--sglang-set={item}" for item in a.sglang_set]
         if a.profile_dir:
             os.makedirs(a.profile_dir, exist_ok=True)
             cmd += ["--profile-dir", a.profile_dir]

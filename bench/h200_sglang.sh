@@ -14,7 +14,7 @@
 # /tmp/sglcarry with the right sha256 is skipped, so a chain that broke can be resumed by
 # carrying only what is missing (`run` lists it). Stages of `run`: smoke (the server alone:
 # /generate, /update_weights_from_disk, /model_info), sglang (the example through
-# `core`'s sglang engine), local (the same with the local engine), or all.
+# `core`'s sglang engine), local (the same with the local engine), or all; anchor (below).
 #
 # LoRA through the real server (plugins/slime_lora with rollout.engine = "sglang"; run on an
 # H100 2026-12-05): calls 1-4 as above, then as call 5 (or after `run all`, on the warm machine)
@@ -26,6 +26,18 @@
 # then the same LoRA run on the local engine. What to read: "train/mismatch_abs_logprob_diff"
 # (SGLang's LoRA kernels against the trainer's peft forward), the held-out curve against the
 # local engine's, and "LoRA adapter loading" lines in $OUT/logs.
+#
+# The 0.5B anchor shape (issue 42 item 3's second workload; bench/gpu_anchor.py: Qwen2-0.5B-shaped
+# random weights in bf16, 16 prompts x 8 samples, 256 tokens forced): calls 1-4 as above, then
+# as call 5 (or after `run all`, on the warm machine)
+#   bash bench/h200_sglang.sh run anchor  # carry [".sgl/5"]
+# runs the anchor on an SGLang server (variant `sglang`: weights as tensors) and on the local
+# engine (`saved_local`), one after the other, both from the same saved model directory and with
+# the same training (no train.compile), STEPS timed steps (default 10) after 2 warm-up steps
+# each. Prints one JSON line a variant (s_per_step, rollout_tok_per_s, mismatch, sync_s, ...)
+# and a table; $OUT/anchor.jsonl has the raw timings, $OUT/logs the server's log.
+# ANCHOR_VARIANTS=saved_local,sglang,sglang_disk adds the disk sync (another server start:
+# ~2 min more; may not fit the 600 s call).
 #
 # How .sgl/ was made (on a CPU host with PyPI; .sgl/ is in .git/info/exclude):
 #  * sgl.tar.xz: `site/` = `pip install --no-deps --target site` of sglang==0.5.17,
@@ -109,6 +121,17 @@ slime_run() {  # label, engine, steps, extra args...
     --out "$OUT/$label" "${sets[@]}" "$@" 2>&1 | grep -v -E "Loading weights|it/s\]" | tail -40
 }
 
+anchor_run() {  # bench/gpu_anchor.py's variants, SGLang's settings as slime_run gives them
+  PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo:plugins/sglang_rollout:bench" \
+    timeout "${RUN_TIMEOUT:-540}" python3 bench/gpu_anchor.py --variants "${ANCHOR_VARIANTS:-saved_local,sglang}" \
+    --steps "${STEPS:-10}" --warmup 2 --work-dir /tmp/anchor-work --out "$OUT/anchor.jsonl" \
+    --stderr-dir "$OUT/anchor_stderr" \
+    --sglang-set "env={PYTHONPATH = \"$SGL_PATH\"}" --sglang-set "server_args=$SERVER_ARGS" \
+    --sglang-set "mem_fraction_static=0.3" --sglang-set "startup_timeout_s=300" \
+    --sglang-set "log_dir=\"$OUT/logs\"" 2>&1 | grep -v '"what": "variant_raw"' | tail -40
+  tail -5 "$OUT"/logs/engine_0.log 2>/dev/null
+}
+
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
 case "${1:-}" in
@@ -159,11 +182,15 @@ case "${1:-}" in
       grep -h "LoRA adapter loading\|load_lora_adapter\|unload_lora_adapter" "$OUT"/logs/*.log \
         2>/dev/null | tail -8
     fi
+    # the 0.5B anchor on SGLang and on the local engine (see the header)
+    if [ "$what" = anchor ]; then
+      anchor_run
+    fi
     if [ "$what" = local ] || [ "$what" = all ]; then
       slime_run slime-local local "${STEPS:-40}" --precision "${PRECISION:-bf16}"
     fi
     ;;
   *)
-    echo "usage: $0 carry | run [smoke|sglang|local|all|async|lora]"; exit 1
+    echo "usage: $0 carry | run [smoke|sglang|local|all|async|lora|anchor]"; exit 1
     ;;
 esac
