@@ -46,7 +46,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **training steps**: :class:`Accumulation`, :func:`step_indices`,
   :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
   :func:`micro_batches`,
-  :func:`response_log_probs`, :func:`to_tensor_list`, :func:`lr_schedule`,
+  :func:`response_log_probs`, :func:`right_pad`, :func:`response_index`,
+  :func:`to_tensor_list`, :func:`lr_schedule`,
   :func:`fuse_rms_norms` (``train.fused_norm``); training health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
@@ -170,6 +171,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "WeightVersions": ("slime_core.trainkit.master", "WeightVersions"),
     "micro_batches": ("slime_core.trainkit.batching", "micro_batches"),
     "response_log_probs": ("slime_core.trainkit.batching", "response_log_probs"),
+    "right_pad": ("slime_core.trainkit.batching", "right_pad"),
+    "response_index": ("slime_core.trainkit.batching", "response_index"),
     "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
@@ -340,7 +343,9 @@ if TYPE_CHECKING:
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import step_indices as step_indices
     from slime_core.trainkit.batching import micro_batches as micro_batches
+    from slime_core.trainkit.batching import response_index as response_index
     from slime_core.trainkit.batching import response_log_probs as response_log_probs
+    from slime_core.trainkit.batching import right_pad as right_pad
     from slime_core.trainkit.batching import shared_micro_batches as shared_micro_batches
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms

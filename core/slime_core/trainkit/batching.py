@@ -102,6 +102,32 @@ def _cost(mb: list[int], lengths: list[int], resp: list[int], groups: list[int])
     return len(distinct) * prompt + len(mb) * max(max(resp[i] for i in mb) - 1, 0)
 
 
+def right_pad(tokens: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A right-padded batch of ``tokens``: ids ``[B, W]`` (``pad_id`` after each row's tokens)
+    and the attention mask ``[B, W]`` (1 on tokens), both long, on the host. Built there and
+    moved in one copy each by the caller: per-row copies to a GPU each wait for the device
+    queue to drain."""
+    lengths = [int(t.numel()) for t in tokens]
+    ids = torch.full((len(tokens), max(lengths)), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, t in enumerate(tokens):
+        ids[row, : lengths[row]] = t.detach().cpu()
+        mask[row, : lengths[row]] = 1
+    return ids, mask
+
+
+def response_index(lengths: list[int], response_lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, cols)`` of a right-padded batch's response predictions, on the host: response
+    token ``t`` of row ``i`` (``n`` tokens, ``r`` of them the response) is predicted at
+    position ``n - r - 1 + t``, so the logits at ``[rows, cols]`` score the tokens at
+    ``[rows, cols + 1]``, row after row in sample order."""
+    rows = torch.repeat_interleave(torch.arange(len(lengths)),
+                                   torch.tensor(response_lengths, dtype=torch.long))
+    cols = torch.cat([torch.arange(n - r - 1, n - 1)
+                      for n, r in zip(lengths, response_lengths, strict=True)])
+    return rows, cols
+
+
 def response_log_probs(
     model: torch.nn.Module,
     tokens: list[torch.Tensor],
@@ -153,19 +179,10 @@ def response_log_probs(
                                               pad_id)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
                      compile_head, head_kernel)
-    width = max(lengths)
-    # Built on the host and moved in one copy each: per-row copies to a GPU each wait for the
-    # device queue to drain.
-    ids = torch.full((len(tokens), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(tokens), width), dtype=torch.long)
-    for row, t in enumerate(tokens):
-        ids[row, : lengths[row]] = t.detach().cpu()
-        attn[row, : lengths[row]] = 1
+    ids, attn = right_pad(tokens, pad_id)
+    width = int(ids.shape[1])
     ids, attn = ids.to(device), attn.to(device)
-    # position p predicts token p + 1: row i's response is predicted at [n - r - 1, n - 1)
-    rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))
-    cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
-    rows, cols = rows.to(device), cols.to(device)
+    rows, cols = (x.to(device) for x in response_index(lengths, resp))
     target = ids[rows, cols + 1]
     routed = (routing.replaying(_replay_ids(routes, lengths, width, routing, device))
               if routing is not None and routes is not None  # `replay`

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from slime_core.api import response_index, right_pad
 
 
 def causal_mask(width: int, device: torch.device) -> torch.Tensor:
@@ -44,15 +45,10 @@ def pack(tokens: list[torch.Tensor], response_lengths: list[int], pad_id: int,
          device: torch.device) -> Packed:
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
-    width = max(lengths)
-    ids = torch.full((len(tokens), width), pad_id, dtype=torch.long)
-    for row, t in enumerate(tokens):
-        ids[row, : lengths[row]] = t.detach().cpu()
-    ids = ids.to(device)
+    ids = right_pad(tokens, pad_id)[0].to(device)
+    width = int(ids.shape[1])
     positions = torch.arange(width, device=device).unsqueeze(0).expand(len(tokens), -1)
-    rows = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor(resp, dtype=torch.long))
-    cols = torch.cat([torch.arange(n - r - 1, n - 1) for n, r in zip(lengths, resp, strict=True)])
-    rows, cols = rows.to(device), cols.to(device)
+    rows, cols = (x.to(device) for x in response_index(lengths, resp))
     return Packed(ids, positions, causal_mask(width, device), rows, cols, ids[rows, cols + 1],
                   resp)
 

@@ -448,7 +448,13 @@ def _per_layer_aux(torch_tr: Any, batch: Any) -> float:
     """megatron's logged load-balancing value computed from a fresh copy of the torch model
     (the weights before the step): the mean over layers of each layer's transformers form,
     micro-batches at their sample share (the seq_mean_token_mean reduction)."""
-    from slime_core.api import RouterCapture, load_causal_lm, micro_batches, router_losses
+    from slime_core.api import (
+        RouterCapture,
+        load_causal_lm,
+        micro_batches,
+        right_pad,
+        router_losses,
+    )
 
     model = load_causal_lm(torch_tr.config.model, torch.device("cpu"), torch.float32,
                            seed=torch_tr.config.run.seed)
@@ -457,12 +463,7 @@ def _per_layer_aux(torch_tr: Any, batch: Any) -> float:
     plan = micro_batches([len(t) for t in batch.tokens], torch_tr.config.train.micro_batch_tokens)
     with torch.no_grad():
         for mb in plan:
-            toks = [batch.tokens[i] for i in mb]
-            width = max(len(t) for t in toks)
-            ids = torch.zeros((len(toks), width), dtype=torch.long)
-            attn = torch.zeros_like(ids)
-            for row, t in enumerate(toks):
-                ids[row, : len(t)], attn[row, : len(t)] = t, 1
+            ids, attn = right_pad([batch.tokens[i] for i in mb])
             with capture.capturing():
                 model(input_ids=ids, attention_mask=attn)
             layers = list(capture.taken)

@@ -27,6 +27,7 @@ from slime_core.api import (
     make_adamw,
     micro_batches,
     resolve_dtype,
+    right_pad,
     untie,
 )
 from slime_hookspecs import CriticLossFn, CriticSpec
@@ -47,11 +48,7 @@ def response_values(
     """
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
-    ids = torch.zeros((len(tokens), max(lengths)), dtype=torch.long, device=device)
-    attn = torch.zeros_like(ids)
-    for row, t in enumerate(tokens):
-        ids[row, : lengths[row]] = t.to(device)
-        attn[row, : lengths[row]] = 1
+    ids, attn = (x.to(device) for x in right_pad(tokens))
     out = model(input_ids=ids, attention_mask=attn).logits
     if out.dim() == 3 and out.size(-1) == 1:
         out = out.squeeze(-1)

@@ -23,7 +23,7 @@ def _batch():
 @pytest.mark.parametrize(("fused_head", "reducer"), [(True, "seq_mean_token_mean"),
                                                      (False, "token_mean")])
 def test_router_losses_add_coef_times_their_gradient(tmp_path, fused_head, reducer):
-    from slime_core.api import RouterCapture
+    from slime_core.api import RouterCapture, right_pad
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
@@ -57,12 +57,7 @@ def test_router_losses_add_coef_times_their_gradient(tmp_path, fused_head, reduc
             plan = trainer._plan(batch.tokens, batch.response_lengths, False)
             assert len(plan) == 2
             for mb in plan:
-                toks = [batch.tokens[i] for i in mb]
-                width = max(len(t) for t in toks)
-                ids = torch.zeros((len(toks), width), dtype=torch.long)
-                attn = torch.zeros_like(ids)
-                for row, t in enumerate(toks):
-                    ids[row, : len(t)], attn[row, : len(t)] = t, 1
+                ids, attn = right_pad([batch.tokens[i] for i in mb])
                 with capture.capturing():
                     model(input_ids=ids, attention_mask=attn)
                 aux, z = capture.losses(attn)
