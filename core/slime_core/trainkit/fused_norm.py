@@ -46,12 +46,20 @@ def _is_llama_norm(cls: type) -> bool:
     return _CHECKED[cls]
 
 
+def rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
+    """transformers' Llama RMSNorm ``norm`` (its ``weight`` and ``variance_epsilon``) applied
+    to ``x`` through one ``F.rms_norm``: normalised in fp32, scaled after the cast back to
+    ``x``'s dtype, as transformers orders it. The local engine's fused decoder and
+    ``train.fused_norm`` both compute their norms here."""
+    shape = (x.shape[-1],)
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, shape, norm.weight, norm.variance_epsilon)
+    normed = F.rms_norm(x.float(), shape, None, norm.variance_epsilon)
+    return norm.weight * normed.to(x.dtype)
+
+
 def _rms_norm_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    shape = (hidden_states.shape[-1],)
-    if hidden_states.dtype == torch.float32:
-        return F.rms_norm(hidden_states, shape, self.weight, self.variance_epsilon)
-    normed = F.rms_norm(hidden_states.float(), shape, None, self.variance_epsilon)
-    return self.weight * normed.to(hidden_states.dtype)
+    return rms_norm(hidden_states, self)
 
 
 def fuse_rms_norms(model: torch.nn.Module) -> int:

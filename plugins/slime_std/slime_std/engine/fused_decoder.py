@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from slime_core.api import rms_norm
 
 from slime_std.engine.output_head import MAX_ROWS, transposed_linear
 
@@ -96,13 +97,6 @@ def _fuse(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
     return weight, bias
 
 
-def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-    h = F.rms_norm(x.float(), (x.shape[-1],), None, norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)  # transformers' order: scale after the cast back
-
-
 class _Layer:
     def __init__(self, layer: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
@@ -123,15 +117,15 @@ class _Layer:
         """Queries and keys [N, H + H_kv, D] (normed, when the layer norms them, and rotated:
         ``cos`` / ``sin`` [N, 1, D], ``sin`` carrying ``rotate_half``'s sign) and the values
         [N, H_kv * D] of the rows ``x`` [N, hidden]."""
-        qkv = _project(_rms(x, self.ln1), self.qkv_w, self.qkv_t, self.qkv_b).contiguous()
+        qkv = _project(rms_norm(x, self.ln1), self.qkv_w, self.qkv_t, self.qkv_b).contiguous()
         qk = qkv[:, : (h + hkv) * d].view(-1, h + hkv, d)
         if self.q_norm is not None:
-            qk = torch.cat((_rms(qk[:, :h], self.q_norm), _rms(qk[:, h:], self.k_norm)), 1)
+            qk = torch.cat((rms_norm(qk[:, :h], self.q_norm), rms_norm(qk[:, h:], self.k_norm)), 1)
         return torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin), qkv[:, (h + hkv) * d:]
 
     def gated(self, x: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` of the post-attention norm of ``x``: the down product's input."""
-        gu = _project(_rms(x, self.ln2), self.gu_w, self.gu_t, self.gu_b)
+        gu = _project(rms_norm(x, self.ln2), self.gu_w, self.gu_t, self.gu_b)
         return F.silu(gu[:, : self.inter]) * gu[:, self.inter:]
 
 
@@ -307,7 +301,7 @@ class FusedDecoder:
             x = _project_add(out, layer.o_w, layer.o_t, layer.o_b, x)
             x = _project_add(layer.gated(x), layer.down_w, layer.down_t, layer.down_b, x)
         self.length = end
-        return _rms(x, self.norm).reshape(b, t, -1)
+        return rms_norm(x, self.norm).reshape(b, t, -1)
 
     def _decode_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                           bias: torch.Tensor | None, scale: float) -> torch.Tensor:
