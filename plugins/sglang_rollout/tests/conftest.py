@@ -56,6 +56,33 @@ def resolve() -> Callable[..., Any]:
 
 
 @pytest.fixture
+def run_in_agreement() -> Callable[..., Path]:
+    """``run_in_agreement(base_config, url, transport, plugins)`` -> the run directory of the
+    2-step GRPO run of ``base_config`` with ``rollout.engine = "sglang"`` served at ``url``,
+    checked: every training step's trainer log-probs agree with the served ones
+    (``train/mismatch_abs_logprob_diff`` < 1e-4), which holds only if token ids and log-probs
+    are paired right and every sync reached the server."""
+    import json
+
+    from slime_core.runner.driver import run_training
+
+    def run(base_config: dict[str, Any], url: str, transport: str,
+            plugins: tuple[str, ...]) -> Path:
+        base_config["rollout"]["engine"] = "sglang"
+        base_config["weights"] = {"transport": transport}
+        base_config["sglang"] = {"urls": [url]}
+        run_dir = Path(run_training(*resolve_config(base_config, plugins)))
+        steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        train_steps = [m for m in steps if "train/mismatch_abs_logprob_diff" in m]
+        assert len(train_steps) == 2
+        for m in train_steps:
+            assert m["train/mismatch_abs_logprob_diff"] < 1e-4, m
+        return run_dir
+
+    return run
+
+
+@pytest.fixture
 def fake_server() -> Iterator[Callable[..., FakeSGLangServer]]:
     """``fake_server(engine=None, **kw)`` -> a started server (ScriptedEngine by default)."""
     started: list[FakeSGLangServer] = []

@@ -9,8 +9,6 @@ token ids and log-probs are paired right and every weight sync reached the serve
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,24 +26,13 @@ def _server_engine(base_config: dict[str, Any]) -> Any:
     ("disk", "/update_weights_from_disk"),
     ("inprocess", "/update_weights_from_tensor"),
 ])
-def test_grpo_run_against_an_sglang_shaped_server(base_config, fake_server, resolve,
+def test_grpo_run_against_an_sglang_shaped_server(base_config, fake_server, run_in_agreement,
                                                   transport, endpoint) -> None:
     import torch
-    from slime_core.runner.driver import run_training
 
     engine = _server_engine(base_config)
     srv = fake_server(engine)
-    base_config["rollout"]["engine"] = "sglang"
-    base_config["weights"] = {"transport": transport}
-    base_config["sglang"] = {"urls": [srv.url]}
-    manager, config = resolve(base_config, ("slime_grpo", "sglang_rollout"))
-    run_dir = Path(run_training(manager, config))
-
-    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train_steps = [m for m in steps if "train/mismatch_abs_logprob_diff" in m]
-    assert len(train_steps) == 2
-    for m in train_steps:
-        assert m["train/mismatch_abs_logprob_diff"] < 1e-4, m
+    run_dir = run_in_agreement(base_config, srv.url, transport, ("slime_grpo", "sglang_rollout"))
     syncs = [r.body for r in srv.requests if r.path == endpoint]
     assert [b["weight_version"] for b in syncs] == ["0", "1", "2"]
     assert srv.version == "2" and engine.weight_version() == 2

@@ -238,32 +238,19 @@ def test_launch_flags_and_refusals() -> None:
         launch_flags(SimpleNamespace(rank=8, target_modules=["q_proj", "c_attn"]))
 
 
-def test_grpo_lora_run_against_the_stand_in(base_config, fake_server, resolve) -> None:
+def test_grpo_lora_run_against_the_stand_in(base_config, fake_server, run_in_agreement) -> None:
     """A 2-step GRPO + LoRA run with ``rollout.engine = "sglang"``: the trainer's log-probs of
     every rollout token agree with the served ones (``train/mismatch_abs_logprob_diff``), which
     only holds if each sync's adapter reached the server and every request named it."""
-    import json
-
-    from slime_core.runner.driver import run_training
     from slime_core.testing import build_test_config
     from slime_std.engine.local_engine import LocalEngine
 
     served = LocalEngine(build_test_config(model=dict(base_config["model"]), run={"seed": 1}), 0)
     srv = fake_server(served, enable_lora=True, max_lora_rank=4, max_loaded_loras=2)
     base_config["run"]["seed"] = 1  # the stand-in's base is the trainer's base
-    base_config["rollout"]["engine"] = "sglang"
-    base_config["weights"] = {"transport": "disk"}
-    base_config["sglang"] = {"urls": [srv.url]}
     base_config["lora"] = {"enabled": True, "rank": 4, "alpha": 8.0}
     base_config["train"]["lr"] = 1e-2
-    manager, config = resolve(base_config, ("slime_grpo", "slime_lora", "sglang_rollout"))
-    run_dir = Path(run_training(manager, config))
-
-    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train_steps = [m for m in steps if "train/mismatch_abs_logprob_diff" in m]
-    assert len(train_steps) == 2
-    for m in train_steps:
-        assert m["train/mismatch_abs_logprob_diff"] < 1e-4, m
+    run_in_agreement(base_config, srv.url, "disk", ("slime_grpo", "slime_lora", "sglang_rollout"))
     loads = [r.body["lora_name"] for r in srv.requests if r.path == "/load_lora_adapter"]
     unloads = [r.body["lora_name"] for r in srv.requests if r.path == "/unload_lora_adapter"]
     assert loads == ["slime-v0", "slime-v1", "slime-v2"] and unloads == loads[:-1]
