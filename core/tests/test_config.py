@@ -30,6 +30,16 @@ def test_unknown_key_suggests_nearest(tmp_path: Path) -> None:
         _resolve(tmp_path, "[rollout]\ntemprature = 0.7\n")
 
 
+def test_error_names_the_faulty_override_not_a_valid_one(tmp_path: Path) -> None:
+    # the "valid:" list names run.seed and run.num_rollouts too; the blame goes to run.dir
+    with pytest.raises(ConfigError) as err:
+        _resolve(tmp_path, "", ("run.seed=1", "run.dir=x", "run.num_rollouts=2"))
+    assert str(err.value).endswith("(from the override -o run.dir=x)")
+    with pytest.raises(ConfigError) as err:
+        _resolve(tmp_path, "", ("run.seed=1", "run.num_rollouts=abc"))
+    assert str(err.value).endswith("(from the override -o run.num_rollouts=abc)")
+
+
 def test_unknown_section_suggests_nearest(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown config section 'rolout'; did you mean 'rollout'"):
         _resolve(tmp_path, "[rolout]\nx = 1\n")

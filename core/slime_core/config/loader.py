@@ -111,8 +111,16 @@ def _numerics_presets(schema: ConfigSchema, raw: dict[str, Any]) -> dict[str, di
 
 
 def _source(message: str, overridden: dict[str, str], where: str, section: str | None = None) -> str:
-    """Where the key an error names came from: its ``-o`` override, else the file."""
+    """Where the key an error names came from: its ``-o`` override, else the file.
+
+    The key the error is about comes first in its message (quoted, or before the colon); the
+    "did you mean" and "valid:" lists after it name keys that are not at fault, so only the
+    message's head is searched, then the section for errors that name no key."""
+    head = re.split(r"; did you mean|\(valid:", message, maxsplit=1)[0]
     for dotted, item in overridden.items():
-        if dotted.partition(".")[0] == section or re.search(rf"\b{re.escape(dotted)}\b", message):
+        if re.search(rf"(?<![\w.]){re.escape(dotted)}(?![\w.])", head):
+            return f" (from the override -o {item})"
+    for dotted, item in overridden.items():
+        if dotted.partition(".")[0] == section:
             return f" (from the override -o {item})"
     return where
