@@ -109,6 +109,8 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "s
     first = next(r for r in rows if "perf/startup_time" in r)
     emit(framework=framework, what="startup", startup_time=first["perf/startup_time"],
          setup_time=first["perf/setup_time"],
+         setup_parts={k.split("/")[1][len("setup_"):-len("_time")]: round(v, 3)
+                      for k, v in first.items() if k.startswith("perf/setup_") and k != "perf/setup_time"},
          step_time_median=_median([r["perf/step_time"] for r in rows if "perf/step_time" in r]),
          eval_time_total=sum(evals), evals=len(evals),  # left out of the curves' clock
          peak_memory_gb=max((r.get("perf/peak_memory_gb", 0.0) for r in rows), default=0.0),

@@ -41,3 +41,11 @@ def test_cpu_run_writes_resolved_auto_keys_and_startup_time(
     assert first["perf/startup_time"] + eval0 >= before - started
     assert 0 < first["perf/setup_time"] < first["perf/startup_time"]
     assert all("perf/startup_time" not in r for r in rows[1:])
+    # the set-up's break-down: where the process's time went before its first step
+    parts = {k: v for k, v in first.items() if k.startswith("perf/setup_") and k != "perf/setup_time"}
+    assert set(parts) == {f"perf/setup_{p}_time" for p in
+                          ("start", "data", "trainer", "engines", "first_sync")}, parts
+    assert all(v >= 0 for v in parts.values())
+    # the parts are disjoint pieces of the set-up (the rest: run files, loggers, hooks)
+    assert sum(parts.values()) <= first["perf/setup_time"] + 1e-6
+    assert all(not k.startswith("perf/setup_") for r in rows[1:] for k in r)

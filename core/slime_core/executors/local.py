@@ -26,6 +26,7 @@ from slime_core.executors.base import (
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
 from slime_core.rollout.manager import RolloutManager
+from slime_core.runner import startup
 
 
 class LocalExecutor:
@@ -36,10 +37,11 @@ class LocalExecutor:
         self.accelerator = accel_record.factory()
         # the data first: a bad file or a prompt longer than the context fails in a second,
         # not after the models have loaded
-        self.train_source = make_data_source(manager, config, "train")
-        self.eval_source = (make_data_source(manager, config, "eval")
-                            if has_eval(config, manager) else None)
-        attach_buffer_filter(manager, config, self.train_source)
+        with startup.part("data"):
+            self.train_source = make_data_source(manager, config, "train")
+            self.eval_source = (make_data_source(manager, config, "eval")
+                                if has_eval(config, manager) else None)
+            attach_buffer_filter(manager, config, self.train_source)
         self.trainer: Any
         if config.train.num_ranks > 1:
             from slime_core.executors.local_ranks import LocalRankGroup
@@ -52,16 +54,19 @@ class LocalExecutor:
                       "processes; give importable modules in run.plugin_modules",
                       file=sys.stderr)
             reg.trainer_backend.get(config.train.backend)  # unknown names fail here, not in a rank
-            self.trainer = LocalRankGroup(selection, config, accel_record, self.accelerator)
+            with startup.part("trainer"):
+                self.trainer = LocalRankGroup(selection, config, accel_record, self.accelerator)
         else:
-            self.trainer = reg.trainer_backend.get(config.train.backend).factory(
-                config, 0, 1, self.accelerator
-            )
+            with startup.part("trainer"):
+                self.trainer = reg.trainer_backend.get(config.train.backend).factory(
+                    config, 0, 1, self.accelerator
+                )
         engine_rec = reg.rollout_engine.get(config.rollout.engine)
-        self.engines = [engine_rec.factory(config, i, self.accelerator)
-                        for i in range(config.rollout.num_engines)]
-        self.transport = reg.weight_transport.get(config.weights.transport).factory(
-            config, self.accelerator)
+        with startup.part("engines"):
+            self.engines = [engine_rec.factory(config, i, self.accelerator)
+                            for i in range(config.rollout.num_engines)]
+            self.transport = reg.weight_transport.get(config.weights.transport).factory(
+                config, self.accelerator)
         self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
         self._pool: ThreadPoolExecutor | None = None
         self._registries = reg

@@ -52,6 +52,8 @@ class Driver:
         self.manager, self.config, self.pm = manager, config, manager.hook
         self.process_started = startup.process_start()  # perf/startup_time counts from here
         self._startup_logged = False  # perf/startup_time goes in this process's first row
+        self._before_driver = time.time() - self.process_started  # perf/setup_start_time
+        startup.reset()
         set_manager(manager)
         # again here for records of plugins registered after resolve() (in-memory ones):
         # a wrong name fails before a run directory or a model exists
@@ -114,7 +116,8 @@ class Driver:
             self.skips = SkippedSteps(config.train.max_consecutive_skipped_steps)
             self.schedule = self._make_schedule()
             if resume_dir:
-                self._resume()
+                with startup.part("resume"):
+                    self._resume()
         except BaseException:
             ex.shutdown()
             raise
@@ -310,7 +313,8 @@ class Driver:
         eval_time = 0.0  # of this process, before its first step ends (not start-up)
         setup: float | None = None
         try:
-            self.sync_weights()
+            with startup.part("first_sync"):
+                self.sync_weights()
             self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
             if self.eval_source is not None and self.step == 0:
                 phase = "eval"
@@ -328,6 +332,7 @@ class Driver:
                     self._startup_logged = True
                     m["perf/startup_time"] = time.time() - self.process_started - eval_time
                     m["perf/setup_time"] = setup
+                    m.update(startup.parts_metrics(self._before_driver))
                     print(startup.startup_line(m["perf/startup_time"], setup,
                                                m["perf/startup_time"] - setup), file=sys.stderr)
                 if self.eval_source is not None and (
