@@ -75,10 +75,11 @@ case "${1:-}" in
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
     # The fourth scores the rewards in 8 worker processes (rollout.reward_processes; math-verify
     # took 97 ms of the step on the rollout's thread); the fifth fuses the trainer's RMSNorms
-    # (train.fused_norm: 244 launches each of pow, mean and rsqrt a step). Then the two compiled
-    # paths the `auto` rules leave off for a 40-step run (the medians include their warm-up
-    # steps: 12 steps, so a warm-up of up to 5 steps does not move the median), and the
-    # uncompiled changes together.
+    # (train.fused_norm: 244 launches each of pow, mean and rsqrt a step). Then the compiled
+    # decode step `auto` leaves off for a 40-step run (the median of 12 steps leaves its
+    # warm-up out); TF32 products (run.matmul_precision = high: the fp32 products ran as FFMA
+    # kernels, 70% of the training's GPU time); and the changes together. (train.compile is
+    # not tried: ~200 s of warm-up on the anchor, more than a 40-step run lasts.)
     python3 bench/reward_processes.py --samples 128 --workers 0,8 2>&1 | grep workers
     for v in "mb8192 train.micro_batch_tokens=8192" \
              "mb16384 train.micro_batch_tokens=16384" \
@@ -86,8 +87,8 @@ case "${1:-}" in
              "reward_processes8 rollout.reward_processes=8" \
              "fused_norm train.fused_norm=true" \
              "compile_decode rollout.compile_decode=true" \
-             "train_compile train.compile=true train.shared_prefix=false train.micro_batch_tokens=16384" \
-             "all_but_compile train.micro_batch_tokens=16384 rollout.reward_processes=8 train.fused_norm=true"; do
+             "tf32 run.matmul_precision=high" \
+             "together train.micro_batch_tokens=16384 rollout.reward_processes=8 train.fused_norm=true run.matmul_precision=high"; do
       set -- $v
       label=$1; shift
       sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done

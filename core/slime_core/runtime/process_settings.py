@@ -17,8 +17,8 @@ COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "tr
 
 
 def apply(config: Any) -> None:
-    """``run.num_threads`` (torch intra-op threads), ``run.cudnn_attention`` and
-    ``run.compile_cache_dir``.
+    """``run.num_threads`` (torch intra-op threads), ``run.cudnn_attention``,
+    ``run.matmul_precision`` and ``run.compile_cache_dir``.
 
     ``run.cudnn_attention = false`` takes cuDNN out of the backends torch's
     ``scaled_dot_product_attention`` may pick (flash, memory-efficient and math remain). cuDNN
@@ -34,6 +34,9 @@ def apply(config: Any) -> None:
     # set both ways: a process that ran an earlier configuration in-process (tests, notebooks)
     # must not keep its value
     torch.backends.cuda.enable_cudnn_sdp(bool(config.run.cudnn_attention))
+    # process-wide like cuDNN's switch: the engine and the trainer may share the process, and
+    # a log-prob mismatch between them must not come from one using TF32 and the other not
+    torch.set_float32_matmul_precision(config.run.matmul_precision)
     set_compile_caches(config.run.compile_cache_dir)
 
 

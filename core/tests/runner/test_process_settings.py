@@ -1,4 +1,4 @@
-"""``run.num_threads`` and ``run.cudnn_attention`` reach torch in the process that runs the
+"""``run.num_threads``, ``run.cudnn_attention`` and ``run.matmul_precision`` reach torch in the process that runs the
 components: the driver's (here) and, through the same function, every worker's."""
 
 from __future__ import annotations
@@ -27,6 +27,25 @@ def test_cudnn_attention_switch_and_thread_count_reach_torch():
     finally:
         torch.backends.cuda.enable_cudnn_sdp(True)
         torch.set_num_threads(threads)
+
+
+def test_matmul_precision_is_set_both_ways():
+    try:
+        process_settings.apply(build_test_config(run={"matmul_precision": "high"}))
+        assert torch.get_float32_matmul_precision() == "high"
+        # the default puts true fp32 back for a later configuration in this process
+        process_settings.apply(build_test_config())
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_matmul_precision_refuses_other_names():
+    import pytest
+    from slime_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="run.matmul_precision.*'tf32'"):
+        build_test_config(run={"matmul_precision": "tf32"})
 
 
 def test_the_driver_and_every_worker_apply_them(monkeypatch):
