@@ -98,7 +98,7 @@ class RolloutConfig(Protocol):
     reward: str
     reward_key: str
     reward_kwargs: dict[str, Any]
-    reward_processes: int
+    reward_processes: int | str
     max_abs_reward: float
     dynamic_sampling_filter: str
     over_sampling_batch_size: int

@@ -23,10 +23,10 @@ from slime_core.executors.base import (
     local_only_plugins,
     weights_digest,
 )
+from slime_core.observe import setup_parts
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
 from slime_core.rollout.manager import RolloutManager
-from slime_core.runner import startup
 
 
 class LocalExecutor:
@@ -37,7 +37,7 @@ class LocalExecutor:
         self.accelerator = accel_record.factory()
         # the data first: a bad file or a prompt longer than the context fails in a second,
         # not after the models have loaded
-        with startup.part("data"):
+        with setup_parts.part("data"):
             self.train_source = make_data_source(manager, config, "train")
             self.eval_source = (make_data_source(manager, config, "eval")
                                 if has_eval(config, manager) else None)
@@ -54,15 +54,15 @@ class LocalExecutor:
                       "processes; give importable modules in run.plugin_modules",
                       file=sys.stderr)
             reg.trainer_backend.get(config.train.backend)  # unknown names fail here, not in a rank
-            with startup.part("trainer"):
+            with setup_parts.part("trainer"):
                 self.trainer = LocalRankGroup(selection, config, accel_record, self.accelerator)
         else:
-            with startup.part("trainer"):
+            with setup_parts.part("trainer"):
                 self.trainer = reg.trainer_backend.get(config.train.backend).factory(
                     config, 0, 1, self.accelerator
                 )
         engine_rec = reg.rollout_engine.get(config.rollout.engine)
-        with startup.part("engines"):
+        with setup_parts.part("engines"):
             self.engines = [engine_rec.factory(config, i, self.accelerator)
                             for i in range(config.rollout.num_engines)]
             self.transport = reg.weight_transport.get(config.weights.transport).factory(

@@ -35,7 +35,8 @@ class RewardFunctions:
     def __init__(self, manager: Any, config: Any) -> None:
         self.manager, self.config = manager, config
         self._built: dict[str, tuple[Any, bool, str]] = {}
-        workers = int(config.rollout.reward_processes)
+        workers = config.rollout.reward_processes
+        workers = 0 if workers == "auto" else int(workers)  # no plugin resolved it: off
         self.processes = RewardProcesses(workers) if workers > 0 else None
 
     def get(self, name: str, why: str = "") -> tuple[Any, bool, str]:

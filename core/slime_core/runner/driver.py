@@ -31,6 +31,7 @@ from slime_core.context import print_config_notices, set_manager
 from slime_core.evaluation.metrics import eval_metrics
 from slime_core.executors import make_executor
 from slime_core.moe.preflight import check_router_losses, check_routing_replay
+from slime_core.observe import setup_parts
 from slime_core.observe.rollout_metrics import rollout_metrics
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import has_eval
@@ -53,7 +54,7 @@ class Driver:
         self.process_started = startup.process_start()  # perf/startup_time counts from here
         self._startup_logged = False  # perf/startup_time goes in this process's first row
         self._before_driver = time.time() - self.process_started  # perf/setup_start_time
-        startup.reset()
+        setup_parts.reset()
         set_manager(manager)
         # again here for records of plugins registered after resolve() (in-memory ones):
         # a wrong name fails before a run directory or a model exists
@@ -116,7 +117,7 @@ class Driver:
             self.skips = SkippedSteps(config.train.max_consecutive_skipped_steps)
             self.schedule = self._make_schedule()
             if resume_dir:
-                with startup.part("resume"):
+                with setup_parts.part("resume"):
                     self._resume()
         except BaseException:
             ex.shutdown()
@@ -313,7 +314,7 @@ class Driver:
         eval_time = 0.0  # of this process, before its first step ends (not start-up)
         setup: float | None = None
         try:
-            with startup.part("first_sync"):
+            with setup_parts.part("first_sync"):
                 self.sync_weights()
             self.pm.slime_run_start(config=cfg, run_dir=str(self.run_dir))
             if self.eval_source is not None and self.step == 0:
@@ -332,7 +333,7 @@ class Driver:
                     self._startup_logged = True
                     m["perf/startup_time"] = time.time() - self.process_started - eval_time
                     m["perf/setup_time"] = setup
-                    m.update(startup.parts_metrics(self._before_driver))
+                    m.update(setup_parts.parts_metrics(self._before_driver))
                     print(startup.startup_line(m["perf/startup_time"], setup,
                                                m["perf/startup_time"] - setup), file=sys.stderr)
                 if self.eval_source is not None and (

@@ -10,15 +10,10 @@ a run without one starts no faster.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
-
-from slime_core.observe import trace
 
 _IMPORTED = time.time()  # the fallback start where the process's own is unknown
-_PARTS: dict[str, float] = {}  # set-up part -> seconds, this process
 
 
 def process_start() -> float:
@@ -43,30 +38,3 @@ def startup_line(startup: float, setup: float, first_step: float) -> str:
     return (f"time to first step: {startup:.1f} s (set-up {setup:.1f} s from process start, "
             f"first step {first_step:.1f} s; evaluation excluded) -> perf/startup_time")
 
-
-@contextlib.contextmanager
-def part(name: str) -> Iterator[None]:
-    """Time one part of the set-up (``data``, ``trainer``, ``engines``, ...): a span on the
-    trace's phase track (inside ``setup``) and ``perf/setup_<name>_time`` in the first row, so
-    a slow start says where it went. Sequential code only (the phase track nests)."""
-    t = time.perf_counter()
-    try:
-        with trace.span(name):
-            yield
-    finally:
-        _PARTS[name] = _PARTS.get(name, 0.0) + time.perf_counter() - t
-
-
-def reset() -> None:
-    """Forget the parts timed so far (a driver starting in this process)."""
-    _PARTS.clear()
-
-
-def parts_metrics(before_driver: float) -> dict[str, float]:
-    """The first row's break-down of ``perf/setup_time``: ``perf/setup_start_time`` (process
-    start to the driver: the interpreter, imports, plugin discovery, the config) and the parts
-    timed with :func:`part` since; consumed (a second driver in this process starts afresh)."""
-    out = {"perf/setup_start_time": before_driver}
-    out.update({f"perf/setup_{name}_time": sec for name, sec in _PARTS.items()})
-    _PARTS.clear()
-    return out

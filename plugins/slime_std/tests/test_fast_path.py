@@ -115,3 +115,34 @@ def test_a_disabled_owner_leaves_its_keys_auto():
                         check_names=False)
     assert config.rollout.cuda_graphs == "auto" and config.rollout.decode_attention == "auto"
     assert config.train.compile is False  # torch_trainer's keys still resolve
+
+
+def test_reward_processes_take_half_the_cores_beside_a_gpu_only(monkeypatch):
+    monkeypatch.setattr(fast_defaults.os, "sched_getaffinity", lambda pid: set(range(16)))
+    config = build_test_config()
+    assert config.rollout.reward_processes == "auto"
+    chosen = {c.key: c for c in fast_defaults.resolve_rewards(config, RECORDS["cuda"])}
+    assert chosen["rollout.reward_processes"].value == 8 == config.rollout.reward_processes
+    assert "16 cores" in chosen["rollout.reward_processes"].reason
+    monkeypatch.setattr(fast_defaults.os, "sched_getaffinity", lambda pid: set(range(6)))
+    config = build_test_config()
+    assert [c.value for c in fast_defaults.resolve_rewards(config, RECORDS["cuda"])] == [3]
+    monkeypatch.setattr(fast_defaults.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    config = build_test_config()
+    assert [c.value for c in fast_defaults.resolve_rewards(config, RECORDS["cuda"])] == [0]
+    # on the CPU the training's threads have the cores, whatever their number
+    monkeypatch.setattr(fast_defaults.os, "sched_getaffinity", lambda pid: set(range(64)))
+    config = build_test_config()
+    assert [c.value for c in fast_defaults.resolve_rewards(config, RECORDS["cpu"])] == [0]
+    # a value the user set stays
+    config = build_test_config(rollout={"reward_processes": 2})
+    assert fast_defaults.resolve_rewards(config, RECORDS["cuda"]) == []
+    assert config.rollout.reward_processes == 2
+
+
+def test_unresolved_reward_processes_score_on_the_rollouts_thread():
+    from slime_core.rewards.routing import RewardFunctions
+
+    config = build_test_config()
+    assert config.rollout.reward_processes == "auto"  # no rewards plugin resolved it
+    assert RewardFunctions(manager=None, config=config).processes is None

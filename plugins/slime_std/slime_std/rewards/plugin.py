@@ -9,7 +9,7 @@ so ``rollout.reward_processes`` may score with it in worker processes."""
 
 from __future__ import annotations
 
-from slime_hookspecs import RewardFunctionRecord, hookimpl
+from slime_hookspecs import Config, RewardFunctionRecord, hookimpl
 
 from slime_std.extras import probe
 from slime_std.rewards import (
@@ -24,6 +24,13 @@ from slime_std.rewards.f1 import make_f1_reward
 from slime_std.rewards.gpqa import make_gpqa_reward
 from slime_std.rewards.math_reward import make_boxed_math_reward
 from slime_std.rewards.random_reward import make_random_reward
+
+
+@hookimpl
+def slime_configure(config: Config) -> None:
+    from slime_std.fast_path import configure, resolve_rewards
+
+    configure(config, resolve_rewards)
 
 
 @hookimpl

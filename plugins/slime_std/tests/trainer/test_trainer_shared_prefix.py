@@ -72,7 +72,7 @@ def test_trainer_steps_match_with_and_without_shared_prefix(tmp_path, monkeypatc
 
 
 def test_trainer_steps_match_with_and_without_the_fused_norm(tmp_path):
-    """``train.fused_norm``: applied only when asked (the norm itself:
+    """``train.fused_norm`` (on by default): applied only when on (the norm itself:
     ``core/tests/trainkit/test_fused_norm.py``), and the steps are the same."""
     runs = {}
     for fused in (False, True):
