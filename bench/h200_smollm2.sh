@@ -9,6 +9,7 @@
 #   bash bench/h200_smollm2.sh learn     # device call 2 (right after), carry [".mdl/b", ".whl"]
 #   bash bench/h200_smollm2.sh again     # device call 3 (warm machine): slime runs with warm caches
 #   bash bench/h200_smollm2.sh profile   # device call 3' (warm machine): a profiled step (issue 43)
+#   bash bench/h200_smollm2.sh imports   # any call, no carry: where the set-up's imports go
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -122,5 +123,24 @@ case "${1:-}" in
       fi
     done
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|profile" >&2; exit 2 ;;
+  imports)
+    # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
+    # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
+    # for byte-compilation every time (an image whose site-packages hold no writable
+    # __pycache__)? Import times cold, again, then twice with a writable pycache prefix.
+    T=$(python3 -c "import transformers, os; print(os.path.dirname(transformers.__file__))")
+    echo "transformers at $T; pycache files: $(find "$T" -name '*.pyc' | wc -l); writable: $([ -w "$T" ] && echo yes || echo no)"
+    for i in 1 2; do
+      for stmt in "import torch" "import torch, transformers" "import torch; from transformers import AutoTokenizer"; do
+        /usr/bin/time -f "%e s  $stmt" python3 -c "$stmt" 2>&1 | tail -1
+      done
+    done
+    for i in 1 2; do
+      PYTHONPYCACHEPREFIX=/tmp/pyc /usr/bin/time -f "%e s  (pycache prefix, run $i) AutoTokenizer" \
+        python3 -c "import torch; from transformers import AutoTokenizer" 2>&1 | tail -1
+    done
+    python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
+      | sort -t'|' -k2 -n | tail -15
+    ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|profile|imports" >&2; exit 2 ;;
 esac

@@ -1,11 +1,12 @@
-"""One GRPO training step with a boolean ``train`` option off and on (``--option``:
-``fused_head`` or ``shared_prefix``), alternating in one process on batches of the same shape
+"""One GRPO training step with a ``train`` option off and on (``--option``: ``fused_head``,
+``shared_prefix``, ``fused_norm``; ``micro_batch_tokens`` compares 8192 ("off") with 16384), alternating in one process on batches of the same shape
 (the VM drifts by tens of percent between runs, so only a same-process A/B shows what an
 option saves). CPU, fp32, the benchmark workloads' shapes: each group's samples share one
 random prompt, as in GRPO.
 
     python bench/train_ab.py --workload smollm2 --reps 3                  # train.fused_head
     python bench/train_ab.py --workload tiny --reps 5 --option shared_prefix
+    python bench/train_ab.py --workload smollm2 --reps 4 --option micro_batch_tokens
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+# option -> its (off, on) values
+OPTIONS = {"fused_head": (False, True), "shared_prefix": (False, True),
+           "fused_norm": (False, True), "micro_batch_tokens": (8192, 16384)}
+
+
 def main() -> None:
     from grpo_vs_trl import WORKLOADS, model_dir
     from slime_core.context import set_manager
@@ -36,7 +42,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--option", choices=["fused_head", "shared_prefix"], default="fused_head")
+    ap.add_argument("--option", choices=sorted(OPTIONS), default="fused_head")
     ap.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "slime-bench"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -61,7 +67,8 @@ def main() -> None:
     trainers = {}
     for fused in (False, True):
         manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data={
-            "model": {"path": str(path)}, "train": {a.option: fused, "lr": 1e-6}})
+            "model": {"path": str(path)},
+            "train": {a.option: OPTIONS[a.option][int(fused)], "lr": 1e-6}})
         set_manager(manager)
         trainers[fused] = TorchTrainer(config)
     vocab = trainers[True].model.config.vocab_size
