@@ -37,4 +37,3 @@ def startup_line(startup: float, setup: float, first_step: float) -> str:
     """The line printed once the first step is done."""
     return (f"time to first step: {startup:.1f} s (set-up {setup:.1f} s from process start, "
             f"first step {first_step:.1f} s; evaluation excluded) -> perf/startup_time")
-
