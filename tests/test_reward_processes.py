@@ -57,3 +57,34 @@ def test_a_promise_the_function_cannot_keep_is_refused_naming_the_record() -> No
                                          r"extra\['processes'\] = True, but its built function "
                                          r"cannot be sent to a worker process"):
         InProcesses(lambda s: 1.0, RewardProcesses(1), "reward function 'x' (plugin 'p')")
+
+
+_SCRIPT = """
+from slime_core.rewards.routing import RewardFunctions
+from slime_core.testing import build_test_config
+
+def main():
+    rf = RewardFunctions(None, build_test_config(rollout={{"reward_processes": 2}}))
+    print("workers", 0 if rf.processes is None else rf.processes.workers)
+{call}
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_without_a_main_guard_keeps_the_rewards_on_the_thread(tmp_path, guarded) -> None:
+    """Spawned workers import the parent's main script: one without the guard would run its
+    training again in each of them, so no worker is started and the user is told why."""
+    import subprocess
+    import sys
+
+    call = 'if __name__ == "__main__":\n    main()' if guarded else "main()"
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT.format(call=call))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    if guarded:
+        assert "workers 2" in res.stdout and "guard" not in res.stderr
+    else:
+        assert "workers 0" in res.stdout
+        assert f"{script} has no `if __name__ == \"__main__\":` guard" in res.stderr

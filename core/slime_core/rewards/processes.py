@@ -21,7 +21,10 @@ import concurrent.futures
 import functools
 import logging
 import multiprocessing
+import os
 import pickle
+import re
+import sys
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -31,6 +34,34 @@ log = logging.getLogger(__name__)
 
 #: the record option that allows a reward function to run in worker processes
 PROCESSES_KEY = "processes"
+
+
+_GUARD = re.compile(r"""^\s*if\s+(?:__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__)""",
+                    re.MULTILINE)
+
+
+def unguarded_main() -> str | None:
+    """The path of this process's ``__main__`` script when spawning workers would run its
+    top level again, else None (the rules of ``multiprocessing.spawn``: a script or a
+    ``python -m package.module`` is run again as ``__mp_main__``).
+
+    A ``spawn`` worker imports the parent's main module before it does anything else; a
+    script that calls ``run_training`` at its top level, without ``if __name__ ==
+    "__main__":``, would start one more training run in every worker. ``core run``, ``python
+    -m slime_core``, guarded scripts, notebooks and the interactive prompt are safe."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None and (name == "__main__" or name.endswith(".__main__")):
+        return None  # `python -m package`: spawn leaves a package's __main__ alone
+    path = getattr(main, "__file__", None)
+    if not path or os.path.splitext(os.path.basename(path))[0] == "ipython":
+        return None  # spawn runs no file (interactive, notebooks; IPython's launcher)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None  # not a file spawn can run either (a zip app, a frozen binary)
+    return None if _GUARD.search(text) else str(path)
 
 
 class RewardProcesses:

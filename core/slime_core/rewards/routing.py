@@ -10,11 +10,17 @@ naming the row's value and the valid names; the others are scored.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from slime_hookspecs import Sample
 
-from slime_core.rewards.processes import PROCESSES_KEY, InProcesses, RewardProcesses
+from slime_core.rewards.processes import (
+    PROCESSES_KEY,
+    InProcesses,
+    RewardProcesses,
+    unguarded_main,
+)
 
 ROW_KEY = "rm_type"
 
@@ -37,6 +43,13 @@ class RewardFunctions:
         self._built: dict[str, tuple[Any, bool, str]] = {}
         workers = config.rollout.reward_processes
         workers = 0 if workers == "auto" else int(workers)  # no plugin resolved it: off
+        script = unguarded_main() if workers > 0 else None
+        if script is not None:
+            print(f"rollout.reward_processes = {workers}: not started, rewards stay on the "
+                  f"rollout's thread; {script} has no `if __name__ == \"__main__\":` guard, so "
+                  "every spawned worker would run its top level (and the training in it) "
+                  "again; put the run under the guard", file=sys.stderr)
+            workers = 0
         self.processes = RewardProcesses(workers) if workers > 0 else None
 
     def get(self, name: str, why: str = "") -> tuple[Any, bool, str]:
