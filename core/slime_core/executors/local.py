@@ -99,6 +99,7 @@ class LocalExecutor:
         return self._sides[name]
 
     def shutdown(self) -> None:
+        self.rollouts.close()
         if hasattr(self.trainer, "shutdown"):
             self.trainer.shutdown()
         if self._pool is not None:

@@ -432,6 +432,7 @@ class RolloutManagerWorker:
                 side.stop()
         if self.supervisor is not None:
             self.supervisor.stop()
+        self.rollouts.close()
 
 
 # -- trainer ranks ----------------------------------------------------------------------------

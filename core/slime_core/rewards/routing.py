@@ -63,6 +63,12 @@ class RewardFunctions:
             self._built[name] = (fn, rec.group, source)
         return self._built[name]
 
+    def close(self) -> None:
+        """Stop the worker processes, if any were started (a later call through the pool
+        would start new ones)."""
+        if self.processes is not None:
+            self.processes.close()
+
     def for_row(self, sample: Sample) -> tuple[Any, bool, str] | None:
         """The row's own reward (``None`` when the row names none)."""
         name = row_reward_name(sample)

@@ -175,6 +175,11 @@ class RolloutManager:
         """Groups stay on one engine (prefix caching); groups round-robin across engines."""
         return self.clients[group_index % len(self.clients)]
 
+    def close(self) -> None:
+        """Stop what the manager started beside the engines: the reward worker processes
+        (``rollout.reward_processes``). Called by the executor at the end of a run."""
+        self._rewards.close()
+
     def reward_fn(self, evaluation: bool) -> tuple[Any, bool, str]:
         """``(fn, is_group, source)``: the configured reward function; ``source`` names it and
         its plugin for error messages."""
