@@ -90,7 +90,7 @@ def test_a_script_without_a_main_guard_keeps_the_rewards_on_the_thread(tmp_path,
         assert f"{script} has no `if __name__ == \"__main__\":` guard" in res.stderr
 
 
-def test_the_run_end_stops_the_reward_workers(tmp_path, tokenizer_dir) -> None:
+def test_the_run_end_stops_the_reward_workers(tmp_path, tokenizer_dir, monkeypatch) -> None:
     """The executor's shutdown closes the rollout manager's pool: a process that runs several
     trainings (a notebook, a sweep) keeps no idle workers of the finished ones."""
     from slime_core.pluginmgr import PluginSelection
@@ -109,12 +109,8 @@ def test_the_run_end_stops_the_reward_workers(tmp_path, tokenizer_dir) -> None:
                                                   "num_rollouts": 1},
                     rollout={"reward": "pid_pure", "reward_processes": 2}, eval={"interval": 0})
     manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data=data)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(RolloutManager, "close", spy)
-    try:
-        run_dir = run_training(manager, config)
-    finally:
-        mp.undo()
+    monkeypatch.setattr(RolloutManager, "close", spy)
+    run_dir = run_training(manager, config)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["rollout/reward_mean"] for r in rows if "rollout/reward_mean" in r] == [1.0]
     assert len(pools) == 1 and pools[0] is not None and pools[0]._pool is None
