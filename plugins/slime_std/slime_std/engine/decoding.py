@@ -210,7 +210,8 @@ def decode(
         cache = None
         if clock is not None:
             clock.cut("kv_alloc")
-        logits = fixed.prefill(ids, full_mask[:, :width], pos)
+        logits = fixed.prefill(ids, full_mask[:, :width], pos,
+                               *(shared_prompts(requests, device) or (None, None)))
     elif fused is not None:
         cache = None
         fused.start(n, width + max_new, device, param.dtype, full_mask.bool() if padded else None)
@@ -333,18 +334,28 @@ class _RouteLog:
         return torch.cat(parts).cpu()
 
 
-def _fused_prefill(fused: FusedDecoder, requests: list[Request], ids: torch.Tensor,
-                   pos: torch.Tensor) -> torch.Tensor:
-    """The fused prefill, computing each distinct prompt once (a group's samples share it)."""
+def shared_prompts(requests: list[Request],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(distinct, rows)`` when some requests share a prompt (a group's samples do):
+    ``distinct`` [U] holds one batch row per distinct prompt and batch row i holds the prompt
+    of ``distinct[rows[i]]``; None when every prompt is distinct."""
     first: dict[tuple[int, ...], int] = {}
     of_row = [first.setdefault(tuple(r.prompt), i) for i, r in enumerate(requests)]
     if len(first) == len(requests):
-        return fused.prefill(ids, pos)
+        return None
     distinct = sorted(first.values())
     slot = {row: j for j, row in enumerate(distinct)}
-    return fused.prefill(ids, pos, torch.tensor(distinct, dtype=torch.long, device=ids.device),
-                         torch.tensor([slot[r] for r in of_row], dtype=torch.long,
-                                      device=ids.device))
+    return (torch.tensor(distinct, dtype=torch.long, device=device),
+            torch.tensor([slot[r] for r in of_row], dtype=torch.long, device=device))
+
+
+def _fused_prefill(fused: FusedDecoder, requests: list[Request], ids: torch.Tensor,
+                   pos: torch.Tensor) -> torch.Tensor:
+    """The fused prefill, computing each distinct prompt once (a group's samples share it)."""
+    shared = shared_prompts(requests, ids.device)
+    if shared is None:
+        return fused.prefill(ids, pos)
+    return fused.prefill(ids, pos, *shared)
 
 
 def _string_hits(requests: list[Request], rows: list[int], tokens: torch.Tensor,

@@ -244,19 +244,42 @@ class StaticDecoder:
             x = x + _project(layer.gated(x), layer.down_w, layer.down_t, layer.down_b)
         return f._logits(rms_norm(x, f.norm))
 
-    def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Write the left-padded prompts ``ids`` [B, W] (``prompt_mask`` [B, W], 1 = token)."""
+    def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor,
+                distinct: torch.Tensor | None = None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Write the left-padded prompts ``ids`` [B, W] (``prompt_mask`` [B, W], 1 = token).
+
+        With ``distinct`` [U] (one batch row per distinct prompt) and ``rows`` [B] (batch row
+        i holds the prompt of ``distinct[rows[i]]``), only the distinct prompts go through the
+        model (into a dynamic cache of U rows) and their keys and values are written to every
+        row holding them: a group's samples share their prompt, so a rollout of 16 prompts x 8
+        samples computes 16 rows, not 128."""
         width = ids.shape[1]
         self._set_written(0)
         valid = torch.zeros((self.batch, self.length), dtype=torch.bool, device=ids.device)
         valid[:, :width] = prompt_mask.bool()
-        q = torch.arange(width, device=ids.device)
-        k = torch.arange(self.length, device=ids.device)
-        causal = k.unsqueeze(0) <= q.unsqueeze(1)  # [W, L]
-        mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, W, L]
         self.mask.copy_(valid[:, None, None, :])
+        q = torch.arange(width, device=ids.device)
+        if distinct is None or rows is None:
+            k = torch.arange(self.length, device=ids.device)
+            causal = k.unsqueeze(0) <= q.unsqueeze(1)  # [W, L]
+            mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, W, L]
+            with _attention(self.model, "sdpa"):
+                return self._forward(ids, mask.unsqueeze(1), pos)
+        from transformers import DynamicCache
+
+        causal = q.unsqueeze(0) <= q.unsqueeze(1)  # [W, W]
+        mask = causal.unsqueeze(0) & valid[:, :width].index_select(0, distinct).unsqueeze(1)
+        cache: Any = DynamicCache()
         with _attention(self.model, "sdpa"):
-            return self._forward(ids, mask.unsqueeze(1), pos)
+            out = self.model(input_ids=ids.index_select(0, distinct), attention_mask=mask.unsqueeze(1),
+                             position_ids=pos.index_select(0, distinct), past_key_values=cache,
+                             use_cache=True, logits_to_keep=1)
+        # the static layers' own update: it allocates them on first use and advances their
+        # write position, as the full prefill's forward would
+        for static, layer in zip(self._layers(), cache.layers, strict=True):
+            static.update(layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
+        return out.logits[:, -1, :].index_select(0, rows)
 
     def step(self, next_ids: torch.Tensor, pos: torch.Tensor, column: int) -> torch.Tensor:
         """Logits [B, V] after feeding ``next_ids`` [B, 1] at positions ``pos`` [B, 1]; the

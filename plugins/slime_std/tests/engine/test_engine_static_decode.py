@@ -86,6 +86,36 @@ def test_stop_tokens_and_a_second_shape(make_engine):
     assert len(engine._static._by_shape) == 2  # batch 2 and batch 4
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-step", "transformers-step"])
+def test_a_groups_shared_prompt_is_prefilled_once(make_engine, fused):
+    """Rows holding the same prompt (a group's samples) are prefilled once: the model sees
+    one row per distinct prompt, and every row's tokens and log-probs are the dynamic
+    cache's (which prefills all rows)."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=11, ignore_eos=True)
+    prompts = [PROMPTS[2]] * 3 + [PROMPTS[1]] * 3 + [PROMPTS[0]] * 2
+    dynamic = make_engine().generate(prompts, [params] * len(prompts))
+    engine = _static(make_engine(rollout={"fused_decoder": fused}))
+    widths: list[tuple[int, int]] = []  # (rows, tokens) of every model call
+    hook = engine._model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        static = engine.generate(prompts, [params] * len(prompts))
+    finally:
+        hook.remove()
+    prompt_width = len(PROMPTS[2])
+    assert widths[0] == (3, prompt_width)  # three distinct prompts, not eight rows
+    assert all(w[1] == 1 for w in widths[1:])  # then single-token decode steps only
+    for prompt, d, s in zip(prompts, dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
+        ref = full_forward_log_probs(engine._model, prompt, s.token_ids, params.temperature)
+        torch.testing.assert_close(torch.tensor(s.log_probs), ref, atol=1e-5, rtol=0)
+    # a second batch reuses the decoder: its static cache is rewound, not appended to
+    again = engine.generate(prompts, [params] * len(prompts))
+    assert [a.token_ids for a in again] == [s.token_ids for s in static]
+
+
 def test_cache_length_is_bucketed():
     assert cache_length(7, 12) == BUCKET
     assert cache_length(BUCKET - 12, 12) == BUCKET
