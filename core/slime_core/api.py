@@ -48,7 +48,9 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`micro_batches`,
   :func:`response_log_probs`, :func:`right_pad`, :func:`response_index`,
   :func:`to_tensor_list`, :func:`lr_schedule`,
-  :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`; training health:
+  :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`,
+  :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
+  from CUDA graphs at bucketed shapes); training health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
@@ -175,6 +177,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "response_index": ("slime_core.trainkit.batching", "response_index"),
     "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "rms_norm": ("slime_core.trainkit.fused_norm", "rms_norm"),
+    "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
     "TrainingHealth": ("slime_core.trainkit.health", "TrainingHealth"),
@@ -351,6 +354,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms
     from slime_core.trainkit.fused_norm import rms_norm as rms_norm
+    from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
     from slime_core.trainkit.compose import compute_advantages as compute_advantages
     from slime_core.trainkit.compose import compute_loss as compute_loss
     from slime_core.trainkit.compose import make_reducer as make_reducer

@@ -137,3 +137,53 @@ def build_test_config(*contributed: Any, **sections: dict[str, Any]) -> Any:
             schema.add(sec)
     schema.check_extensions()
     return load_config(schema, data=sections)
+
+
+def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = None) -> Any:
+    """A stand-in for :func:`torch.cuda.make_graphed_callables` on a CPU, for tests of code
+    that replays captured graphs (:class:`slime_core.trainkit.graphed_decoder.GraphedDecoder`).
+
+    It captures nothing (each call runs ``module`` eagerly) but hands out results the way a
+    replayed graph does: the output and the inputs' gradients live in buffers of the
+    "graph", written again by every call, and the gradients returned are detached views of
+    them. So a caller that lets autograd keep such a buffer as a parameter's ``.grad``, or
+    reads an output after the next call, sees it overwritten, as on a GPU.
+    """
+    import torch
+
+    params = tuple(module.parameters())
+    static_out: list[Any] = []
+    static_grads: list[Any] = [None] * len(params)
+
+    class _Replay(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *args: Any) -> Any:
+            inputs = args[: len(sample_args)]
+            with torch.enable_grad():
+                out = module(*inputs)
+            ctx.out = out
+            if not static_out:
+                static_out.append(torch.empty_like(out))
+            static_out[0].copy_(out.detach())
+            return static_out[0].detach()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            trainable = [p for p in params if p.requires_grad]
+            got = iter(torch.autograd.grad(ctx.out, trainable, grad, allow_unused=True))
+            for i, p in enumerate(params):
+                if not p.requires_grad:
+                    continue
+                g = next(got)
+                if g is None:
+                    g = torch.zeros_like(p)
+                if static_grads[i] is None:
+                    static_grads[i] = torch.empty_like(p)
+                static_grads[i].copy_(g)
+            return (*([None] * len(sample_args)),
+                    *(b.detach() if b is not None else None for b in static_grads))
+
+    def replay(*args: Any) -> Any:
+        return _Replay.apply(*args, *params)
+
+    return replay

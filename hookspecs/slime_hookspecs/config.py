@@ -158,6 +158,7 @@ class TrainConfig(Protocol):
     compile: bool | str
     fused_head: bool
     fused_norm: bool
+    cuda_graphs: bool
     shared_prefix: bool
     head_kernel: str
     ref_update_interval: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -142,6 +143,7 @@ def response_log_probs(
     head_kernel: str = "torch",
     routing: RoutingControl | None = None,
     routes: list[torch.Tensor | None] | None = None,
+    decoder: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """Per-sample log-probs of the response tokens under ``model`` (right-padded batch).
 
@@ -166,7 +168,14 @@ def response_log_probs(
     the shared-prefix forward): sample i's first ``len(tokens[i]) - 1`` positions are routed to
     ``routes[i]`` ``[len - 1, layers, top_k]`` (None: the router's own choice), its last
     position and the padding to the router's own choice (their outputs predict nothing).
+
+    ``decoder`` (with ``fused_head``, without ``shared_prefix`` or ``routing``): what computes
+    the right-padded batch's hidden states [R, W] -> [R, W, H] in place of ``model.model``
+    (:class:`graphed_decoder.GraphedDecoder`: the same function replayed from CUDA graphs).
     """
+    if decoder is not None and (not fused_head or shared_prefix or routing is not None):
+        raise ValueError("response_log_probs: a decoder replaces the one-pass fused-head "
+                         "forward only (fused_head, no shared_prefix, no routing)")
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
@@ -195,7 +204,8 @@ def response_log_probs(
         # backward were 48 ms of a 0.31 s training step); the padding rows' outputs are
         # never read.
         with routed:
-            hidden = cast(Any, model.model)(input_ids=ids, use_cache=False)[0]
+            hidden = (decoder(ids) if decoder is not None
+                      else cast(Any, model.model)(input_ids=ids, use_cache=False)[0])
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
     with routed:

@@ -31,6 +31,7 @@ import torch
 from slime_core.api import (
     SKIPPED_STEPS,
     Accumulation,
+    GraphedDecoder,
     RouterCapture,
     RoutingControl,
     TrainingHealth,
@@ -125,6 +126,8 @@ class TorchTrainer:
         reread = getattr(self.optimizer, "reread", None)
         if reread is not None:
             reread()
+        # after the plugins' slime_trainer_init: a hook added later would not run on replay
+        self.graphed = self._graphed_decoder()
 
     # -- models --------------------------------------------------------------------------
     def _build(self, role: str) -> torch.nn.Module:
@@ -136,6 +139,28 @@ class TorchTrainer:
         if self.config.train.fused_norm:
             fuse_rms_norms(model)
         return model.to(self.device)
+
+    def _graphed_decoder(self) -> GraphedDecoder | None:
+        """``train.cuda_graphs``: the training forward's decoder replayed from CUDA graphs."""
+        t = self.config.train
+        if not t.cuda_graphs:
+            return None
+        why = ""
+        if self.device.type != "cuda":
+            why = f"needs a CUDA device (the trainer is on {self.device.type})"
+        elif not self.fused_head:
+            why = ("needs the fused head (train.fused_head = true and a model it supports: "
+                   f"{fused_head_unsupported(self.model) or 'train.fused_head is false'})")
+        elif t.compile is True:
+            why = "is not combined with train.compile (set one of them to false)"
+        elif t.gradient_checkpointing:
+            why = "is not combined with train.gradient_checkpointing"
+        elif self.routing is not None or self.router_capture is not None:
+            why = ("is not combined with train.routing_replay or the router losses (they "
+                   "read each forward's routing, which a replayed graph does not report)")
+        if why:
+            raise ValueError(f"train.cuda_graphs {why}")
+        return GraphedDecoder(cast(torch.nn.Module, cast(Any, self.model).model), self.pad_id)
 
     def _ref(self) -> torch.nn.Module:
         """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from
@@ -264,12 +289,16 @@ class TorchTrainer:
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.graphed is not None:  # replayed backwards add into allocated gradients
+            self.graphed.zero_grads()
         acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
                            self.data_parallel, self.device, self.data_parallel_group)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         options = self._head_options(self.model)
         # router losses read the right-padded batch's routers (one pass, as replay does)
-        options["shared_prefix"] = options["shared_prefix"] and self.router_capture is None
+        # (and the graphed decoder is the one-pass forward's)
+        options["shared_prefix"] = (options["shared_prefix"] and self.router_capture is None
+                                    and self.graphed is None)
         for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):
             mb = mini.select(mb_idx)
             # summed on the host before the move: no device sync per sample
@@ -281,6 +310,7 @@ class TorchTrainer:
                     self.model, mb.tokens, mb.response_lengths, self.config.rollout.temperature,
                     self.pad_id, with_entropy=True, entropy_grad=want_entropy_grad, **options,
                     **self._replay(list(range(len(mb))), mb.routed_experts),
+                    decoder=self.graphed,
                 )
             if ents is not None and not want_entropy_grad:
                 ents = [e.detach() for e in ents]

@@ -1,0 +1,117 @@
+"""The training forward's decoder replayed from CUDA graphs at bucketed shapes (``train.cuda_graphs``).
+
+A small model's GPU training step is bound by kernel launches, not by the device (SmolLM2-135M
+on an H100: ~10,000 kernels a step, the GPU busy a quarter of the time). Capturing the
+decoder's forward and backward once per shape and replaying them costs one launch each way.
+
+Shapes: the right-padded batch ``ids`` [R, W] is padded further, rows to a multiple of
+``row_multiple`` and columns to a multiple of ``width_multiple`` (``pad_id``; the rows are
+right-padded, so under the causal mask no real position sees the added ones, and their
+outputs are never read), and each (rows, columns) bucket is captured on first use by
+:func:`torch.cuda.make_graphed_callables`, up to ``max_graphs`` buckets; a shape beyond them
+runs eagerly (said once).
+
+What the caller must keep to:
+
+* one micro-batch at a time: forward, then its backward, before the next forward. All buckets
+  share one memory pool, so a bucket's activations may sit where another's were captured;
+  interleaving two forwards before their backwards would overwrite them.
+* :meth:`zero_grads` instead of ``optimizer.zero_grad(set_to_none=True)``: a replayed
+  backward hands out its gradients in the graph's own buffers, and autograd would make a
+  parameter's first gradient *that* buffer (not a copy) when ``.grad`` is None, so the next
+  replay would overwrite it. Allocated gradients are added to in place.
+* the decoder's parameters stay the same tensors (optimizers update them in place), and no
+  hooks are added to the decoder while graphs exist (they would not run on replay).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+GraphMaker = Callable[..., Any]
+
+
+class _Forward(torch.nn.Module):
+    """The decoder as ``ids -> hidden states``: the callable the graphs capture (its own
+    module, so the capture replaces this wrapper's forward and not the decoder's)."""
+
+    def __init__(self, decoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.decoder(input_ids=ids, use_cache=False)[0]
+
+
+class GraphedDecoder:
+    """``ids`` [R, W] -> the decoder's hidden states [R, W, H], forward and backward replayed
+    from a CUDA graph of the bucket (see the module docstring)."""
+
+    def __init__(self, decoder: torch.nn.Module, pad_id: int, row_multiple: int = 16,
+                 width_multiple: int = 64, max_graphs: int = 8,
+                 make_graphed: GraphMaker | None = None) -> None:
+        """``make_graphed(module, sample_args, pool=...)`` captures (default
+        :func:`torch.cuda.make_graphed_callables`; tests give a maker that captures nothing)."""
+        self.decoder, self.pad_id = decoder, int(pad_id)
+        self.row_multiple, self.width_multiple = row_multiple, width_multiple
+        self.max_graphs = max_graphs
+        self._make = make_graphed or torch.cuda.make_graphed_callables
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self._pool: Any = None
+        self._warned = False
+        self.eager_calls = 0  # shapes beyond max_graphs
+
+    @property
+    def buckets(self) -> list[tuple[int, int]]:
+        """The (rows, columns) shapes captured so far."""
+        return list(self._graphs)
+
+    def bucket(self, rows: int, width: int) -> tuple[int, int]:
+        r, w = self.row_multiple, self.width_multiple
+        return -(-rows // r) * r, -(-width // w) * w
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        rows, width = (int(n) for n in ids.shape)
+        shape = self.bucket(rows, width)
+        graphed = self._graphs.get(shape)
+        if graphed is None:
+            if len(self._graphs) >= self.max_graphs:
+                self.eager_calls += 1
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        f"train.cuda_graphs: a micro-batch of {rows} x {width} tokens (bucket "
+                        f"{shape[0]} x {shape[1]}) is past the {self.max_graphs} captured "
+                        f"shapes {sorted(self._graphs)}; such micro-batches run eagerly",
+                        stacklevel=2)
+                return _Forward(self.decoder)(ids)
+            graphed = self._capture(shape, ids.device)
+        padded = ids.new_full(shape, self.pad_id)
+        padded[:rows, :width] = ids
+        return graphed(padded)[:rows, :width]
+
+    def _capture(self, shape: tuple[int, int], device: torch.device) -> Any:
+        if self._pool is None and device.type == "cuda":
+            self._pool = torch.cuda.graph_pool_handle()
+        sample = torch.full(shape, self.pad_id, dtype=torch.long, device=device)
+        try:
+            graphed = self._make(_Forward(self.decoder), (sample,), pool=self._pool)
+        except RuntimeError as e:  # e.g. a host sync inside the model's forward
+            raise RuntimeError(
+                f"train.cuda_graphs: capturing the decoder's forward and backward at "
+                f"{shape[0]} x {shape[1]} tokens failed ({e}); set train.cuda_graphs = false"
+            ) from e
+        self._graphs[shape] = graphed
+        return graphed
+
+    def zero_grads(self) -> None:
+        """Every trainable parameter's gradient allocated and zero (see the module docstring)."""
+        params = [p for p in self.decoder.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        torch._foreach_zero_([p.grad for p in params if p.grad is not None])

@@ -1,0 +1,124 @@
+"""``train.cuda_graphs``' decoder (:class:`GraphedDecoder`) on the CPU, with
+:func:`slime_core.testing.static_buffer_graphs` standing in for the capture: the bucketed,
+padded batch gives the eager forward's log-probs and gradients, buckets are captured once,
+and gradients of several micro-batches add up although each replay reuses its buffers.
+The capture itself needs CUDA: ``bench/train_graphs.py`` checks it on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from slime_core.testing import static_buffer_graphs, tiny_decoder
+from slime_core.trainkit.batching import response_log_probs
+from slime_core.trainkit.graphed_decoder import GraphedDecoder
+
+PAD = 0
+
+
+def _batch(vocab: int, seed: int, rows: int = 5) -> tuple[list[torch.Tensor], list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(6, 30, (rows,), generator=g).tolist()
+    tokens = [torch.randint(1, vocab, (n,), generator=g) for n in lengths]
+    return tokens, [min(n - 1, 4 + i) for i, n in enumerate(lengths)]
+
+
+def _loss(model, tokens, resp, decoder=None):
+    lps, ents = response_log_probs(model, tokens, resp, 0.8, PAD, with_entropy=True,
+                                   fused_head=True, decoder=decoder)
+    return sum((lp * (i + 1)).sum() for i, lp in enumerate(lps)) + sum(e.sum() for e in ents)
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __call__(self, module, sample_args, pool=None):
+        self.shapes.append(tuple(sample_args[0].shape))
+        return static_buffer_graphs(module, sample_args, pool)
+
+
+def test_padded_buckets_give_the_eager_log_probs_and_gradients():
+    model = tiny_decoder("qwen2_gqa_bias").train()
+    maker = _Counting()
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=maker)
+    tokens, resp = _batch(model.config.vocab_size, 0)
+    _loss(model, tokens, resp).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    graphed.zero_grads()
+    _loss(model, tokens, resp, graphed).backward()
+    longest = max(len(t) for t in tokens)
+    assert maker.shapes == [(16, 64)] and graphed.buckets == [(16, 64)]
+    assert longest < 64  # the bucket padded rows and columns
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], atol=2e-5, rtol=1e-4, msg=n)
+
+
+def test_micro_batches_add_up_through_reused_gradient_buffers():
+    """Two micro-batches of one bucket: the second replay rewrites the graph's gradient
+    buffers. With :meth:`zero_grads` their sum is the eager sum; with gradients set to None
+    (what ``optimizer.zero_grad()`` does) autograd keeps the first buffer as ``.grad`` and the
+    second replay overwrites it, which is why the trainer calls ``zero_grads``."""
+    model = tiny_decoder("llama3_rope").train()
+    batches = [_batch(model.config.vocab_size, s) for s in (1, 2)]
+    for tokens, resp in batches:
+        _loss(model, tokens, resp).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    def run(prepare) -> dict[str, torch.Tensor]:
+        graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+        model.zero_grad(set_to_none=True)
+        prepare(graphed)
+        for tokens, resp in batches:
+            _loss(model, tokens, resp, graphed).backward()
+        assert len(graphed.buckets) == 1
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    got = run(lambda g: g.zero_grads())
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], atol=2e-5, rtol=1e-4, msg=n)
+    unprepared = run(lambda g: None)
+    weight = "model.layers.0.mlp.down_proj.weight"
+    assert not torch.allclose(unprepared[weight], want[weight], atol=1e-4)
+
+
+def test_each_bucket_is_captured_once_and_past_the_limit_runs_eagerly():
+    model = tiny_decoder("qwen2_gqa_bias").train()
+    maker = _Counting()
+    graphed = GraphedDecoder(model.model, PAD, row_multiple=4, width_multiple=8, max_graphs=2,
+                             make_graphed=maker)
+    ids = torch.randint(1, model.config.vocab_size, (12, 40))
+    with torch.no_grad():
+        want = model.model(input_ids=ids, use_cache=False)[0]
+        for rows, width in ((6, 20), (5, 17), (6, 24), (7, 23)):
+            out = graphed(ids[:rows, :width])
+            assert out.shape == (rows, width, model.config.hidden_size)
+            torch.testing.assert_close(out, want[:rows, :width], atol=1e-5, rtol=1e-5)
+        assert maker.shapes == [(8, 24)] and graphed.eager_calls == 0  # one bucket so far
+        torch.testing.assert_close(graphed(ids[:2, :5]), want[:2, :5], atol=1e-5, rtol=1e-5)
+        with pytest.warns(UserWarning, match=r"12 x 40 tokens .* past the 2 captured shapes"):
+            out = graphed(ids)  # (12, 40): a third bucket, past the limit: eagerly
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    assert maker.shapes == [(8, 24), (4, 8)] and graphed.eager_calls == 1
+
+
+def test_zero_grads_allocates_and_clears_only_what_trains():
+    model = tiny_decoder("qwen2_gqa_bias")
+    frozen = model.model.embed_tokens.weight
+    frozen.requires_grad_(False)
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+    layer = model.model.layers[0].mlp.up_proj.weight
+    layer.grad = torch.ones_like(layer)
+    graphed.zero_grads()
+    assert frozen.grad is None
+    assert all(p.grad is not None and not p.grad.any()
+               for p in model.model.parameters() if p.requires_grad)
+
+
+def test_the_decoder_replaces_only_the_one_pass_forward():
+    model = tiny_decoder("qwen2_gqa_bias")
+    tokens, resp = _batch(model.config.vocab_size, 3)
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+    for bad in ({"fused_head": False}, {"fused_head": True, "shared_prefix": True}):
+        with pytest.raises(ValueError, match="one-pass fused-head"):
+            response_log_probs(model, tokens, resp, 1.0, PAD, decoder=graphed, **bad)
