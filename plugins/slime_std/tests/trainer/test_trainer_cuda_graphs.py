@@ -50,7 +50,7 @@ def test_graphed_steps_match_the_one_pass_forward(tmp_path):
         metrics = [trainer.train_step(_group_batch(s), s) for s in (0, 1)]
         runs[graphed] = (metrics, trainer.export_weights(), trainer)
     graphed = runs[True][2].graphed
-    assert graphed.buckets == [(16, 64)] and graphed.eager_calls == 0
+    assert graphed.buckets == [(16, 16)] and graphed.eager_calls == 0
     assert len(runs[True][2]._plan(_group_batch(0).tokens, _group_batch(0).response_lengths,
                                    False)) > 1  # several micro-batches through one bucket
     _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
