@@ -51,7 +51,9 @@ def test_padded_buckets_give_the_eager_log_probs_and_gradients():
     assert maker.shapes == [(16, 32)] and graphed.buckets == [(16, 32)]
     assert 16 < longest < 32  # the bucket padded rows and columns
     for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, want[n], atol=2e-5, rtol=1e-4, msg=n)
+        # (other attention shapes, other rounding: the embedding's gradient, a sum over every
+        # position, up to ~5e-5 apart at values up to ~70)
+        torch.testing.assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4, msg=n)
 
 
 def test_micro_batches_add_up_through_reused_gradient_buffers():
