@@ -36,3 +36,14 @@ def odd_fails(sample: Sample) -> float:
     if sample.index % 2:
         raise ValueError(f"sample {sample.index} is odd")
     return float(sample.index)
+
+
+def touch(directory: str, sample: Sample) -> float:
+    """Leave a file named after this process's id in ``directory``."""
+    with open(os.path.join(directory, str(os.getpid())), "w", encoding="utf-8") as f:
+        f.write(str(sample.response))
+    return 1.0
+
+
+def refuses(sample: Sample) -> float:
+    raise ValueError("this reward fails every sample")

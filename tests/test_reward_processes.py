@@ -52,6 +52,29 @@ def test_a_batch_goes_in_one_chunk_per_worker_and_fails_sample_by_sample() -> No
         pool.close()
 
 
+def test_warm_starts_the_workers_and_runs_each_function_there_once(tmp_path) -> None:
+    """``RewardProcesses.warm`` (called when the rollout manager is built): every worker is
+    started at once and scores a throwaway sample with each function, so their imports are
+    done before the first rollout; a function that raises there changes nothing."""
+    import functools
+    import os
+
+    pool = RewardProcesses(2)
+    try:
+        futures = pool.warm([functools.partial(reward_workers.touch, str(tmp_path)),
+                             reward_workers.refuses])
+        assert [f.result(timeout=120) for f in futures] == [1, 1]  # `refuses` raised in each
+        assert len(pool._pool._processes) == 2  # type: ignore[union-attr]
+        pids = {int(p.name) for p in tmp_path.iterdir()}
+        assert pids and os.getpid() not in pids
+        assert {p.read_text() for p in tmp_path.iterdir()} == {"\\boxed{2}"}
+        ok = InProcesses(reward_workers.pid_factory(None), pool, "reward function 'pid_pure'")
+        assert ok(Sample()).result(timeout=120) == 1.0
+    finally:
+        pool.close()
+    assert RewardProcesses(1).warm([]) == []  # nothing to warm: no pool started
+
+
 def test_a_promise_the_function_cannot_keep_is_refused_naming_the_record() -> None:
     with pytest.raises(ValueError, match=r"reward function 'x' \(plugin 'p'\) declares "
                                          r"extra\['processes'\] = True, but its built function "

@@ -92,6 +92,17 @@ class RewardProcesses:
             self._pool = None
             return self._submit(*call)
 
+    def warm(self, fns: list[Any]) -> list[concurrent.futures.Future[Any]]:
+        """Start the workers now, each scoring a throwaway sample with every function of
+        ``fns`` (which the records' promise of a pure function allows), so that they have
+        imported what the functions import before the first rollout needs them: a spawned
+        worker importing math-verify takes seconds (2.4-3.5 s for the first evaluation's
+        rewards on an H100 host, issue 43), while the parent is still setting up. What the
+        warm-ups return or raise is dropped."""
+        if not fns:
+            return []
+        return [self._submit(warm_up, list(fns)) for _ in range(self.workers)]
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -130,6 +141,21 @@ class InProcesses:
             chunk = self.pool.submit_chunk(self.fn, samples[lo:hi])
             chunk.add_done_callback(functools.partial(_settle, out[lo:hi]))
         return out
+
+
+#: what :meth:`RewardProcesses.warm` scores: a math answer, so that a checker's parser runs
+WARM_SAMPLE = Sample(prompt="1 + 1 = ?", response="\\boxed{2}", label="2")
+
+
+def warm_up(fns: list[Any]) -> int:
+    """Score :data:`WARM_SAMPLE` with each of ``fns`` (run in a worker); how many raised."""
+    failed = 0
+    for fn in fns:
+        try:
+            fn(WARM_SAMPLE)
+        except Exception:  # noqa: BLE001 - a warm-up that fails costs nothing but itself
+            failed += 1
+    return failed
 
 
 def score_chunk(fn: Any, samples: list[Sample]) -> list[tuple[bool, Any]]:

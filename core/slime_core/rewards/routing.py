@@ -63,6 +63,13 @@ class RewardFunctions:
             self._built[name] = (fn, rec.group, source)
         return self._built[name]
 
+    def warm(self) -> None:
+        """Start the worker processes, if any, with the functions built so far that run in
+        them (:meth:`RewardProcesses.warm`)."""
+        fns = [fn.fn for fn, _, _ in self._built.values() if isinstance(fn, InProcesses)]
+        if self.processes is not None and fns:
+            self.processes.warm(fns)
+
     def close(self) -> None:
         """Stop the worker processes, if any were started (a later call through the pool
         would start new ones)."""

@@ -157,6 +157,8 @@ class RolloutManager:
         self._teacher = build_teacher_engine(self.manager, config) if teacher_in_engine(config) else None
         for spec in self._eval_sets.specs.values():
             self._rewards.get(spec.reward)  # a dataset's unknown reward fails here too
+        # reward workers start importing their checkers while the run is still setting up
+        self._rewards.warm()
         reg = self.manager.registries
         self._ds_filter = (
             reg.filter.get(config.rollout.dynamic_sampling_filter).factory(config)
