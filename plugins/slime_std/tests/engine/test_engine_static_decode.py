@@ -186,10 +186,11 @@ def test_fused_static_steps_match_the_dynamic_cache_for_other_families(make_engi
     init = {**base, "model_type": family, "head_dim": TINY_QWEN2["hidden_size"]
             // TINY_QWEN2["num_attention_heads"]}
     params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=5, ignore_eos=True)
-    dynamic = make_engine(model={"init_config": init}).generate(PROMPTS, [params] * len(PROMPTS))
+    prompts = PROMPTS + PROMPTS[1:3]  # two prompts twice: the shared prefill too
+    dynamic = make_engine(model={"init_config": init}).generate(prompts, [params] * len(prompts))
     engine = _static(make_engine(model={"init_config": init}))
     assert engine._fused is not None
-    static = engine.generate(PROMPTS, [params] * len(PROMPTS))
+    static = engine.generate(prompts, [params] * len(prompts))
     for d, s in zip(dynamic, static, strict=True):
         assert s.token_ids == d.token_ids
         torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
