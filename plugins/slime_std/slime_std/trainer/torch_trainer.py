@@ -146,9 +146,7 @@ class TorchTrainer:
         if not t.cuda_graphs:
             return None
         why = ""
-        if self.device.type != "cuda":
-            why = f"needs a CUDA device (the trainer is on {self.device.type})"
-        elif not self.fused_head:
+        if not self.fused_head:
             why = ("needs the fused head (train.fused_head = true and a model it supports: "
                    f"{fused_head_unsupported(self.model) or 'train.fused_head is false'})")
         elif t.compile is True:
@@ -158,6 +156,8 @@ class TorchTrainer:
         elif self.routing is not None or self.router_capture is not None:
             why = ("is not combined with train.routing_replay or the router losses (they "
                    "read each forward's routing, which a replayed graph does not report)")
+        elif self.device.type != "cuda":
+            why = f"needs a CUDA device (the trainer is on {self.device.type})"
         if why:
             raise ValueError(f"train.cuda_graphs {why}")
         return GraphedDecoder(cast(torch.nn.Module, cast(Any, self.model).model), self.pad_id)

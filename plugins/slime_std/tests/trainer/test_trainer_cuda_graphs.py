@@ -8,29 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from .test_trainer_shared_prefix import _assert_same_steps, _group_batch
-
-
-def _trainer(tmp_path, train: dict):
-    from slime_core.context import set_manager
-    from slime_core.pluginmgr import PluginSelection
-    from slime_core.session import resolve
-    from slime_core.testing import TINY_QWEN2, write_char_tokenizer
-    from slime_std.trainer.torch_trainer import TorchTrainer
-
-    tok = write_char_tokenizer(tmp_path / "tok")
-    manager, config = resolve(PluginSelection(plugins=["slime_grpo"], autoload=False), data={
-        "model": {"init_config": TINY_QWEN2, "tokenizer": str(tok)},
-        "train": {"micro_batch_tokens": 40, "lr": 1e-3, **train},
-        "algorithm": {"entropy_coef": 0.01},
-    })
-    set_manager(manager)
-    return TorchTrainer(config)
+from .test_trainer_shared_prefix import _assert_same_steps, _group_batch, _trainer, _two_steps
 
 
 @pytest.mark.parametrize("train, why", [
     ({}, "needs a CUDA device (the trainer is on cpu)"),
-])
+    ({"compile": True}, "is not combined with train.compile"),
+    ({"gradient_checkpointing": True}, "is not combined with train.gradient_checkpointing"),
+    ({"fused_head": False}, "needs the fused head"),
+], ids=["cpu", "compile", "checkpointing", "no-fused-head"])
 def test_cuda_graphs_refuses_what_it_cannot_replay(tmp_path, train, why):
     with pytest.raises(ValueError, match=r"train\.cuda_graphs " + why.replace("(", r"\(")
                        .replace(")", r"\)")):
@@ -47,8 +33,7 @@ def test_graphed_steps_match_the_one_pass_forward(tmp_path):
         if graphed:  # what train.cuda_graphs builds on CUDA, with the CPU stand-in capture
             trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id,
                                              make_graphed=static_buffer_graphs)
-        metrics = [trainer.train_step(_group_batch(s), s) for s in (0, 1)]
-        runs[graphed] = (metrics, trainer.export_weights(), trainer)
+        runs[graphed] = _two_steps(tmp_path, {}, trainer)
     graphed = runs[True][2].graphed
     assert graphed.buckets == [(16, 16)] and graphed.eager_calls == 0
     assert len(runs[True][2]._plan(_group_batch(0).tokens, _group_batch(0).response_lengths,

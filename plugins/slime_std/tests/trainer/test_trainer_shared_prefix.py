@@ -22,9 +22,8 @@ def _group_batch(seed: int):
                       rollout_log_probs=[-torch.rand(r, generator=g) for r in resp])
 
 
-def _two_steps(tmp_path, train: dict):
-    """Two GRPO steps of the tiny Qwen2 with ``train`` settings: (metrics of each, weights,
-    the trainer)."""
+def _trainer(tmp_path, train: dict):
+    """The ``torch`` trainer of the tiny Qwen2 (GRPO) with ``train`` settings."""
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
@@ -38,7 +37,13 @@ def _two_steps(tmp_path, train: dict):
         "algorithm": {"entropy_coef": 0.01},
     })
     set_manager(manager)
-    trainer = TorchTrainer(config)
+    return TorchTrainer(config)
+
+
+def _two_steps(tmp_path, train: dict, trainer=None):
+    """Two GRPO steps of :func:`_trainer` (or of ``trainer``): (metrics of each, weights, the
+    trainer)."""
+    trainer = trainer or _trainer(tmp_path, train)
     return [trainer.train_step(_group_batch(s), s) for s in (0, 1)], trainer.export_weights(), trainer
 
 
