@@ -184,6 +184,12 @@ VARIANTS.update({
                                                    "compile_autotune": True}),
     "eager_defaults_cudnn": _variant("eager_defaults", run={"cudnn_attention": True}),
 })
+VARIANTS.update({
+    # issue 43: train.cuda_graphs (the training decoder replayed from CUDA graphs at 16-token
+    # buckets) on the bf16 anchor, beside rollout_pdl (the same without them; both without
+    # train.compile, which the graphs exclude): `--variants rollout_pdl,rollout_pdl_graphs`
+    "rollout_pdl_graphs": _variant("rollout_pdl", train={"cuda_graphs": True}),
+})
 # issue 42 item 3: the anchor on an SGLang server beside the local engine. Both load the seeded
 # model from one saved directory (``bench.saved_model``: ``model.path``, see save_anchor_model)
 # because ``sglang.launch_server`` needs a directory, and both engines must start from the same
