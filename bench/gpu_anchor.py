@@ -189,6 +189,8 @@ VARIANTS.update({
     # buckets) on the bf16 anchor, beside rollout_pdl (the same without them; both without
     # train.compile, which the graphs exclude): `--variants rollout_pdl,rollout_pdl_graphs`
     "rollout_pdl_graphs": _variant("rollout_pdl", train={"cuda_graphs": True}),
+    # the same A/B without any compile warm-up (beside eager_defaults)
+    "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })
 # issue 42 item 3: the anchor on an SGLang server beside the local engine. Both load the seeded
 # model from one saved directory (``bench.saved_model``: ``model.path``, see save_anchor_model)
