@@ -158,7 +158,7 @@ class TrainConfig(Protocol):
     compile: bool | str
     fused_head: bool
     fused_norm: bool
-    cuda_graphs: bool
+    cuda_graphs: bool | str
     shared_prefix: bool
     head_kernel: str
     ref_update_interval: int

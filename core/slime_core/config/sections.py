@@ -261,7 +261,7 @@ class TrainSection:
     compile: bool | str = "auto"  # torch.compile the policy forward (dynamic shapes); "auto": true with graph capture (cuda) from 1000 optimizer steps (minutes of warm-up for ~0.4 s a step; slime_std.fast_path)
     fused_head: bool = True  # Llama/Qwen2/Qwen3/Mistral and the MoE Qwen3-MoE/Qwen2-MoE/OLMoE/Mixtral: the LM head and log-softmax only at response positions, chunked in fp32 (same values, no full-vocabulary logits of every position); other models use their own forward
     fused_norm: bool = True  # the torch backend's Llama-family RMSNorms (Llama, Qwen2, Qwen3, Mistral, their MoE forms) as one fused F.rms_norm call, as the local engine computes them (kernel launches bound a small model's GPU training step: SmolLM2 on an H100, training 0.46 -> 0.42 s a step, bench/h200_smollm2.sh ab); the same values within 1e-5; false: transformers' own forward
-    cuda_graphs: bool = False  # with fused_head on CUDA: the training forward's decoder and its backward replayed from CUDA graphs, captured once per shape bucket (rows and tokens to multiples of 16, up to 8 buckets; slime_core.trainkit.graphed_decoder): one launch each way instead of thousands (a small model's step is launch-bound); the one-pass forward (no shared_prefix in training); not combined with compile, gradient_checkpointing, routing_replay or router losses
+    cuda_graphs: bool | str = "auto"  # the training forward's decoder and its backward replayed from CUDA graphs, captured once per shape bucket (rows and tokens to multiples of 16, up to 8 buckets; slime_core.trainkit.graphed_decoder): one launch each way instead of thousands; applies where the fused head does, to dense models (others train eagerly, said once); the one-pass forward (no shared_prefix in training); not combined with compile, gradient_checkpointing, routing_replay or router losses. "auto": true on a graph-capturing accelerator with tensor-core products (bf16/fp16 weights or run.matmul_precision high/medium) and none of those (0.5b anchor bf16 on an H100: training 0.64 -> 0.46 s; SmolLM2 fp32 without TF32: no gain; slime_std.fast_path)
     shared_prefix: bool = True  # with fused_head: samples with the same prompt (a group) compute it once per micro-batch, responses attend to its cached keys/values (same values); not combined with compile or gradient_checkpointing
     head_kernel: str = "auto"  # with fused_head: log-softmax statistics and gradient as "triton" kernels (one pass over the logits each way), "torch" (chunked fp32 functions), or "auto" (triton on CUDA when triton imports)
     ref_update_interval: int = 0  # every N steps the reference model takes the policy's weights (slime's --ref-update-interval); 0: the reference stays fixed
@@ -279,6 +279,8 @@ class TrainSection:
         _need(self.loss in ("policy", "sft"), "train.loss", "must be policy or sft")
         _need(self.micro_batch_tokens >= 1, "train.micro_batch_tokens", "must be >= 1")
         _need(self.compile in (True, False, "auto"), "train.compile",
+              "must be true, false or \"auto\"")
+        _need(self.cuda_graphs in (True, False, "auto"), "train.cuda_graphs",
               "must be true, false or \"auto\"")
         _need(self.head_kernel in ("auto", "triton", "torch"), "train.head_kernel",
               "must be auto, triton or torch")

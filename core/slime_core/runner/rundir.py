@@ -166,6 +166,7 @@ RESUME_MAY_CHANGE = {
     ("rollout", "compile_decode"),
     ("rollout", "decode_attention"),
     ("train", "compile"),
+    ("train", "cuda_graphs"),  # the one-pass forward replayed from graphs: other rounding
     ("train", "head_kernel"),
 }
 RESUME_MAY_CHANGE_SECTIONS = {"profile"}

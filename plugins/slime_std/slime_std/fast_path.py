@@ -6,8 +6,8 @@ stay off. What the device can do comes from its accelerator record (``graph_capt
 whether the Triton kernels run there (``slime_core.api.choose_kernel``), never from the
 device's name. The keys are the local engine's (``rollout.cuda_graphs``,
 ``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``) and the
-torch trainer's (``train.compile``, ``train.head_kernel``), and ``rollout.reward_processes``
-for the built-in rewards: the default plugins ``local_engine``, ``torch_trainer`` and
+torch trainer's (``train.compile``, ``train.head_kernel``, ``train.cuda_graphs``), and
+``rollout.reward_processes`` for the built-in rewards: the default plugins ``local_engine``, ``torch_trainer`` and
 ``core_rewards`` resolve their own in ``slime_configure``
 (:func:`configure`), before the run's ``config.toml`` is written, so the file records what ran
 (``true``/``false``, a kernel name), and print one line per choice with its reason. An engine
@@ -112,7 +112,8 @@ def resolve_engine(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
 
 
 def resolve_trainer(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
-    """The same for the torch trainer's keys (``train.head_kernel``, ``train.compile``)."""
+    """The same for the torch trainer's keys (``train.head_kernel``, ``train.compile``,
+    ``train.cuda_graphs``)."""
     choices: list[Choice] = []
     choose = _chooser(config, choices)
     triton, why = _kernels(accelerator.device_type)
@@ -130,7 +131,31 @@ def resolve_trainer(config: Any, accelerator: AcceleratorRecord) -> list[Choice]
         choose("train.compile", False,
                f"{steps} optimizer steps < {TRAIN_COMPILE_MIN_STEPS}: too short to repay the "
                "compile warm-up (minutes); set it true to compile anyway")
+    choose("train.cuda_graphs", *_training_graphs(config, accelerator))
     return choices
+
+
+def _training_graphs(config: Any, accelerator: AcceleratorRecord) -> tuple[bool, str]:
+    """``train.cuda_graphs``' ``auto``: on where the training is launch-bound and the graphs
+    apply (measured on an H100, ``bench/README.md``: the 0.5b anchor in bf16 trained in 0.46 s
+    instead of 0.64; SmolLM2 in fp32 without TF32, whose products are bound by arithmetic,
+    gained nothing)."""
+    t, run = config.train, config.run
+    if not accelerator.graph_capture:
+        return False, f"{accelerator.name} does not capture graphs"
+    if t.compile is True:
+        return False, "train.compile is on (the two exclude each other)"
+    if t.gradient_checkpointing:
+        return False, "not with train.gradient_checkpointing"
+    if t.routing_replay != "off" or t.moe_aux_loss_coef or t.moe_z_loss_coef:
+        return False, "not with routing replay or router losses"
+    if not t.fused_head:
+        return False, "needs train.fused_head"
+    if config.model.dtype == "float32" and run.matmul_precision == "highest":
+        return False, ("fp32 products without TF32 are bound by arithmetic, not launches: no "
+                       "gain measured; on with run.matmul_precision = \"high\" or bf16 weights")
+    return True, ("the training forward and backward replay captured graphs (tensor-core "
+                  "products leave a small model's step bound by kernel launches)")
 
 
 def resolve_rewards(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:

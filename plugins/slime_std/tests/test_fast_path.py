@@ -37,6 +37,7 @@ def test_cpu_keeps_every_fast_path_key_off():
     assert chosen["rollout.cuda_graphs"] is False
     assert chosen["rollout.compile_decode"] is False
     assert chosen["train.compile"] is False
+    assert chosen["train.cuda_graphs"] is False
     assert config.rollout.cuda_graphs is False and config.train.compile is False
     assert chosen["rollout.decode_attention"] == "sdpa"
     assert chosen["rollout.sample_kernel"] == chosen["train.head_kernel"] == "torch"
@@ -59,6 +60,23 @@ def test_cuda_compiles_what_a_long_run_repays():
     _, chosen = _resolved("cuda", run={"num_rollouts": steps - 1},
                           rollout={"max_new_tokens": (COMPILE_DECODE_MIN_TOKENS - 1) // steps})
     assert chosen["rollout.compile_decode"] is False and chosen["train.compile"] is False
+
+
+def test_training_graphs_where_the_products_use_tensor_cores_and_nothing_excludes_them():
+    def graphs(**sections: dict) -> object:
+        return _resolved("cuda", run={"num_rollouts": 10, **sections.pop("run", {})},
+                         **sections)[1]["train.cuda_graphs"]
+
+    assert graphs() is True  # model.dtype auto: bf16 on a GPU
+    assert graphs(model={"dtype": "bfloat16"}) is True
+    assert graphs(model={"dtype": "float32"}) is False  # FFMA-bound: no gain measured
+    assert graphs(model={"dtype": "float32"}, run={"matmul_precision": "high"}) is True
+    assert graphs(train={"compile": True}) is False  # the two exclude each other
+    assert graphs(run={"num_rollouts": TRAIN_COMPILE_MIN_STEPS}) is False  # compile resolved on
+    assert graphs(train={"gradient_checkpointing": True}) is False
+    assert graphs(train={"fused_head": False}) is False
+    assert graphs(train={"moe_aux_loss_coef": 0.01}) is False
+    assert graphs(train={"routing_replay": "rollout"}) is False
 
 
 def test_a_key_the_user_set_is_kept_and_not_reported():

@@ -47,6 +47,7 @@ from slime_core.api import (
     lr_schedule,
     make_adamw,
     micro_batches,
+    model_moe_shape,
     needs_ref,
     prepare_batch,
     prompt_groups,
@@ -141,14 +142,16 @@ class TorchTrainer:
         return model.to(self.device)
 
     def _graphed_decoder(self) -> GraphedDecoder | None:
-        """``train.cuda_graphs``: the training forward's decoder replayed from CUDA graphs."""
+        """``train.cuda_graphs``: the training forward's decoder replayed from CUDA graphs.
+        Settings it cannot combine with are errors; a model it does not apply to (no fused
+        head, or a mixture of experts, whose routing syncs with the host) trains eagerly, as
+        ``train.fused_head`` does for such models, and says so."""
         t = self.config.train
-        if not t.cuda_graphs:
+        if t.cuda_graphs is not True:  # (an unresolved "auto" stays off, as train.compile)
             return None
         why = ""
-        if not self.fused_head:
-            why = ("needs the fused head (train.fused_head = true and a model it supports: "
-                   f"{fused_head_unsupported(self.model) or 'train.fused_head is false'})")
+        if not t.fused_head:
+            why = "needs train.fused_head = true"
         elif t.compile is True:
             why = "is not combined with train.compile (set one of them to false)"
         elif t.gradient_checkpointing:
@@ -160,6 +163,13 @@ class TorchTrainer:
             why = f"needs a CUDA device (the trainer is on {self.device.type})"
         if why:
             raise ValueError(f"train.cuda_graphs {why}")
+        eager = fused_head_unsupported(self.model)
+        if eager is None and model_moe_shape(self.config.model) is not None:
+            eager = "a mixture-of-experts model (its routing syncs with the host)"
+        if eager is not None:
+            warnings.warn(f"train.cuda_graphs: not for this model ({eager}); the training "
+                          "forward runs eagerly", stacklevel=2)
+            return None
         return GraphedDecoder(cast(torch.nn.Module, cast(Any, self.model).model), self.pad_id)
 
     def _ref(self) -> torch.nn.Module:

@@ -15,12 +15,38 @@ from .test_trainer_shared_prefix import _assert_same_steps, _group_batch, _train
     ({}, "needs a CUDA device (the trainer is on cpu)"),
     ({"compile": True}, "is not combined with train.compile"),
     ({"gradient_checkpointing": True}, "is not combined with train.gradient_checkpointing"),
-    ({"fused_head": False}, "needs the fused head"),
+    ({"fused_head": False}, "needs train.fused_head = true"),
 ], ids=["cpu", "compile", "checkpointing", "no-fused-head"])
 def test_cuda_graphs_refuses_what_it_cannot_replay(tmp_path, train, why):
     with pytest.raises(ValueError, match=r"train\.cuda_graphs " + why.replace("(", r"\(")
                        .replace(")", r"\)")):
         _trainer(tmp_path, {"cuda_graphs": True, **train})
+
+
+@pytest.mark.parametrize("model, graphed", [("dense", True), ("moe", False)])
+def test_a_model_the_graphs_do_not_apply_to_trains_eagerly(tmp_path, monkeypatch, model, graphed):
+    """Past the setting checks, the model decides: a mixture of experts (routing that syncs
+    with the host) trains eagerly with a warning. The device check is passed by pretending
+    the trainer is on CUDA (no capture happens until a forward)."""
+    import torch
+    from slime_core.testing import TINY_QWEN3_MOE
+
+    trainer = _trainer(tmp_path, {"cuda_graphs": False}, **(
+        {"model": {"init_config": TINY_QWEN3_MOE}} if model == "moe" else {}))
+    trainer.config.train.cuda_graphs = True
+    monkeypatch.setattr(trainer, "device", torch.device("cuda"))
+    if graphed:
+        assert trainer._graphed_decoder().decoder is trainer.model.model
+    else:
+        with pytest.warns(UserWarning, match=r"train\.cuda_graphs: not for this model \(a "
+                                             r"mixture-of-experts model"):
+            assert trainer._graphed_decoder() is None
+
+
+def test_auto_left_unresolved_stays_off(tmp_path):
+    """A config that did not go through slime_configure keeps ``auto``: eager (the CPU
+    resolution itself: ``plugins/slime_std/tests/test_fast_path.py``)."""
+    assert _trainer(tmp_path, {"cuda_graphs": "auto"}).graphed is None
 
 
 def test_graphed_steps_match_the_one_pass_forward(tmp_path):

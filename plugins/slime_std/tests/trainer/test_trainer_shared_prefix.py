@@ -22,8 +22,9 @@ def _group_batch(seed: int):
                       rollout_log_probs=[-torch.rand(r, generator=g) for r in resp])
 
 
-def _trainer(tmp_path, train: dict):
-    """The ``torch`` trainer of the tiny Qwen2 (GRPO) with ``train`` settings."""
+def _trainer(tmp_path, train: dict, model: dict | None = None):
+    """The ``torch`` trainer of the tiny Qwen2 (or ``model``'s settings; GRPO) with
+    ``train`` settings."""
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
@@ -32,7 +33,7 @@ def _trainer(tmp_path, train: dict):
 
     tok = write_char_tokenizer(tmp_path / "tok")
     manager, config = resolve(PluginSelection(plugins=["slime_grpo"], autoload=False), data={
-        "model": {"init_config": TINY_QWEN2, "tokenizer": str(tok)},
+        "model": {"init_config": TINY_QWEN2, "tokenizer": str(tok), **(model or {})},
         "train": {"micro_batch_tokens": 40, "lr": 1e-3, **train},
         "algorithm": {"entropy_coef": 0.01},
     })
