@@ -120,6 +120,9 @@ for _overrides in VARIANTS.values():
     # and inductor's kernels launched without programmatic dependent launch, until the fifth
     # session of 2026-12-02 (fast_mb16k_defaults_pdl is the defaults since)
     _overrides["rollout"]["compile_pdl"] = False
+    # and the training forward eager, until train.cuda_graphs = "auto" (2026-12-06; the
+    # *_graphs variants turn it on)
+    _overrides["train"]["cuda_graphs"] = False
 
 
 def _variant(base: str, **changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
