@@ -146,6 +146,25 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the name of inductor's mode for rollout.compile_autotune (the graph is captured here)"),
     ("core/slime_core/config/sections.py", "cuda_graphs",
      "the rollout.cuda_graphs option (used only on a cuda device, see local_engine.py)"),
+    ("core/slime_core/runner/rundir.py", '("train", "cuda_graphs")',
+     "the train.cuda_graphs key's name in the keys a resume may change"),
+    ("plugins/slime_std/slime_std/fast_path.py", '"train.cuda_graphs"',
+     "the train.cuda_graphs key's name; its value comes from the record's graph_capture"),
+    ("core/slime_core/trainkit/graphed_decoder.py", "torch.cuda.make_graphed_callables",
+     "CUDA-graph capture of the training decoder (train.cuda_graphs), entered only on a cuda "
+     "device the trainer is already on"),
+    ("core/slime_core/trainkit/graphed_decoder.py", 'device.type == "cuda"',
+     "the same capture's memory pool, for tensors already on a cuda device"),
+    ("core/slime_core/trainkit/graphed_decoder.py", "torch.cuda.graph_pool_handle()",
+     "the same capture's memory pool"),
+    ("core/slime_core/trainkit/graphed_decoder.py", "train.cuda_graphs",
+     "the key's name in the capture's messages"),
+    ("plugins/slime_std/slime_std/trainer/torch_trainer.py", "cuda_graphs",
+     "train.cuda_graphs: the key and its messages"),
+    ("plugins/slime_std/slime_std/trainer/torch_trainer.py", 'self.device.type != "cuda"',
+     "refuses train.cuda_graphs off a cuda device (the record's device): a capability check"),
+    ("plugins/slime_std/slime_std/trainer/torch_trainer.py", "needs a CUDA device",
+     "that check's error message"),
 ]
 
 
