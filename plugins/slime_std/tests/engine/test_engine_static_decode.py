@@ -31,6 +31,17 @@ def _static(engine):
     return engine
 
 
+def _assert_matches(engine, prompts, dynamic, static, temperature) -> None:
+    """The static path's tokens and log-probs are the dynamic cache's, and its log-probs a
+    full unpadded forward's."""
+    for prompt, d, s in zip(prompts, dynamic, static, strict=True):
+        assert s.token_ids == d.token_ids
+        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
+                                   atol=1e-5, rtol=0)
+        ref = full_forward_log_probs(engine._model, prompt, s.token_ids, temperature)
+        torch.testing.assert_close(torch.tensor(s.log_probs), ref, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("params", [
     SamplingParams(temperature=1.0, max_new_tokens=12, seed=3, ignore_eos=True),
     SamplingParams(temperature=0.7, top_k=5, top_p=0.9, max_new_tokens=12, seed=4,
@@ -48,12 +59,7 @@ def test_static_path_matches_the_dynamic_cache(make_engine, params, fused):
     (decoder,) = engine._static._by_shape.values()
     assert decoder.fused is (engine._fused if fused else None)
     assert (engine._fused is not None) is fused
-    for prompt, d, s in zip(PROMPTS, dynamic, static, strict=True):
-        assert s.token_ids == d.token_ids
-        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
-                                   atol=1e-5, rtol=0)
-        ref = full_forward_log_probs(engine._model, prompt, s.token_ids, params.temperature)
-        torch.testing.assert_close(torch.tensor(s.log_probs), ref, atol=1e-5, rtol=0)
+    _assert_matches(engine, PROMPTS, dynamic, static, params.temperature)
 
 
 def test_static_path_finishes_rows_early_and_reuses_its_buffers(make_engine):
@@ -105,12 +111,7 @@ def test_a_groups_shared_prompt_is_prefilled_once(make_engine, fused):
     prompt_width = len(PROMPTS[2])
     assert widths[0] == (3, prompt_width)  # three distinct prompts, not eight rows
     assert all(w[1] == 1 for w in widths[1:])  # then single-token decode steps only
-    for prompt, d, s in zip(prompts, dynamic, static, strict=True):
-        assert s.token_ids == d.token_ids
-        torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
-                                   atol=1e-5, rtol=0)
-        ref = full_forward_log_probs(engine._model, prompt, s.token_ids, params.temperature)
-        torch.testing.assert_close(torch.tensor(s.log_probs), ref, atol=1e-5, rtol=0)
+    _assert_matches(engine, prompts, dynamic, static, params.temperature)
     # a second batch reuses the decoder: its static cache is rewound, not appended to
     again = engine.generate(prompts, [params] * len(prompts))
     assert [a.token_ids for a in again] == [s.token_ids for s in static]
