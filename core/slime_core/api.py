@@ -50,7 +50,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`to_tensor_list`, :func:`lr_schedule`,
   :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`,
   :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
-  from CUDA graphs at bucketed shapes); training health:
+  from CUDA graphs at bucketed shapes), :func:`graph_budget`, :func:`trainable_bytes`; training
+  health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
@@ -178,6 +179,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "rms_norm": ("slime_core.trainkit.fused_norm", "rms_norm"),
     "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
+    "graph_budget": ("slime_core.trainkit.graphed_decoder", "graph_budget"),
+    "trainable_bytes": ("slime_core.trainkit.graphed_decoder", "trainable_bytes"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
     "TrainingHealth": ("slime_core.trainkit.health", "TrainingHealth"),
@@ -355,6 +358,8 @@ if TYPE_CHECKING:
     from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms
     from slime_core.trainkit.fused_norm import rms_norm as rms_norm
     from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
+    from slime_core.trainkit.graphed_decoder import graph_budget as graph_budget
+    from slime_core.trainkit.graphed_decoder import trainable_bytes as trainable_bytes
     from slime_core.trainkit.compose import compute_advantages as compute_advantages
     from slime_core.trainkit.compose import compute_loss as compute_loss
     from slime_core.trainkit.compose import make_reducer as make_reducer

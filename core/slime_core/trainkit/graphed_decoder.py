@@ -22,6 +22,10 @@ What the caller must keep to:
   replay would overwrite it. Allocated gradients are added to in place.
 * the decoder's parameters stay the same tensors (optimizers update them in place), and no
   hooks are added to the decoder while graphs exist (they would not run on replay).
+
+Memory: each captured bucket keeps its own gradient buffers (the size of the trainable
+parameters) and output; the activations are shared through the pool. :func:`graph_budget`
+bounds the buckets by a share of the device's memory.
 """
 
 from __future__ import annotations
@@ -33,6 +37,21 @@ from typing import Any
 import torch
 
 GraphMaker = Callable[..., Any]
+
+
+def trainable_bytes(module: torch.nn.Module) -> int:
+    """Bytes of ``module``'s trainable parameters: what each captured bucket's gradient
+    buffers hold."""
+    return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters()
+               if p.requires_grad)
+
+
+def graph_budget(decoder: torch.nn.Module, device_bytes: int, share: float = 0.125,
+                 most: int = 8) -> int:
+    """How many buckets to capture: at most ``most``, and as many as keep the buckets'
+    gradient buffers within ``share`` of the device's ``device_bytes`` (0: not even one)."""
+    per_bucket = max(trainable_bytes(decoder), 1)
+    return max(0, min(most, int(device_bytes * share) // per_bucket))
 
 
 class _Forward(torch.nn.Module):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from slime_core.testing import static_buffer_graphs, tiny_decoder
 from slime_core.trainkit.batching import response_log_probs
-from slime_core.trainkit.graphed_decoder import GraphedDecoder
+from slime_core.trainkit.graphed_decoder import GraphedDecoder, graph_budget, trainable_bytes
 
 PAD = 0
 
@@ -124,3 +124,14 @@ def test_the_decoder_replaces_only_the_one_pass_forward():
     for bad in ({"fused_head": False}, {"fused_head": True, "shared_prefix": True}):
         with pytest.raises(ValueError, match="one-pass fused-head"):
             response_log_probs(model, tokens, resp, 1.0, PAD, decoder=graphed, **bad)
+
+
+def test_the_bucket_budget_keeps_gradient_buffers_within_a_share_of_the_device():
+    model = tiny_decoder("qwen2_gqa_bias")
+    per = trainable_bytes(model.model)
+    assert per == sum(p.numel() * 4 for p in model.model.parameters())  # float32
+    assert graph_budget(model.model, per * 1000) == 8  # at most 8
+    assert graph_budget(model.model, per * 8 * 3) == 3  # an eighth of the device: 3 sets
+    assert graph_budget(model.model, per * 7) == 0  # not even one
+    model.model.embed_tokens.weight.requires_grad_(False)  # frozen: no gradient buffer
+    assert trainable_bytes(model.model) == per - model.model.embed_tokens.weight.numel() * 4

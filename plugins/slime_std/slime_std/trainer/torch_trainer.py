@@ -42,6 +42,7 @@ from slime_core.api import (
     fuse_rms_norms,
     fused_head_unsupported,
     get_manager,
+    graph_budget,
     load_causal_lm,
     load_tokenizer,
     lr_schedule,
@@ -59,6 +60,7 @@ from slime_core.api import (
     set_data_parallel_group,
     shared_micro_batches,
     teacher_model_config,
+    trainable_bytes,
     untie,
 )
 from slime_hookspecs import Config, TrainBatch
@@ -166,11 +168,21 @@ class TorchTrainer:
         eager = fused_head_unsupported(self.model)
         if eager is None and model_moe_shape(self.config.model) is not None:
             eager = "a mixture-of-experts model (its routing syncs with the host)"
+        decoder = cast(torch.nn.Module, cast(Any, self.model).model)
+        buckets = 0
+        if eager is None:
+            # the device module's own properties (torch.cuda, ...), as memory.py reads its peak
+            total = int(getattr(torch, self.device.type).get_device_properties(
+                self.device).total_memory)
+            buckets = graph_budget(decoder, total)
+            if buckets == 0:
+                eager = (f"one captured shape would keep {trainable_bytes(decoder) / 2**30:.1f} "
+                         f"GB of gradient buffers, over 1/8 of the device's {total / 2**30:.0f} GB")
         if eager is not None:
             warnings.warn(f"train.cuda_graphs: not for this model ({eager}); the training "
                           "forward runs eagerly", stacklevel=2)
             return None
-        return GraphedDecoder(cast(torch.nn.Module, cast(Any, self.model).model), self.pad_id)
+        return GraphedDecoder(decoder, self.pad_id, max_graphs=buckets)
 
     def _ref(self) -> torch.nn.Module:
         """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from

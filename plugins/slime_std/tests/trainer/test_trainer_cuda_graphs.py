@@ -23,11 +23,20 @@ def test_cuda_graphs_refuses_what_it_cannot_replay(tmp_path, train, why):
         _trainer(tmp_path, {"cuda_graphs": True, **train})
 
 
-@pytest.mark.parametrize("model, graphed", [("dense", True), ("moe", False)])
-def test_a_model_the_graphs_do_not_apply_to_trains_eagerly(tmp_path, monkeypatch, model, graphed):
+@pytest.mark.parametrize("model, memory_gb, warning", [
+    ("dense", 80, None),
+    ("moe", 80, r"a mixture-of-experts model"),
+    ("dense", 1e-6, r"one captured shape would keep 0\.0 GB of gradient buffers, over 1/8 of "
+                    r"the device's 0 GB"),
+], ids=["dense", "moe", "too-little-memory"])
+def test_a_model_the_graphs_do_not_apply_to_trains_eagerly(tmp_path, monkeypatch, model,
+                                                           memory_gb, warning):
     """Past the setting checks, the model decides: a mixture of experts (routing that syncs
-    with the host) trains eagerly with a warning. The device check is passed by pretending
-    the trainer is on CUDA (no capture happens until a forward)."""
+    with the host), or one whose gradient buffers for a single captured shape would take over
+    an eighth of the device, trains eagerly with a warning. The device is pretended (a CUDA
+    trainer, a device of ``memory_gb``); nothing is captured until a forward."""
+    import types
+
     import torch
     from slime_core.testing import TINY_QWEN3_MOE
 
@@ -35,11 +44,13 @@ def test_a_model_the_graphs_do_not_apply_to_trains_eagerly(tmp_path, monkeypatch
         {"model": {"init_config": TINY_QWEN3_MOE}} if model == "moe" else {}))
     trainer.config.train.cuda_graphs = True
     monkeypatch.setattr(trainer, "device", torch.device("cuda"))
-    if graphed:
-        assert trainer._graphed_decoder().decoder is trainer.model.model
+    props = types.SimpleNamespace(total_memory=int(memory_gb * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    if warning is None:
+        graphed = trainer._graphed_decoder()
+        assert graphed.decoder is trainer.model.model and graphed.max_graphs == 8
     else:
-        with pytest.warns(UserWarning, match=r"train\.cuda_graphs: not for this model \(a "
-                                             r"mixture-of-experts model"):
+        with pytest.warns(UserWarning, match=r"train\.cuda_graphs: not for this model \(" + warning):
             assert trainer._graphed_decoder() is None
 
 
