@@ -7,8 +7,8 @@ whether the Triton kernels run there (``slime_core.api.choose_kernel``), never f
 device's name. The keys are the local engine's (``rollout.cuda_graphs``,
 ``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``) and the
 torch trainer's (``train.compile``, ``train.head_kernel``, ``train.cuda_graphs``), and
-``rollout.reward_processes`` for the built-in rewards: the default plugins ``local_engine``, ``torch_trainer`` and
-``core_rewards`` resolve their own in ``slime_configure``
+``rollout.reward_processes`` for the built-in rewards: the default plugins ``local_engine``,
+``torch_trainer`` and ``core_rewards`` resolve their own in ``slime_configure``
 (:func:`configure`), before the run's ``config.toml`` is written, so the file records what ran
 (``true``/``false``, a kernel name), and print one line per choice with its reason. An engine
 or trainer built from a config whose keys are still ``auto`` (its plugin disabled, a config

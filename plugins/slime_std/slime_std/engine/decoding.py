@@ -210,14 +210,15 @@ def decode(
         cache = None
         if clock is not None:
             clock.cut("kv_alloc")
+        # each distinct prompt computed once (a group's samples share it)
         logits = fixed.prefill(ids, full_mask[:, :width], pos,
-                               *(shared_prompts(requests, device) or (None, None)))
+                               *(shared_prompts(requests, device) or ()))
     elif fused is not None:
         cache = None
         fused.start(n, width + max_new, device, param.dtype, full_mask.bool() if padded else None)
         if clock is not None:
             clock.cut("kv_alloc")
-        logits = _fused_prefill(fused, requests, ids, pos)
+        logits = fused.prefill(ids, pos, *(shared_prompts(requests, device) or ()))
     else:
         cache = make_cache()
         buffer_layers(cache, width + max_new)  # no per-step torch.cat of the whole cache
@@ -347,15 +348,6 @@ def shared_prompts(requests: list[Request],
     slot = {row: j for j, row in enumerate(distinct)}
     return (torch.tensor(distinct, dtype=torch.long, device=device),
             torch.tensor([slot[r] for r in of_row], dtype=torch.long, device=device))
-
-
-def _fused_prefill(fused: FusedDecoder, requests: list[Request], ids: torch.Tensor,
-                   pos: torch.Tensor) -> torch.Tensor:
-    """The fused prefill, computing each distinct prompt once (a group's samples share it)."""
-    shared = shared_prompts(requests, ids.device)
-    if shared is None:
-        return fused.prefill(ids, pos)
-    return fused.prefill(ids, pos, *shared)
 
 
 def _string_hits(requests: list[Request], rows: list[int], tokens: torch.Tensor,
