@@ -50,7 +50,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`to_tensor_list`, :func:`lr_schedule`,
   :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`,
   :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
-  from CUDA graphs at bucketed shapes), :func:`graph_budget`, :func:`trainable_bytes`; training
+  from CUDA graphs at bucketed shapes), :func:`graph_budget`, :func:`graphs_settings_conflict`,
+  :func:`trainable_bytes`; training
   health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
@@ -180,6 +181,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "rms_norm": ("slime_core.trainkit.fused_norm", "rms_norm"),
     "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
     "graph_budget": ("slime_core.trainkit.graphed_decoder", "graph_budget"),
+    "graphs_settings_conflict": ("slime_core.trainkit.graphed_decoder", "settings_conflict"),
     "trainable_bytes": ("slime_core.trainkit.graphed_decoder", "trainable_bytes"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
     "lr_schedule": ("slime_core.trainkit.schedule", "lr_schedule"),
@@ -359,6 +361,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.fused_norm import rms_norm as rms_norm
     from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
     from slime_core.trainkit.graphed_decoder import graph_budget as graph_budget
+    from slime_core.trainkit.graphed_decoder import settings_conflict as graphs_settings_conflict
     from slime_core.trainkit.graphed_decoder import trainable_bytes as trainable_bytes
     from slime_core.trainkit.compose import compute_advantages as compute_advantages
     from slime_core.trainkit.compose import compute_loss as compute_loss

@@ -39,6 +39,21 @@ import torch
 GraphMaker = Callable[..., Any]
 
 
+def settings_conflict(train: Any) -> str | None:
+    """Why the ``[train]`` settings ``train`` exclude ``train.cuda_graphs`` (None when they do
+    not): what the trainer refuses and what its ``auto`` resolves off for, in one place."""
+    if not train.fused_head:
+        return "needs train.fused_head = true"
+    if train.compile is True:
+        return "is not combined with train.compile (set one of them to false)"
+    if train.gradient_checkpointing:
+        return "is not combined with train.gradient_checkpointing"
+    if train.routing_replay != "off" or train.moe_aux_loss_coef or train.moe_z_loss_coef:
+        return ("is not combined with train.routing_replay or the router losses (they read "
+                "each forward's routing, which a replayed graph does not report)")
+    return None
+
+
 def trainable_bytes(module: torch.nn.Module) -> int:
     """Bytes of ``module``'s trainable parameters: what each captured bucket's gradient
     buffers hold."""

@@ -140,18 +140,14 @@ def _training_graphs(config: Any, accelerator: AcceleratorRecord) -> tuple[bool,
     apply (measured on an H100, ``bench/README.md``: the 0.5b anchor in bf16 trained in 0.46 s
     instead of 0.64; SmolLM2 in fp32 without TF32, whose products are bound by arithmetic,
     gained nothing)."""
-    t, run = config.train, config.run
+    from slime_core.api import graphs_settings_conflict
+
     if not accelerator.graph_capture:
         return False, f"{accelerator.name} does not capture graphs"
-    if t.compile is True:
-        return False, "train.compile is on (the two exclude each other)"
-    if t.gradient_checkpointing:
-        return False, "not with train.gradient_checkpointing"
-    if t.routing_replay != "off" or t.moe_aux_loss_coef or t.moe_z_loss_coef:
-        return False, "not with routing replay or router losses"
-    if not t.fused_head:
-        return False, "needs train.fused_head"
-    if config.model.dtype == "float32" and run.matmul_precision == "highest":
+    conflict = graphs_settings_conflict(config.train)
+    if conflict is not None:
+        return False, f"it {conflict}"
+    if config.model.dtype == "float32" and config.run.matmul_precision == "highest":
         return False, ("fp32 products without TF32 are bound by arithmetic, not launches: no "
                        "gain measured; on with run.matmul_precision = \"high\" or bf16 weights")
     return True, ("the training forward and backward replay captured graphs (tensor-core "

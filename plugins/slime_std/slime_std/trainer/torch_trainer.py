@@ -43,6 +43,7 @@ from slime_core.api import (
     fused_head_unsupported,
     get_manager,
     graph_budget,
+    graphs_settings_conflict,
     load_causal_lm,
     load_tokenizer,
     lr_schedule,
@@ -151,17 +152,8 @@ class TorchTrainer:
         t = self.config.train
         if t.cuda_graphs is not True:  # (an unresolved "auto" stays off, as train.compile)
             return None
-        why = ""
-        if not t.fused_head:
-            why = "needs train.fused_head = true"
-        elif t.compile is True:
-            why = "is not combined with train.compile (set one of them to false)"
-        elif t.gradient_checkpointing:
-            why = "is not combined with train.gradient_checkpointing"
-        elif self.routing is not None or self.router_capture is not None:
-            why = ("is not combined with train.routing_replay or the router losses (they "
-                   "read each forward's routing, which a replayed graph does not report)")
-        elif self.device.type != "cuda":
+        why = graphs_settings_conflict(t)
+        if why is None and self.device.type != "cuda":
             why = f"needs a CUDA device (the trainer is on {self.device.type})"
         if why:
             raise ValueError(f"train.cuda_graphs {why}")
