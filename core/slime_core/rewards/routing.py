@@ -66,9 +66,9 @@ class RewardFunctions:
     def warm(self) -> None:
         """Start the worker processes, if any, with the functions built so far that run in
         them (:meth:`RewardProcesses.warm`)."""
-        fns = [fn.fn for fn, _, _ in self._built.values() if isinstance(fn, InProcesses)]
-        if self.processes is not None and fns:
-            self.processes.warm(fns)
+        if self.processes is not None:  # (no function to warm: no pool started)
+            self.processes.warm([fn.fn for fn, _, _ in self._built.values()
+                                 if isinstance(fn, InProcesses)])
 
     def close(self) -> None:
         """Stop the worker processes, if any were started (a later call through the pool
