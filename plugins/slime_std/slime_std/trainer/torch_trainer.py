@@ -38,6 +38,7 @@ from slime_core.api import (
     check_batch_routes,
     check_finite_weights,
     compute_loss,
+    config_moe_shape,
     dp_active,
     fuse_rms_norms,
     fused_head_unsupported,
@@ -49,7 +50,6 @@ from slime_core.api import (
     lr_schedule,
     make_adamw,
     micro_batches,
-    model_moe_shape,
     needs_ref,
     prepare_batch,
     prompt_groups,
@@ -158,7 +158,9 @@ class TorchTrainer:
         if why:
             raise ValueError(f"train.cuda_graphs {why}")
         eager = fused_head_unsupported(self.model)
-        if eager is None and model_moe_shape(self.config.model) is not None:
+        # (the built model's own config: no second read of model.path, and a model a plugin
+        # built is seen too)
+        if eager is None and config_moe_shape(cast(Any, self.model).config) is not None:
             eager = "a mixture-of-experts model (its routing syncs with the host)"
         decoder = cast(torch.nn.Module, cast(Any, self.model).model)
         buckets = 0
