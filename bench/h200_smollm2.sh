@@ -11,6 +11,7 @@
 #   bash bench/h200_smollm2.sh profile   # device call 3' (warm machine): a profiled step (issue 43)
 #   bash bench/h200_smollm2.sh imports   # any call, no carry: where the set-up's imports go
 #   bash bench/h200_smollm2.sh graphs    # device call 2', carry [".mdl/b", ".whl"]: train.cuda_graphs
+#   bash bench/h200_smollm2.sh record    # device call 2'', carry [".mdl/b", ".whl"]: SmolLM2 + 1.5B
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -162,6 +163,21 @@ case "${1:-}" in
       fi
     done
     ;;
+  record)
+    # issue 43 item 3: both workloads in one record, so that a change that helps one and hurts
+    # the other shows. The SmolLM2 example against TRL (PREC: fp32, tf32 (the default here:
+    # TF32 products in both, where train.cuda_graphs' auto captures the training), bf16), then
+    # the 1.5B anchor's shape (Qwen2-1.5B-shaped seeded weights, bf16, 256 tokens forced) at
+    # the rollout defaults (compiled decode step, PDL) with the training graphs, beside the
+    # same without the graphs (ANCHOR_VARIANTS)
+    smollm2_model || exit 1
+    mkdir -p "$OUT/record"
+    timeout "${LEARN_TIMEOUT:-300}" python3 bench/smollm2_vs_trl.py --precision "${PREC:-tf32}" \
+      --out "$OUT/record/smollm2_${PREC:-tf32}" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
+    timeout "${ANCHOR_TIMEOUT:-280}" python3 bench/gpu_anchor.py --shape 1.5b \
+      --variants "${ANCHOR_VARIANTS:-rollout_pdl_graphs}" --steps "${ANCHOR_STEPS:-3}" --warmup 1 \
+      --out "$OUT/record/anchor_1.5b.jsonl" 2>&1 | tail -12
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -181,5 +197,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|profile|imports" >&2; exit 2 ;;
 esac

@@ -16,7 +16,10 @@ optimizer step per rollout, token-level PPO clip 0.2 averaged per sequence then 
 ``--precision bf16`` on CUDA: bf16 arithmetic with fp32 optimizer state in both (TRL: fp32
 weights under bf16 autocast; slime: bf16 weights with fp32 master copies). At this learning
 rate an update is far below a bf16 weight's spacing, so bf16 forwards see the policy move in
-rare jumps; measured on the H200 it learns less per step (bench/README.md).
+rare jumps; measured on the H200 it learns less per step (bench/README.md). ``--precision tf32``:
+fp32 weights with TF32 products in both (``torch.set_float32_matmul_precision("high")``;
+slime's ``run.matmul_precision = "high"``, with which its ``train.cuda_graphs = "auto"``
+captures the training decoder).
 
 Held-out accuracy: greedy, the same first ``--eval-prompts`` of ``eval.jsonl``, the same reward,
 before the first step and every ``--eval-interval`` steps (slime: its own evaluation; TRL: HF
@@ -87,7 +90,8 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "s
         f"rollout.batch_size={a.prompts}", f"rollout.n_samples_per_prompt={a.group}",
         f"rollout.temperature={a.temperature}", f"rollout.max_new_tokens={a.new}",
         f"train.lr={a.lr}", f"eval.interval={a.eval_interval}",
-        f"model.dtype={json.dumps('float32' if a.precision == 'fp32' else 'bfloat16')}",
+        f"model.dtype={json.dumps('bfloat16' if a.precision == 'bf16' else 'float32')}",
+        *(['run.matmul_precision="high"'] if a.precision == "tf32" else []),
         f"eval.max_prompts={a.eval_prompts}",
         *a.slime_set, *extra_set,
     ]
@@ -135,6 +139,8 @@ def run_trl(a: argparse.Namespace, model: Path, emit: Any, framework: str = "trl
     from trl import GRPOConfig, GRPOTrainer
 
     cuda = torch.cuda.is_available()
+    if a.precision == "tf32":
+        torch.set_float32_matmul_precision("high")
     tok = AutoTokenizer.from_pretrained(str(model))
     lm = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
     train = _rows(EXAMPLE / "train.jsonl")
@@ -284,7 +290,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--seed", type=int, default=1, help="both frameworks' seed")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     ap.add_argument("--eval-interval", type=int, default=5)
     ap.add_argument("--eval-prompts", type=int, default=256)
     ap.add_argument("--slime-set", action="append", default=[],

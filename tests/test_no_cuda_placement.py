@@ -157,6 +157,9 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the same capture's memory pool, for tensors already on a cuda device"),
     ("core/slime_core/trainkit/graphed_decoder.py", "torch.cuda.graph_pool_handle()",
      "the same capture's memory pool"),
+    ("core/slime_core/trainkit/graphed_decoder.py", "torch.cuda.empty_cache()",
+     "the eager cache returned before a capture, and the graphs' pool after a failed one, "
+     "on a cuda device the capture runs on"),
     ("core/slime_core/trainkit/graphed_decoder.py", "train.cuda_graphs",
      "the key's name in the capture's messages"),
     ("plugins/slime_std/slime_std/trainer/torch_trainer.py", "cuda_graphs",

@@ -50,8 +50,9 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`to_tensor_list`, :func:`lr_schedule`,
   :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`,
   :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
-  from CUDA graphs at bucketed shapes), :func:`graph_budget`, :func:`graphs_settings_conflict`,
-  :func:`trainable_bytes`; training
+  from CUDA graphs at bucketed shapes), :class:`GraphCaptureOutOfMemory` (a capture that did not
+  fit: the graphs are released, redo the micro-batch eagerly), :func:`graph_budget`,
+  :func:`graphs_settings_conflict`, :func:`trainable_bytes`; training
   health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
@@ -180,6 +181,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "rms_norm": ("slime_core.trainkit.fused_norm", "rms_norm"),
     "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
+    "GraphCaptureOutOfMemory": ("slime_core.trainkit.graphed_decoder", "CaptureOutOfMemory"),
     "graph_budget": ("slime_core.trainkit.graphed_decoder", "graph_budget"),
     "graphs_settings_conflict": ("slime_core.trainkit.graphed_decoder", "settings_conflict"),
     "trainable_bytes": ("slime_core.trainkit.graphed_decoder", "trainable_bytes"),
@@ -359,6 +361,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms
     from slime_core.trainkit.fused_norm import rms_norm as rms_norm
+    from slime_core.trainkit.graphed_decoder import CaptureOutOfMemory as GraphCaptureOutOfMemory
     from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
     from slime_core.trainkit.graphed_decoder import graph_budget as graph_budget
     from slime_core.trainkit.graphed_decoder import settings_conflict as graphs_settings_conflict

@@ -15,6 +15,7 @@ non-finite is not taken (:attr:`Accumulation.applied`), and the ranks agree on b
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,10 +99,20 @@ class Accumulation:
             samples, tokens = data_parallel.global_totals(samples, tokens, device, group)
         self.total_samples = samples
         self.total_tokens = tokens or 1.0
+        self.device = device
         self.metrics: dict[str, float] = {}
         self.health = TrainingHealth(device, group, data_parallel_)
         self.applied = False
         self.skipped: dict[str, float] = {}
+
+    def restarted(self) -> Accumulation:
+        """The same optimizer step from its first micro-batch again (the totals kept, so no
+        collective runs: other data-parallel ranks are not asked twice); the caller zeroes the
+        gradients. For a step whose micro-batches must be run again before :meth:`step`."""
+        fresh = copy.copy(self)
+        fresh.metrics, fresh.skipped, fresh.applied = {}, {}, False
+        fresh.health = TrainingHealth(self.device, self.group, self.data_parallel)
+        return fresh
 
     def backward(self, loss: torch.Tensor, metrics: dict[str, float], weighting: str,
                  samples: int, tokens: float) -> None:

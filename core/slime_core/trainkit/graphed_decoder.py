@@ -25,11 +25,17 @@ What the caller must keep to:
 
 Memory: each captured bucket keeps its own gradient buffers (the size of the trainable
 parameters) and output; the activations are shared through the pool. :func:`graph_budget`
-bounds the buckets by a share of the device's memory.
+bounds the buckets by a share of the device's memory. The pool cannot use the memory the
+caching allocator keeps for eager tensors, so that cache is returned to the device before each
+capture. A capture that still runs out of memory (a large model beside an engine's cache:
+Qwen2-1.5B's anchor on an 80 GB H100, whose one-pass forward at 16 x 1040 tokens alone did not
+fit) ends the graphs: they and their pool are released, :class:`CaptureOutOfMemory` is raised
+for the caller to redo the micro-batch in a form of its own, and later calls run eagerly.
 """
 
 from __future__ import annotations
 
+import gc
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +75,11 @@ def graph_budget(decoder: torch.nn.Module, device_bytes: int, share: float = 0.1
     return max(0, min(most, int(device_bytes * share) // per_bucket))
 
 
+class CaptureOutOfMemory(RuntimeError):
+    """A bucket's capture ran out of device memory. The decoder has released its graphs and
+    their pool and runs eagerly from then on; the call that raised this computed nothing."""
+
+
 class _Forward(torch.nn.Module):
     """The decoder as ``ids -> hidden states``: the callable the graphs capture (its own
     module, so the capture replaces this wrapper's forward and not the decoder's)."""
@@ -97,7 +108,8 @@ class GraphedDecoder:
         self._graphs: dict[tuple[int, int], Any] = {}
         self._pool: Any = None
         self._warned = False
-        self.eager_calls = 0  # shapes beyond max_graphs
+        self.eager_calls = 0  # shapes beyond max_graphs, or every shape after an out-of-memory
+        self.given_up: str | None = None  # why the graphs ended (a capture out of memory)
 
     @property
     def buckets(self) -> list[tuple[int, int]]:
@@ -109,10 +121,15 @@ class GraphedDecoder:
         return -(-rows // r) * r, -(-width // w) * w
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """The hidden states of ``ids``: replayed from its bucket's graph (captured on first
+        use), or eagerly past ``max_graphs`` buckets or once a capture ran out of memory."""
         rows, width = (int(n) for n in ids.shape)
         shape = self.bucket(rows, width)
         graphed = self._graphs.get(shape)
         if graphed is None:
+            if self.given_up is not None:
+                self.eager_calls += 1
+                return _Forward(self.decoder)(ids)
             if len(self._graphs) >= self.max_graphs:
                 self.eager_calls += 1
                 if not self._warned:
@@ -129,18 +146,41 @@ class GraphedDecoder:
         return graphed(padded)[:rows, :width]
 
     def _capture(self, shape: tuple[int, int], device: torch.device) -> Any:
+        """The bucket's graphed callable (:class:`CaptureOutOfMemory` when the capture runs out
+        of memory)."""
         if self._pool is None and device.type == "cuda":
             self._pool = torch.cuda.graph_pool_handle()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the eager cache's free blocks, for the graph's pool
         sample = torch.full(shape, self.pad_id, dtype=torch.long, device=device)
         try:
             graphed = self._make(_Forward(self.decoder), (sample,), pool=self._pool)
+        except torch.OutOfMemoryError as e:
+            failure = str(e).split("\n")[0][:300]
         except RuntimeError as e:  # e.g. a host sync inside the model's forward
             raise RuntimeError(
                 f"train.cuda_graphs: capturing the decoder's forward and backward at "
                 f"{shape[0]} x {shape[1]} tokens failed ({e}); set train.cuda_graphs = false"
             ) from e
-        self._graphs[shape] = graphed
-        return graphed
+        else:
+            self._graphs[shape] = graphed
+            return graphed
+        # outside the handler: the error's traceback holds the warm-up's frames (activations,
+        # gradients) in a reference cycle that only a collection frees
+        self._give_up(shape, device, failure)
+        raise CaptureOutOfMemory(f"train.cuda_graphs: {self.given_up}")
+
+    def _give_up(self, shape: tuple[int, int], device: torch.device, failure: str) -> None:
+        """Drop every captured graph and their pool (the memory goes back to eager tensors)."""
+        kept = sorted(self._graphs)
+        self._graphs.clear()
+        self._pool = None
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.given_up = (f"capturing the decoder at {shape[0]} x {shape[1]} tokens ran out of "
+                         f"device memory ({failure}); the {len(kept)} graphs captured before "
+                         f"({kept}) are released")
 
     def zero_grads(self) -> None:
         """Every trainable parameter's gradient allocated and zero (see the module docstring)."""

@@ -6,11 +6,19 @@ The capture itself needs CUDA: ``bench/train_graphs.py`` checks it on a GPU."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from slime_core.testing import static_buffer_graphs, tiny_decoder
 from slime_core.trainkit.batching import response_log_probs
-from slime_core.trainkit.graphed_decoder import GraphedDecoder, graph_budget, trainable_bytes
+from slime_core.trainkit.graphed_decoder import (
+    CaptureOutOfMemory,
+    GraphedDecoder,
+    graph_budget,
+    trainable_bytes,
+)
 
 PAD = 0
 
@@ -135,3 +143,43 @@ def test_the_bucket_budget_keeps_gradient_buffers_within_a_share_of_the_device()
     assert graph_budget(model.model, per * 7) == 0  # not even one
     model.model.embed_tokens.weight.requires_grad_(False)  # frozen: no gradient buffer
     assert trainable_bytes(model.model) == per - model.model.embed_tokens.weight.numel() * 4
+
+
+def test_a_capture_out_of_memory_releases_the_graphs_and_raises():
+    """Qwen2-1.5B's anchor beside the engine's cache on an 80 GB H100: the second bucket's
+    capture runs out of memory. The graphs end (the first bucket's too, so its pool goes
+    back, and the failed warm-up's memory with it), the caller learns it, and every later
+    call runs eagerly."""
+    model = tiny_decoder("qwen2_gqa_bias").train()
+    calls: list[tuple[int, ...]] = []
+    held: list[weakref.ref] = []
+
+    def maker(module, sample_args, pool=None):
+        calls.append(tuple(sample_args[0].shape))
+        if len(calls) == 2:
+            warm_up = torch.empty(1000)  # what the failed warm-up held
+            held.append(weakref.ref(warm_up))
+            error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 286.00 MiB.\nmore")
+            raise error  # its traceback holds this frame, which holds it: a cycle
+        return static_buffer_graphs(module, sample_args, pool)
+
+    graphed = GraphedDecoder(model.model, PAD, row_multiple=4, width_multiple=8,
+                             make_graphed=maker)
+    ids = torch.randint(1, model.config.vocab_size, (3, 30))
+    with torch.no_grad():
+        want = model.model(input_ids=ids, use_cache=False)[0]
+        graphed(ids[:2, :5])  # the first bucket, captured
+        assert graphed.buckets == [(4, 8)]
+        gc.disable()  # only the decoder's own collection may free the warm-up's memory
+        try:
+            with pytest.raises(CaptureOutOfMemory, match=(
+                    r"at 4 x 32 tokens ran out of device memory \(CUDA out of memory\. Tried to "
+                    r"allocate 286\.00 MiB\.\); the 1 graphs captured before \(\[\(4, 8\)\]\)")):
+                graphed(ids)
+            assert held[0]() is None
+        finally:
+            gc.enable()
+        assert graphed.buckets == [] and graphed.given_up
+        torch.testing.assert_close(graphed(ids), want, atol=1e-5, rtol=1e-5)  # eagerly now
+        torch.testing.assert_close(graphed(ids[:2, :5]), want[:2, :5], atol=1e-5, rtol=1e-5)
+    assert len(calls) == 2 and graphed.eager_calls == 2

@@ -31,6 +31,7 @@ import torch
 from slime_core.api import (
     SKIPPED_STEPS,
     Accumulation,
+    GraphCaptureOutOfMemory,
     GraphedDecoder,
     RouterCapture,
     RoutingControl,
@@ -304,11 +305,24 @@ class TorchTrainer:
         return TrainingHealth(self.device, self.data_parallel_group, self.data_parallel)
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
+        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
+                           self.data_parallel, self.device, self.data_parallel_group)
+        try:
+            return self._accumulate_and_step(mini, acc)
+        except GraphCaptureOutOfMemory as e:
+            # Nothing was applied yet (a capture is a micro-batch's first forward): redo the
+            # step without graphs, in the form train.cuda_graphs = false has (the shared-prefix
+            # plan: the one-pass forward that did not fit may not fit eagerly either)
+            why = str(e)
+        self.graphed = None
+        warnings.warn(f"{why}; this run trains without them from here (this optimizer step "
+                      "is redone)", stacklevel=2)
+        return self._accumulate_and_step(mini, acc.restarted())
+
+    def _accumulate_and_step(self, mini: TrainBatch, acc: Accumulation) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         if self.graphed is not None:  # replayed backwards add into allocated gradients
             self.graphed.zero_grads()
-        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
-                           self.data_parallel, self.device, self.data_parallel_group)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         options = self._head_options(self.model)
         # router losses read the right-padded batch's routers (one pass, as replay does)

@@ -76,3 +76,33 @@ def test_graphed_steps_match_the_one_pass_forward(tmp_path):
     assert len(runs[True][2]._plan(_group_batch(0).tokens, _group_batch(0).response_lengths,
                                    False)) > 1  # several micro-batches through one bucket
     _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
+
+
+def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
+    """The 1.5B anchor on an 80 GB H100: a capture ran out of memory, and the one-pass forward
+    did not fit eagerly either. The trainer drops the graphs, says so, and redoes the optimizer
+    step in the form it has without them (the shared-prefix plan here). The second bucket's
+    capture fails, after the first micro-batch's backward through the first: the redone step
+    starts from zero gradients, and both steps equal an eager trainer's."""
+    import torch
+    from slime_core.api import GraphedDecoder
+    from slime_core.testing import static_buffer_graphs
+
+    calls = []
+
+    def second_out_of_memory(module, sample_args, pool=None):
+        calls.append(tuple(sample_args[0].shape))
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 286.00 MiB.")
+        return static_buffer_graphs(module, sample_args, pool)
+
+    runs = {False: _two_steps(tmp_path / "eager", {})}
+    trainer = _trainer(tmp_path / "graphed", {})
+    trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id, row_multiple=1,
+                                     width_multiple=1, make_graphed=second_out_of_memory)
+    with pytest.warns(UserWarning, match=r"at \d+ x \d+ tokens ran out of device memory .*; "
+                                         r"this run trains without them from here \(this "
+                                         r"optimizer step is redone\)"):
+        runs[True] = _two_steps(tmp_path, {}, trainer)
+    assert trainer.graphed is None and len(calls) == 2 and calls[0] != calls[1]
+    _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
