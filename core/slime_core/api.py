@@ -19,6 +19,7 @@ Groups:
   :class:`RunContext` (what a run's components share in this process: the rollout manager's
   engine clients, the trainer's data-parallel group), :func:`accelerator_record`
   (the record of ``run.accelerator``: device type, ``torch.distributed`` backend),
+  :func:`can_retain_host_memory` (whether ``run.retain_host_memory`` can act here: glibc),
   :func:`load_run` (resolve a run's plugins and config in this process without running it).
 * **choices** (one way per extension point: a plugin that changes a choice the config names
   registers a record and points the key at it): :func:`replace_choice` (in
@@ -140,6 +141,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "RunContext": ("slime_core.context", "RunContext"),
     "load_run": ("slime_core.session", "load_run"),
     "accelerator_record": ("slime_core.runtime.accelerator", "accelerator_record"),
+    "can_retain_host_memory": ("slime_core.runtime.host_memory", "can_retain"),
     # choices
     "replace_choice": ("slime_core.config.choices", "replace_choice"),
     "replaced_choice": ("slime_core.config.choices", "replaced_choice"),
@@ -346,6 +348,7 @@ if TYPE_CHECKING:
     from slime_core.runner.schedule import ScheduleBase as ScheduleBase
     from slime_core.runner.schedule import ScheduleCheckpoint as ScheduleCheckpoint
     from slime_core.runtime.accelerator import accelerator_record as accelerator_record
+    from slime_core.runtime.host_memory import can_retain as can_retain_host_memory
     from slime_core.runtime.dist_group import init_data_parallel as init_data_parallel
     from slime_core.session import load_run as load_run
     from slime_core.testing import TINY_QWEN2 as TINY_QWEN2

@@ -37,6 +37,7 @@ class RunConfig(Protocol):
     num_threads: int
     compile_cache_dir: str
     cudnn_attention: bool
+    retain_host_memory: bool | str
     matmul_precision: str
     async_rollout: bool
     rollout_mode: str

@@ -159,6 +159,7 @@ RESUME_MAY_CHANGE = {
     ("run", "keep_checkpoints"),
     ("run", "ray_address"),
     ("run", "compile_cache_dir"),
+    ("run", "retain_host_memory"),  # where freed host memory goes, not what is computed
     ("rollout", "reward_processes"),  # the same reward functions, in other processes
     # the fast path (auto-resolved per accelerator by slime-std, fast_path.py): the same
     # computation by other kernels, graphs or compiled code; other rounding at most

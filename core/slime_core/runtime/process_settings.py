@@ -8,8 +8,11 @@ component behaves the same whichever process the executor put it in.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
+
+from slime_core.runtime import host_memory
 
 # the cache each compiler reads its directory from, and the subdirectory of
 # run.compile_cache_dir it gets
@@ -18,7 +21,9 @@ COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "tr
 
 def apply(config: Any) -> None:
     """``run.num_threads`` (torch intra-op threads), ``run.cudnn_attention``,
-    ``run.matmul_precision`` and ``run.compile_cache_dir``.
+    ``run.matmul_precision``, ``run.compile_cache_dir`` and ``run.retain_host_memory``
+    (:mod:`host_memory`: only ``true`` acts, and it cannot be undone in the process; an
+    unresolved ``auto`` stays off).
 
     ``run.cudnn_attention = false`` takes cuDNN out of the backends torch's
     ``scaled_dot_product_attention`` may pick (flash, memory-efficient and math remain). cuDNN
@@ -38,6 +43,11 @@ def apply(config: Any) -> None:
     # a log-prob mismatch between them must not come from one using TF32 and the other not
     torch.set_float32_matmul_precision(config.run.matmul_precision)
     set_compile_caches(config.run.compile_cache_dir)
+    if config.run.retain_host_memory is True:
+        why_not = host_memory.retain_freed_memory()
+        if why_not:
+            warnings.warn(f"run.retain_host_memory: {why_not}; freed memory goes back to the "
+                          "operating system as usual", stacklevel=2)
 
 
 def set_compile_caches(root: str) -> dict[str, str]:

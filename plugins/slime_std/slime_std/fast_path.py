@@ -6,7 +6,8 @@ stay off. What the device can do comes from its accelerator record (``graph_capt
 whether the Triton kernels run there (``slime_core.api.choose_kernel``), never from the
 device's name. The keys are the local engine's (``rollout.cuda_graphs``,
 ``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``) and the
-torch trainer's (``train.compile``, ``train.head_kernel``, ``train.cuda_graphs``), and
+torch trainer's (``train.compile``, ``train.head_kernel``, ``train.cuda_graphs``,
+``run.retain_host_memory``), and
 ``rollout.reward_processes`` for the built-in rewards: the default plugins ``local_engine``,
 ``torch_trainer`` and ``core_rewards`` resolve their own in ``slime_configure``
 (:func:`configure`), before the run's ``config.toml`` is written, so the file records what ran
@@ -132,7 +133,22 @@ def resolve_trainer(config: Any, accelerator: AcceleratorRecord) -> list[Choice]
                f"{steps} optimizer steps < {TRAIN_COMPILE_MIN_STEPS}: too short to repay the "
                "compile warm-up (minutes); set it true to compile anyway")
     choose("train.cuda_graphs", *_training_graphs(config, accelerator))
+    choose("run.retain_host_memory", *_retain_host_memory(accelerator))
     return choices
+
+
+def _retain_host_memory(accelerator: AcceleratorRecord) -> tuple[bool, str]:
+    """``run.retain_host_memory``'s ``auto``: on where the training's tensors live in host
+    memory (measured on 2 cores, SmolLM2 in fp32: training 5.3-5.7 -> 4.6-4.8 s a step, no
+    page faults after the second step); a GPU run's host allocations are few and small."""
+    from slime_core.api import can_retain_host_memory
+
+    if accelerator.device_type != "cpu":
+        return False, f"the tensors live on {accelerator.name}, not in host memory"
+    if not can_retain_host_memory():
+        return False, "the C library is not glibc"
+    return True, ("training on the CPU: each step reuses the pages the last one touched "
+                  "instead of page-faulting fresh ones; resident memory stays at its peak")
 
 
 def _training_graphs(config: Any, accelerator: AcceleratorRecord) -> tuple[bool, str]:

@@ -164,3 +164,23 @@ def test_unresolved_reward_processes_score_on_the_rollouts_thread():
     config = build_test_config()
     assert config.rollout.reward_processes == "auto"  # no rewards plugin resolved it
     assert RewardFunctions(manager=None, config=config).processes is None
+
+
+def test_host_memory_is_retained_where_the_training_runs_on_the_cpu(monkeypatch):
+    """On the CPU the training's tensors live in host memory and each step would page-fault
+    fresh pages; beside a GPU (or an NPU) it stays off, and where the C library is not glibc
+    there is nothing to tell."""
+    import slime_core.api
+
+    monkeypatch.setattr(slime_core.api, "can_retain_host_memory", lambda: True)
+    assert _resolved("cpu")[1]["run.retain_host_memory"] is True
+    assert _resolved("cuda")[1]["run.retain_host_memory"] is False
+    npu = AcceleratorRecord(name="npu", factory=object, device_type="npu")
+    assert {c.key: c.value for c in fast_defaults.resolve(build_test_config(), npu)}[
+        "run.retain_host_memory"] is False
+    config, chosen = _resolved("cpu", run={"retain_host_memory": False})  # the user's: kept
+    assert "run.retain_host_memory" not in chosen and config.run.retain_host_memory is False
+    monkeypatch.setattr(slime_core.api, "can_retain_host_memory", lambda: False)
+    choices = fast_defaults.resolve(build_test_config(), RECORDS["cpu"])
+    assert ("auto: run.retain_host_memory = false (the C library is not glibc)"
+            in [c.line() for c in choices])
