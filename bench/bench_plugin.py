@@ -15,12 +15,21 @@
 from __future__ import annotations
 
 import gc
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from slime_hookspecs import hookimpl
 
 REWARD = "bench_digit_share"
+
+
+def drop_checkpoints(run_dir: Path) -> None:
+    """Remove a finished bench run's checkpoints (its final save: SmolLM2's weights and AdamW
+    state are 1.7 GB, the 1.5B anchor's with fp32 master weights ~21 GB). No bench reads them;
+    kept, repeated runs filled this machine's disk and would fill a device's 64 GB in a call."""
+    shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
 
 
 def plugin_selection(extra: tuple[str, ...] = ()) -> Any:

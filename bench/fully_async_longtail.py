@@ -47,7 +47,7 @@ from typing import Any
 # measure the machine's load (grpo_vs_trl.py says by how much)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench_plugin import BenchPlugin, plugin_selection  # noqa: E402
+from bench_plugin import BenchPlugin, drop_checkpoints, plugin_selection  # noqa: E402
 from grpo_vs_trl import prompts_file, tiny_model_dir  # noqa: E402
 from slime_hookspecs import Status, hookimpl  # noqa: E402
 
@@ -107,6 +107,7 @@ def run_mode(mode: str, args: argparse.Namespace, model: Path, prompts: Path) ->
     run_training(manager, config)
     total = time.perf_counter() - t0
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    drop_checkpoints(run_dir)
     walls = plugin.step_walls()[:steps][args.warmup:]
     timed = rows[:steps][args.warmup:]
     samples = args.prompts * 8 * len(walls)

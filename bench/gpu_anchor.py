@@ -54,7 +54,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_plugin import BenchPlugin, plugin_selection, prompt_texts
+from bench_plugin import BenchPlugin, drop_checkpoints, plugin_selection, prompt_texts
 
 QWEN2_05B = {
     "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
@@ -469,6 +469,7 @@ def worker(variant: str, work: Path, steps: int, warmup: int, smoke: bool,
         torch.cuda.reset_peak_memory_stats()
     run_training(manager, config)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    drop_checkpoints(run_dir)
     if profile_dir:
         for table in (run_dir / "profile").glob("*.txt"):
             shutil.copy(table, Path(profile_dir) / f"profile_{variant}.txt")

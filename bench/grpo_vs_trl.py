@@ -65,7 +65,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_plugin import BenchPlugin, digit_share, plugin_selection, prompt_texts
+from bench_plugin import BenchPlugin, digit_share, drop_checkpoints, plugin_selection, prompt_texts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,6 +151,7 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
     manager.register_object(bench, "bench_grpo_vs_trl")
     run_training(manager, config)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    drop_checkpoints(run_dir)
     return {
         "wall": bench.step_walls()[:steps],
         "cpu": bench.step_cpu()[:steps],

@@ -77,7 +77,7 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "s
     from slime_core.session import resolve
     from slime_hookspecs import hookimpl
 
-    from bench_plugin import plugin_selection
+    from bench_plugin import drop_checkpoints, plugin_selection
 
     started = _process_start()
     run_dir = Path(tempfile.mkdtemp(prefix="slime-smollm2-")) / "run"
@@ -110,6 +110,7 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "s
     manager.register_object(Clock(), "bench_smollm2_clock")
     run_training(manager, config)
     rows = _rows(run_dir / "metrics.jsonl")
+    drop_checkpoints(run_dir)
     first = next(r for r in rows if "perf/startup_time" in r)
     emit(framework=framework, what="startup", startup_time=first["perf/startup_time"],
          setup_time=first["perf/setup_time"],
