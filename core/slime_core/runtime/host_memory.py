@@ -16,26 +16,29 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
+from typing import cast
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 M_MMAP_MAX = -4
 TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int: the largest free top of heap kept, 2 GiB
 
 
-def _mallopt() -> object | None:
+def _mallopt() -> Callable[[int, int], int] | None:
     """glibc's ``mallopt``, or None where the C library is not glibc (macOS, musl)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None)  # this process's own symbols: its C library
-        gnu = libc.gnu_get_libc_version  # glibc alone has it (musl has a mallopt that ignores)
-        fn = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
         return None
-    del gnu
+    # glibc alone has gnu_get_libc_version (musl's mallopt accepts and ignores everything)
+    if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
+        return None
+    fn = libc.mallopt
     fn.argtypes = [ctypes.c_int, ctypes.c_int]
     fn.restype = ctypes.c_int
-    return fn
+    return cast(Callable[[int, int], int], fn)
 
 
 def can_retain() -> bool:
@@ -52,6 +55,6 @@ def retain_freed_memory() -> str | None:
         return f"the C library of this process ({sys.platform}) is not glibc"
     for name, param, value in (("M_MMAP_MAX", M_MMAP_MAX, 0),
                                ("M_TRIM_THRESHOLD", M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
-        if mallopt(param, value) != 1:  # type: ignore[operator]
+        if mallopt(param, value) != 1:
             return f"glibc refused mallopt({name}, {value})"
     return None
