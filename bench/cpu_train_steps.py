@@ -31,9 +31,9 @@ def main() -> None:
     ap.add_argument("--model", default=str(REPO / "examples" / "smollm2" / "model"))
     a = ap.parse_args()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as grpo_vs_trl.py
-    import torch
     import slime_core.trainkit.accumulate as accumulate
     import slime_std.trainer.torch_trainer as torch_trainer
+    import torch
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.runtime import host_memory

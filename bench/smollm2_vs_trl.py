@@ -73,11 +73,10 @@ def run_slime(a: argparse.Namespace, model: Path, emit: Any, framework: str = "s
               plugins: tuple[str, ...] = (), extra_set: tuple[str, ...] = ()) -> None:
     """``framework`` names the curve; ``plugins`` and ``extra_set`` (``-o`` overrides) add to
     the run (bench/smollm2_lora.py: ``slime_lora``)."""
+    from bench_plugin import drop_checkpoints, plugin_selection
     from slime_core.runner.driver import run_training
     from slime_core.session import resolve
     from slime_hookspecs import hookimpl
-
-    from bench_plugin import drop_checkpoints, plugin_selection
 
     started = _process_start()
     run_dir = Path(tempfile.mkdtemp(prefix="slime-smollm2-")) / "run"
