@@ -1,5 +1,6 @@
 """The torch trainer's steps on the CPU, one at a time: forward with head, backward, optimizer
-step and the process's minor page faults of each (issue 43: ``run.retain_host_memory``).
+step (gradient clipping included) and the process's minor page faults of each (issue 43:
+``run.retain_host_memory``; the cpu accelerator's fused AdamW).
 
     python bench/cpu_train_steps.py --steps 6                # SmolLM2, fresh batches
     python bench/cpu_train_steps.py --steps 6 --same         # one batch, every step
@@ -34,6 +35,7 @@ def main() -> None:
     import slime_core.trainkit.accumulate as accumulate
     import slime_std.trainer.torch_trainer as torch_trainer
     import torch
+    from slime_core.api import accelerator_record
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.runtime import host_memory
@@ -48,7 +50,8 @@ def main() -> None:
         "train": {"lr": 1e-6, "grad_clip": 1.0, "weight_decay": 0.0},
     })
     set_manager(manager)
-    trainer = torch_trainer.TorchTrainer(config)
+    # the run's accelerator object, as the executors build it (it decides the fused AdamW)
+    trainer = torch_trainer.TorchTrainer(config, accelerator=accelerator_record(config).factory())
     spent = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
 
     def timed(name: str, fn: Any) -> Any:
