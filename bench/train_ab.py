@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,13 +30,43 @@ OPTIONS = {"fused_head": (False, True), "shared_prefix": (False, True),
            "fused_norm": (False, True), "micro_batch_tokens": (8192, 16384)}
 
 
-def main() -> None:
-    from grpo_vs_trl import WORKLOADS, model_dir
+def grpo_batch(w: dict[str, Any], vocab: int, prompt_tokens: int,
+               g: torch.Generator) -> Any:
+    """A GRPO batch of workload ``w``'s shape (``grpo_vs_trl.WORKLOADS``): each group's
+    samples share one random prompt of ``prompt_tokens`` tokens, then ``w["new"]`` random
+    tokens; rewards 0, 1, 2, 0, ..."""
+    from slime_hookspecs import TrainBatch
+
+    samples = w["prompts"] * w["group"]
+    resp = [w["new"]] * samples
+    prompts = [torch.randint(3, vocab, (prompt_tokens,), generator=g)
+               for _ in range(w["prompts"])]
+    tokens = [torch.cat((prompts[i // w["group"]], torch.randint(3, vocab, (r,), generator=g)))
+              for i, r in enumerate(resp)]
+    return TrainBatch(
+        tokens=tokens, response_lengths=resp, loss_masks=[torch.ones(r) for r in resp],
+        rewards=[float(i % 3) for i in range(samples)],
+        raw_rewards=[float(i % 3) for i in range(samples)],
+        group_indices=[i // w["group"] for i in range(samples)],
+        rollout_log_probs=[-torch.rand(r, generator=g) for r in resp])
+
+
+def torch_trainer(data: dict[str, Any]) -> Any:
+    """The torch trainer of a GRPO run with config ``data``, built as the executors build it:
+    with the run's accelerator object (which decides, e.g., the fused AdamW)."""
+    from slime_core.api import accelerator_record
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
-    from slime_hookspecs import TrainBatch
     from slime_std.trainer.torch_trainer import TorchTrainer
+
+    manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data=data)
+    set_manager(manager)
+    return TorchTrainer(config, accelerator=accelerator_record(config).factory())
+
+
+def main() -> None:
+    from grpo_vs_trl import WORKLOADS, model_dir
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", choices=["tiny", "smollm2"], default="smollm2")
@@ -51,26 +82,13 @@ def main() -> None:
     path = model_dir(a.workload, Path(a.work_dir))
     g = torch.Generator().manual_seed(0)
 
-    def batch(vocab: int) -> TrainBatch:
-        resp = [w["new"]] * samples
-        prompts = [torch.randint(3, vocab, (a.prompt_tokens,), generator=g)
-                   for _ in range(w["prompts"])]
-        tokens = [torch.cat((prompts[i // w["group"]], torch.randint(3, vocab, (r,), generator=g)))
-                  for i, r in enumerate(resp)]
-        return TrainBatch(
-            tokens=tokens, response_lengths=resp, loss_masks=[torch.ones(r) for r in resp],
-            rewards=[float(i % 3) for i in range(samples)],
-            raw_rewards=[float(i % 3) for i in range(samples)],
-            group_indices=[i // w["group"] for i in range(samples)],
-            rollout_log_probs=[-torch.rand(r, generator=g) for r in resp])
+    def batch(vocab: int) -> Any:
+        return grpo_batch(w, vocab, a.prompt_tokens, g)
 
-    trainers = {}
-    for fused in (False, True):
-        manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data={
-            "model": {"path": str(path)},
-            "train": {a.option: OPTIONS[a.option][int(fused)], "lr": 1e-6}})
-        set_manager(manager)
-        trainers[fused] = TorchTrainer(config)
+    trainers = {fused: torch_trainer({"model": {"path": str(path)},
+                                      "train": {a.option: OPTIONS[a.option][int(fused)],
+                                                "lr": 1e-6}})
+                for fused in (False, True)}
     vocab = trainers[True].model.config.vocab_size
     times: dict[bool, list[float]] = {False: [], True: []}
     trainers[False].train_step(batch(vocab), 0)  # warm-up, not timed
