@@ -148,9 +148,9 @@ class GraphedDecoder:
     def _capture(self, shape: tuple[int, int], device: torch.device) -> Any:
         """The bucket's graphed callable (:class:`CaptureOutOfMemory` when the capture runs out
         of memory)."""
-        if self._pool is None and device.type == "cuda":
-            self._pool = torch.cuda.graph_pool_handle()
         if device.type == "cuda":
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
             torch.cuda.empty_cache()  # the eager cache's free blocks, for the graph's pool
         sample = torch.full(shape, self.pad_id, dtype=torch.long, device=device)
         try:
