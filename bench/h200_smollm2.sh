@@ -144,7 +144,10 @@ case "${1:-}" in
     # Run 1: ten steps with the local engine's phase profile (profile.rollout: a device sync at
     # every phase boundary, so its step time is not the plain one), `core trace` of it.
     # Run 2: ten plain steps, the torch profiler over rollouts 6..7 and everything in between
-    # (scope "all"), reduced on the device by bench/trace_summary.py (32 decode steps a rollout)
+    # (scope "all"), reduced on the device by bench/trace_summary.py (32 decode steps a rollout).
+    # Right after carry (carry .mdl/b and .whl) it converts the model first; extra arguments go
+    # to bench/smollm2_vs_trl.py (`profile --precision tf32`: the record's precision)
+    smollm2_model || exit 1
     mkdir -p "$OUT/profile"
     for run in phases torch; do
       rm -rf /tmp/slime-smollm2-*
