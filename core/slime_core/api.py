@@ -58,6 +58,7 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
 * **models**: :func:`load_causal_lm`, :func:`load_tokenizer`, :func:`resolve_dtype`,
+  :func:`rollout_dtype`,
   :func:`build_value_model` (the Hugging Face critic of a ``CriticSpec``, what a backend's
   ``critic_factory`` converts so every backend starts from the same critic).
 * **engines**: :class:`EngineClient` (the batching async front of a rollout engine),
@@ -197,6 +198,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_causal_lm": ("slime_core.models.loading", "load_causal_lm"),
     "load_tokenizer": ("slime_core.models.loading", "load_tokenizer"),
     "resolve_dtype": ("slime_core.models.loading", "resolve_dtype"),
+    "rollout_dtype": ("slime_core.models.loading", "rollout_dtype"),
     "build_value_model": ("slime_core.models.value", "build_value_model"),
     # engines
     "EngineClient": ("slime_core.rollout.engine_client", "EngineClient"),
@@ -322,6 +324,7 @@ if TYPE_CHECKING:
     from slime_core.models.loading import load_causal_lm as load_causal_lm
     from slime_core.models.loading import load_tokenizer as load_tokenizer
     from slime_core.models.loading import resolve_dtype as resolve_dtype
+    from slime_core.models.loading import rollout_dtype as rollout_dtype
     from slime_core.models.prompts import check_generate_inputs as check_generate_inputs
     from slime_core.models.value import build_value_model as build_value_model
     from slime_core.moe.losses import RouterCapture as RouterCapture

@@ -57,6 +57,17 @@ def test_range_check_names_key(tmp_path: Path) -> None:
         _resolve(tmp_path, "[rollout]\ntop_p = 1.5\n")
 
 
+
+def test_rollout_dtype_follows_model_dtype_unless_set(tmp_path):
+    from slime_core.models.loading import rollout_dtype
+
+    _, cfg = _resolve(tmp_path, "[model]\ndtype = \"float32\"\n", ())
+    assert cfg.rollout.dtype == "" and rollout_dtype(cfg) == "float32"
+    _, cfg = _resolve(tmp_path, "[model]\ndtype = \"float32\"\n", ("rollout.dtype=bfloat16",))
+    assert rollout_dtype(cfg) == "bfloat16" and cfg.model.dtype == "float32"
+    with pytest.raises(ConfigError, match="rollout.dtype: must be"):
+        _resolve(tmp_path, "", ("rollout.dtype=fp8",))
+
 def test_decode_autotune_needs_the_compiled_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="rollout.compile_autotune: needs rollout.compile_decode"):
         _resolve(tmp_path, "[rollout]\ncompile_decode = false\ncompile_autotune = true\n")

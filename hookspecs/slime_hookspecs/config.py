@@ -118,6 +118,7 @@ class RolloutConfig(Protocol):
     sample_kernel: str
     decode_fuse_rope: bool
     decode_attention_splits: int
+    dtype: str
     async_threads: int
 
 

@@ -189,6 +189,7 @@ class RolloutSection:
     sample_kernel: str = "auto"  # local engine: full-vocabulary sampling (temperature > 0, no top-k / top-p) as one Triton pass with in-kernel noise: "triton", "torch" (noise tensor + torch ops), or "auto" (triton on CUDA when triton imports); same distribution, other random numbers
     decode_fuse_rope: bool = True  # with decode_attention = triton and the fused decoder: each layer's rotary embedding and key/value cache write run inside the attention kernel (layers without q/k norms; four kernels a layer fewer; H200 anchor rollout 0.444 -> 0.415 s)
     decode_attention_splits: int = 0  # with decode_attention = triton and the fused decoder: cache-column splits per row and KV head (0: the kernel's heuristic; 1: one program walks the whole row)
+    dtype: str = ""  # the rollout engine's weights and arithmetic: "" follows model.dtype; auto | float32 | bfloat16 | float16 as there, the trainer keeping model.dtype (slime's and verl's bf16 rollouts of fp32 training; the local engine, vLLM, SGLang); samples then come from the rounded policy (the trainer's log-probs stay its own; algorithm.is_correction corrects for the difference; CPU SmolLM2 8 x 128 tokens: generate 7.5 -> 5.3 s in bfloat16)
     async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
 
     def __post_init__(self) -> None:
@@ -212,6 +213,8 @@ class RolloutSection:
         _need(self.max_abs_reward >= 0 and self.max_abs_reward == self.max_abs_reward,
               "rollout.max_abs_reward", "must be >= 0 (0: no bound)")
         _need(self.async_threads >= 0, "rollout.async_threads", "must be >= 0")
+        _need(self.dtype in ("", "auto", "float32", "bfloat16", "float16"), "rollout.dtype",
+              "must be \"\" (model.dtype), auto, float32, bfloat16 or float16")
         _need(self.reward_processes == "auto" or (
             isinstance(self.reward_processes, int) and not isinstance(self.reward_processes, bool)
             and self.reward_processes >= 0), "rollout.reward_processes",

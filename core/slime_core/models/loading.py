@@ -29,6 +29,13 @@ def resolve_dtype(name: str, device: Any) -> torch.dtype:
         ) from None
 
 
+def rollout_dtype(config: Any) -> str:
+    """The dtype name a rollout engine holds its weights in: ``rollout.dtype``, or
+    ``model.dtype`` when that is empty. ``auto`` stays ``auto`` (:func:`resolve_dtype` makes it
+    float32 on CPU, bfloat16 elsewhere); the trainer always uses ``model.dtype``."""
+    return str(getattr(config.rollout, "dtype", "") or config.model.dtype)
+
+
 def _check_dir(path: str, key: str, holds: str = "a local model directory with config.json") -> None:
     if not os.path.isdir(path):
         raise FileNotFoundError(

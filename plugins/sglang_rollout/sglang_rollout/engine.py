@@ -37,12 +37,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from slime_core.api import check_generate_inputs, engine_adapter, record_from_int32, replay_shape
+from slime_core.api import (
+    check_generate_inputs,
+    engine_adapter,
+    record_from_int32,
+    replay_shape,
+    rollout_dtype,
+)
 from slime_hookspecs import GenerateOutput, SamplingParams
 
 from sglang_rollout import api
 from sglang_rollout.config import SGLangSection, section_of
 from sglang_rollout.http import LoopThread, ServerClient, SGLangHTTPError
+from sglang_rollout.launch import served_dtype
 from sglang_rollout.lora import ServedAdapter, launch_flags
 from sglang_rollout.servers import Servers
 
@@ -263,7 +270,9 @@ class SGLangEngine:
             return
         from sglang_rollout.weight_check import compare, expected_rows, pick_names, truncate_size
 
-        expected = {n: (truncate_size(sent[n]), expected_rows(sent[n])) for n in pick_names(sent)}
+        served = served_dtype(self.sec, rollout_dtype(self.config))
+        expected = {n: (truncate_size(sent[n]), expected_rows(sent[n], served))
+                    for n in pick_names(sent)}
 
         def fetch(name: str, size: int) -> Any:
             return self._call("POST", "/get_weights_by_name",

@@ -66,8 +66,9 @@ def server_command(sec: SGLangSection, *, model_path: str, port: int, nccl_port:
     """``python -m sglang.launch_server ...`` for engine ``engine_index`` (its GPUs start at
     ``base_gpu_id + engine_index * tp_size``).
 
-    ``dtype`` is ``model.dtype``: anything but ``auto`` becomes ``--dtype`` (unless
-    ``server_args`` sets it), so the server generates with the weights the trainer trains
+    ``dtype`` is ``rollout.dtype`` or else ``model.dtype`` (``slime_core.api.rollout_dtype``):
+    anything but ``auto`` becomes ``--dtype`` (unless ``server_args`` sets it), so the server
+    generates with the weights the trainer trains, or their ``rollout.dtype`` rounding
     (SGLang's own default reads the checkpoint's ``torch_dtype``, e.g. bf16 for an fp32 run).
     ``extra_args``: flags the engine needs (a LoRA run's, :func:`sglang_rollout.lora.launch_flags`),
     before ``server_args``.
@@ -100,6 +101,13 @@ def server_command(sec: SGLangSection, *, model_path: str, port: int, nccl_port:
     return cmd + list(extra_args or []) + flag_list(sec.server_args)
 
 
+def served_dtype(sec: SGLangSection, dtype: str) -> str | None:
+    """The dtype the server holds its weights in, where slime knows it: ``server_args``'
+    ``dtype``, else ``dtype`` (:func:`server_command`'s); None for ``auto`` (the checkpoint's)."""
+    chosen = str(sec.server_args.get("dtype") or dtype or "")
+    return None if chosen in ("", "auto") else chosen
+
+
 def router_command(sec: SGLangSection, host: str, port: int) -> list[str]:
     """``python -m sglang_router.launch_router`` on ``host:port`` with no workers yet (each
     engine registers its server through ``POST /workers``)."""
@@ -112,9 +120,8 @@ def router_command(sec: SGLangSection, host: str, port: int) -> list[str]:
 KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
     ("failed to dispatch data type Float",
      "SGLang's sgl_kernel has no float32 kernel for one of this model's layers (0.5.17: "
-     "rmsnorm), so the server cannot serve model.dtype = \"float32\": set model.dtype = "
-     "\"bfloat16\", or keep training in fp32 and serve bf16 with sglang.server_args = "
-     "{dtype = \"bfloat16\"}"),
+     "rmsnorm), so the server cannot serve model.dtype = \"float32\": keep training in fp32 and serve "
+     "bf16 with rollout.dtype = \"bfloat16\", or set model.dtype = \"bfloat16\""),
     ("is already used by a Transformers config",
      "this SGLang does not import beside the installed transformers (0.5.17 needs 5.12.1; "
      "it fails with 5.13 and later): give the server its own with sglang.env = "

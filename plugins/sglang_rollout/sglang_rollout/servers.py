@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from slime_core.api import rollout_dtype
+
 from sglang_rollout import router as router_api
 from sglang_rollout.config import SGLangSection
 from sglang_rollout.http import LoopThread, ServerClient
@@ -82,7 +84,7 @@ class Servers:
             nccl_port=free_port(sec.host), engine_index=self.index, seed=int(config.run.seed),
             tokenizer_path=config.model.tokenizer,
             trust_remote_code=bool(config.model.trust_remote_code),
-            dtype=str(config.model.dtype), extra_args=self.extra_args,
+            dtype=rollout_dtype(config), extra_args=self.extra_args,
         )
         self.url = _url(sec.host, port)
         self.proc = ManagedProcess(f"SGLang server of engine {self.index} ({self.url})", cmd,

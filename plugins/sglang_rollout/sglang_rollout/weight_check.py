@@ -6,7 +6,9 @@ Face name (the model maps stacked q/k/v and gate/up names), as float32 lists; co
 first rows of a few tensors (the embedding, the final norm, the first layer's query projection,
 the last layer's down projection) with what the trainer sent catches a server that acknowledged
 an update but kept old, partial or mis-mapped weights. The comparison is exact after float32
-conversion: the server holds the dtype it was sent (``--dtype`` follows ``model.dtype``).
+conversion of what was sent, rounded first to the dtype the server holds when slime knows it
+(``rollout.dtype`` or ``model.dtype``, or ``sglang.server_args``' ``dtype``: an fp32 trainer's
+tensors held in bf16 read back as their bf16 rounding).
 
 Models whose SGLang class has no ``get_weights_by_name`` (Qwen2's, among others, in 0.5.17)
 answer with an error: the check then says once that it cannot run and stops asking.
@@ -45,12 +47,16 @@ def pick_names(names: Iterable[str]) -> list[str]:
     return sorted({every[0], every[-1]})
 
 
-def expected_rows(tensor: Any) -> list[Any]:
+def expected_rows(tensor: Any, served: str | None = None) -> list[Any]:
     """What ``/get_weights_by_name`` answers for ``tensor`` asked with
-    :func:`truncate_size`: its first rows (a vector: its first values) as float32 lists."""
+    :func:`truncate_size`: its first rows (a vector: its first values) as float32 lists,
+    after rounding to the ``served`` dtype name (``"bfloat16"``; None: as sent)."""
     import torch
 
-    return tensor.detach()[:truncate_size(tensor)].to(device="cpu", dtype=torch.float32).tolist()
+    head = tensor.detach()[:truncate_size(tensor)].to(device="cpu")
+    if served is not None and head.is_floating_point():
+        head = head.to(getattr(torch, served))
+    return head.to(dtype=torch.float32).tolist()
 
 
 def compare(version: int, fetch: Callable[[str, int], Any],

@@ -99,15 +99,18 @@ def fake_server() -> Iterator[Callable[..., FakeSGLangServer]]:
 
 @pytest.fixture
 def make_engine(tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """``make_engine(urls, index=0, **sglang_keys)`` -> an SGLangEngine, shut down afterwards."""
+    """``make_engine(urls, index=0, rollout=None, **sglang_keys)`` -> an SGLangEngine, shut
+    down afterwards; ``rollout``: more ``[rollout]`` keys."""
     from sglang_rollout.engine import SGLangEngine
 
     made: list[Any] = []
 
-    def make(urls: list[str], index: int = 0, num_engines: int | None = None, **sglang: Any) -> Any:
+    def make(urls: list[str], index: int = 0, num_engines: int | None = None,
+             rollout: dict[str, Any] | None = None, **sglang: Any) -> Any:
         _, config = resolve_config({
             "run": {"run_dir": str(tmp_path / "run")},
-            "rollout": {"engine": "sglang", "num_engines": num_engines or len(urls)},
+            "rollout": {"engine": "sglang", "num_engines": num_engines or len(urls),
+                        **(rollout or {})},
             "sglang": {"urls": urls, **sglang},
         })
         engine = SGLangEngine(config, index)

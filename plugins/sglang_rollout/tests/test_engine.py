@@ -178,6 +178,30 @@ def test_weights_read_back_catch_a_server_that_kept_other_weights(
     assert srv.paths().count("/get_weights_by_name") == 2 and eng.weights_checked == 0
 
 
+def test_weights_read_back_from_a_bf16_server_of_an_fp32_trainer(
+        fake_server, make_engine, tmp_path) -> None:
+    """rollout.dtype = bfloat16 (or the server's own --dtype): the server holds the sent fp32
+    tensors' bf16 rounding, and the check compares with that rounding, not the fp32 values."""
+    import torch
+    from sglang_rollout.scripted_engine import ScriptedEngine
+
+    class Bf16(ScriptedEngine):
+        def update_weights(self, weights: Any, version: int) -> None:
+            super().update_weights({k: v.to(torch.bfloat16).float() for k, v in weights.items()},
+                                   version)
+
+    _write_weights(tmp_path / "v1", 1 + 2 ** -10)  # 1.0 in bf16
+    for keys in ({"rollout": {"dtype": "bfloat16"}}, {"server_args": {"dtype": "bfloat16"}}):
+        srv = fake_server(Bf16())
+        eng = make_engine([srv.url], **keys)
+        eng.update_weights_from_disk(str(tmp_path / "v1"), 1)
+        assert eng.weights_checked == 1, keys
+    srv = fake_server(Bf16())
+    eng = make_engine([srv.url])  # served as sent (model.dtype auto): the rounding is caught
+    with pytest.raises(RuntimeError, match=r"w differs from what was sent"):
+        eng.update_weights_from_disk(str(tmp_path / "v1"), 1)
+
+
 def test_before_weights_read_fires_in_the_engine_process(fake_server, make_engine, tmp_path,
                                                          monkeypatch, resolve) -> None:
     """The disk transport's engine side fires the hook, then the server reloads."""

@@ -59,6 +59,14 @@ def test_server_command_generates_in_the_trainers_dtype() -> None:
     assert cmd.count("--dtype") == 1 and cmd[cmd.index("--dtype") + 1] == "bfloat16"
 
 
+def test_served_dtype_is_the_servers_flag_else_the_rollout_dtype() -> None:
+    from sglang_rollout.launch import served_dtype
+
+    assert served_dtype(SGLangSection(), "auto") is None  # the checkpoint's: not known here
+    assert served_dtype(SGLangSection(), "bfloat16") == "bfloat16"
+    assert served_dtype(SGLangSection(server_args={"dtype": "float16"}), "bfloat16") == "float16"
+
+
 def test_sglang_env_reaches_the_launched_process(tmp_path: Path) -> None:
     proc = ManagedProcess("printer", [sys.executable, "-c",
                                       "import os; print('seen', os.environ['SLIME_T_ENV'])"],
@@ -89,11 +97,12 @@ def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _config(resolve, tmp_path: Path, num_engines: int = 1, **sglang: Any) -> Any:
+def _config(resolve, tmp_path: Path, num_engines: int = 1, rollout: dict[str, Any] | None = None,
+            **sglang: Any) -> Any:
     _, config = resolve({
         "run": {"run_dir": str(tmp_path / "run"), "seed": 3},
-        "model": {"path": str(tmp_path / "model")},
-        "rollout": {"engine": "sglang", "num_engines": num_engines},
+        "model": {"path": str(tmp_path / "model"), "dtype": "float32"},
+        "rollout": {"engine": "sglang", "num_engines": num_engines, **(rollout or {})},
         "sglang": {"startup_timeout_s": 60, **sglang},
     })
     return config
@@ -122,6 +131,16 @@ def test_launch_two_engines_serve_log_and_stop(fake_sglang, resolve, tmp_path) -
     assert engines[0].health() is False
 
 
+def test_a_launched_server_serves_in_the_rollout_dtype(fake_sglang, resolve, tmp_path) -> None:
+    """fp32 training, bf16 serving: rollout.dtype, not model.dtype, is the server's --dtype."""
+    engine = SGLangEngine(_config(resolve, tmp_path, rollout={"dtype": "bfloat16"}), 0)
+    try:
+        log = (tmp_path / "run" / "sglang" / "engine_0.log").read_text()
+        assert "--dtype bfloat16" in log and "--dtype float32" not in log
+    finally:
+        engine.shutdown()
+
+
 def test_readiness_waits_for_health_generate(fake_sglang, resolve, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SGLANG_STARTUP_DELAY", "1.5")
     engine = SGLangEngine(_config(resolve, tmp_path), 0)
@@ -146,7 +165,7 @@ def test_a_known_start_failure_says_what_to_change(fake_sglang, resolve, tmp_pat
     monkeypatch.setenv("FAKE_SGLANG_CRASH", "RuntimeError: rmsnorm(at::Tensor&, at::Tensor&, "
                        "at::Tensor&, double, bool)::<lambda()> failed to dispatch data type Float")
     with pytest.raises(RuntimeError, match=r"exited with code 1(.|\n)*\nhint: SGLang's sgl_kernel "
-                                           r"has no float32 kernel(.|\n)*model.dtype = \"bfloat16\""):
+                                           r"has no float32 kernel(.|\n)*rollout.dtype = \"bfloat16\""):
         SGLangEngine(_config(resolve, tmp_path), 0)
 
 

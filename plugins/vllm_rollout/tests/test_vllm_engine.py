@@ -321,3 +321,26 @@ def test_child_process_engine_core_syncs_and_shuts_down(
     assert not engine.health()
     with pytest.raises(RuntimeError, match="vllm engine 0 was shut down"):
         engine.generate([PROMPTS[0]], [SamplingParams()])
+
+
+def test_dtype_follows_vllm_dtype_then_rollout_dtype_then_model_dtype(engine: Any) -> None:
+    """vllm.dtype wins; "" takes rollout.dtype (bf16 serving of fp32 training), then
+    model.dtype, whose auto is fp32 on this CPU."""
+    import dataclasses
+    import types
+
+    from slime_core.config.model import Config
+
+    def dtype_of(vllm: str, rollout: str, model: str) -> str:
+        sections = {name: engine.config.section(name) for name in engine.config.sections()}
+        sections["model"] = dataclasses.replace(sections["model"], dtype=model)
+        sections["rollout"] = dataclasses.replace(sections["rollout"], dtype=rollout)
+        stand_in = types.SimpleNamespace(**{**vars(engine), "config": Config(sections),
+                                            "section": dataclasses.replace(engine.section,
+                                                                           dtype=vllm)})
+        return str(type(engine)._engine_kwargs(stand_in)["dtype"])
+
+    assert dtype_of("", "", "auto") == "float32"
+    assert dtype_of("", "bfloat16", "float32") == "bfloat16"
+    assert dtype_of("float16", "bfloat16", "float32") == "float16"
+    assert dtype_of("", "", "bfloat16") == "bfloat16"

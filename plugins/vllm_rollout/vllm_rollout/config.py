@@ -20,7 +20,8 @@ def _need(cond: bool, key: str, msg: str) -> None:
 
 @dataclass
 class VllmSection:
-    # vLLM's dtype; "" follows model.dtype (auto: float32 on CPU, bfloat16 on GPU)
+    # vLLM's dtype; "" follows rollout.dtype, then model.dtype (auto: float32 on CPU, bfloat16
+    # on GPU)
     dtype: str = ""
     # no torch.compile / CUDA graphs: fast start (compiling on a CPU host takes minutes);
     # set false on GPU hosts for throughput

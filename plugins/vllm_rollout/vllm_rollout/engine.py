@@ -63,7 +63,12 @@ from typing import Any
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
-from slime_core.api import check_generate_inputs, engine_adapter, replay_shape  # noqa: E402
+from slime_core.api import (  # noqa: E402
+    check_generate_inputs,
+    engine_adapter,
+    replay_shape,
+    rollout_dtype,
+)
 from slime_hookspecs import GenerateOutput, SamplingParams  # noqa: E402
 
 from vllm_rollout.config import LOGPROBS_MODE  # noqa: E402
@@ -169,7 +174,7 @@ class VllmEngine:
 
     def _engine_kwargs(self) -> dict[str, Any]:
         s, model = self.section, self.config.model
-        dtype = s.dtype or model.dtype
+        dtype = s.dtype or rollout_dtype(self.config)
         if dtype == "auto":  # as the local engine and the trainer: fp32 on CPU, bf16 elsewhere
             dtype = "float32" if self.on_cpu else "bfloat16"
         kw: dict[str, Any] = {

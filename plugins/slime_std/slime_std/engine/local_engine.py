@@ -55,6 +55,7 @@ from slime_core.api import (
     load_causal_lm,
     load_tokenizer,
     resolve_dtype,
+    rollout_dtype,
     routes_to_record,
 )
 from slime_hookspecs import Config, GenerateOutput, SamplingParams
@@ -110,7 +111,9 @@ class LocalEngine:
         self.engine_index = engine_index
         self.accelerator = accelerator
         self.device = _engine_device(accelerator, engine_index)
-        self.dtype = resolve_dtype(config.model.dtype, self.device)
+        # rollout.dtype: the engine may serve in another dtype than the trainer trains in
+        # (bf16 beside fp32 training); a weight update's copy casts
+        self.dtype = resolve_dtype(rollout_dtype(config), self.device)
         loading = time.perf_counter()
         model = load_causal_lm(config.model, self.device, self.dtype, role="actor",
                                seed=config.run.seed)

@@ -154,3 +154,23 @@ def test_engine_uses_the_accelerator_device(engine_config):
     assert engine.dtype == torch.float32
     assert next(engine._model.parameters()).dtype == torch.float32
     assert TINY_QWEN2["vocab_size"] == engine.vocab_size
+
+
+def test_rollout_dtype_serves_the_trainers_weights_rounded(make_engine, engine_config):
+    """rollout.dtype = bfloat16 beside fp32 training: the engine holds bf16 tensors, an fp32
+    update lands as its bf16 rounding, and it generates what an engine whose model is bf16
+    generates from the same update."""
+    from slime_std.engine.local_engine import LocalEngine
+
+    engine = make_engine(rollout={"dtype": "bfloat16"})
+    assert engine.dtype == torch.bfloat16
+    assert {p.dtype for p in engine._model.parameters()} == {torch.bfloat16}
+    twin = LocalEngine(engine_config(model={"dtype": "bfloat16"}))
+    new = other_weights(engine_config)  # fp32, as a trainer of model.dtype float32 sends
+    engine.update_weights(new, version=1)
+    twin.update_weights(new, version=1)
+    state = engine._model.state_dict()
+    for name, value in new.items():
+        assert torch.equal(state[name], value.to(torch.bfloat16)), name
+    assert greedy_tokens(engine) == greedy_tokens(twin)
+    assert make_engine().dtype == torch.float32  # "" follows model.dtype (auto: fp32 on CPU)
