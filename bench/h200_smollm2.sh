@@ -12,6 +12,7 @@
 #   bash bench/h200_smollm2.sh imports   # any call, no carry: where the set-up's imports go
 #   bash bench/h200_smollm2.sh graphs    # device call 2', carry [".mdl/b", ".whl"]: train.cuda_graphs
 #   bash bench/h200_smollm2.sh record    # device call 2'', carry [".mdl/b", ".whl"]: SmolLM2 + 1.5B
+#   bash bench/h200_smollm2.sh rdtype    # device call 2''', carry [".mdl/b", ".whl"]: rollout.dtype
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -181,6 +182,18 @@ case "${1:-}" in
       --variants "${ANCHOR_VARIANTS:-rollout_pdl_graphs}" --steps "${ANCHOR_STEPS:-3}" --warmup 1 \
       --out "$OUT/record/anchor_1.5b.jsonl" 2>&1 | tail -12
     ;;
+  rdtype)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl): rollout.dtype = bfloat16
+    # beside the TF32 training (the decode products ran as TF32 kernels at ~6x their fp32
+    # read bound, 1.06 ms of a ~1.9 ms decode step: bf16 weights halve the bytes), 12 steps a
+    # variant, each its own process; then the 40-step record against TRL with it
+    smollm2_model || exit 1
+    variants rdtype "tf32 run.matmul_precision=high" \
+             "tf32_bf16rollout run.matmul_precision=high rollout.dtype=bfloat16"
+    timeout "${LEARN_TIMEOUT:-300}" python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --slime-set rollout.dtype=bfloat16 --out "$OUT/record/smollm2_tf32_bf16rollout" 2>&1 \
+      | grep -E "^slime|^trl|^time to|startup|exit"
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -200,5 +213,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|profile|imports" >&2; exit 2 ;;
 esac
