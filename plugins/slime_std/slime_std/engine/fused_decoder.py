@@ -255,6 +255,21 @@ class FusedDecoder:
             self.k, self.v = full_k, full_v
         return self._logits(last).index_select(0, rows)
 
+    def prompt_cache(self, ids: torch.Tensor, pos: torch.Tensor,
+                     key_mask: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """The prompts' last-position logits [B, V] and each layer's keys and values
+        [B, H_kv, T, D], for a caller that keeps its own cache (the static decode path);
+        ``ids`` [B, T] left-padded, ``key_mask`` [B, T] (True = a real token; None: none
+        padded). Leaves no batch started."""
+        b, t = ids.shape
+        self.start(b, t, ids.device, self.embed.weight.dtype, key_mask)
+        try:
+            logits = self._logits(self._prefill(ids, pos, key_mask)[:, -1])
+            return logits, self.k, self.v
+        finally:
+            self.release()
+
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor,
                  key_mask: torch.Tensor | None) -> torch.Tensor:
         b, t = ids.shape

@@ -101,13 +101,17 @@ def test_a_groups_shared_prompt_is_prefilled_once(make_engine, fused):
     prompts = [PROMPTS[2]] * 3 + [PROMPTS[1]] * 3 + [PROMPTS[0]] * 2
     dynamic = make_engine().generate(prompts, [params] * len(prompts))
     engine = _static(make_engine(rollout={"fused_decoder": fused}))
-    widths: list[tuple[int, int]] = []  # (rows, tokens) of every model call
-    hook = engine._model.register_forward_pre_hook(
-        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    widths: list[tuple[int, int]] = []  # (rows, tokens) of every forward, fused or not
+    hook = engine._model.get_input_embeddings().register_forward_pre_hook(
+        lambda _m, args: widths.append(tuple(args[0].shape)))
+    model_calls: list[int] = []  # transformers' forward: none at all with the fused decoder
+    whole = engine._model.register_forward_pre_hook(lambda *_: model_calls.append(1))
     try:
         static = engine.generate(prompts, [params] * len(prompts))
     finally:
         hook.remove()
+        whole.remove()
+    assert (not model_calls) is fused
     prompt_width = len(PROMPTS[2])
     assert widths[0] == (3, prompt_width)  # three distinct prompts, not eight rows
     assert all(w[1] == 1 for w in widths[1:])  # then single-token decode steps only
