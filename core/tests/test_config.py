@@ -67,6 +67,8 @@ def test_rollout_dtype_follows_model_dtype_unless_set(tmp_path):
     assert rollout_dtype(cfg) == "bfloat16" and cfg.model.dtype == "float32"
     with pytest.raises(ConfigError, match="rollout.dtype: must be"):
         _resolve(tmp_path, "", ("rollout.dtype=fp8",))
+    with pytest.raises(ConfigError, match="rollout.dtype_rounding: must be stochastic or nearest"):
+        _resolve(tmp_path, "", ("rollout.dtype_rounding=up",))
 
 def test_decode_autotune_needs_the_compiled_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="rollout.compile_autotune: needs rollout.compile_decode"):

@@ -119,6 +119,7 @@ class RolloutConfig(Protocol):
     decode_fuse_rope: bool
     decode_attention_splits: int
     dtype: str
+    dtype_rounding: str
     async_threads: int
 
 

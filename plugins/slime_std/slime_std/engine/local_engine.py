@@ -64,6 +64,7 @@ from slime_std.engine.decoding import Request, decode
 from slime_std.engine.fused_decoder import FusedDecoder, unsupported
 from slime_std.engine.output_head import stream_output_head
 from slime_std.engine.profile import EngineProfile, PhaseClock
+from slime_std.engine.rounding import stochastic_bf16
 from slime_std.engine.sampler import GroupSampler, SamplingKey
 from slime_std.engine.static_decode import StaticDecoders, compile_options
 from slime_std.engine.stopping import StopStrings
@@ -114,6 +115,8 @@ class LocalEngine:
         # rollout.dtype: the engine may serve in another dtype than the trainer trains in
         # (bf16 beside fp32 training); a weight update's copy casts
         self.dtype = resolve_dtype(rollout_dtype(config), self.device)
+        self._stochastic = (self.dtype == torch.bfloat16
+                            and config.rollout.dtype_rounding == "stochastic")
         loading = time.perf_counter()
         model = load_causal_lm(config.model, self.device, self.dtype, role="actor",
                                seed=config.run.seed)
@@ -387,6 +390,8 @@ class LocalEngine:
                         f"{tuple(state[name].shape)}"
                     )
                 tensors[name] = tensor
+            if self._stochastic:
+                tensors = self._rounded(tensors, state, version)
             # one multi-tensor copy: load_state_dict walks every module and copies tensor by
             # tensor (12 ms for a 0.5B model on an H200 against a 0.6 ms bandwidth bound)
             with torch.no_grad():
@@ -398,6 +403,23 @@ class LocalEngine:
                                      nbytes=sum(t.numel() * t.element_size()
                                                 for t in tensors.values()),
                                      total=True, version=int(version), tensors=len(tensors))
+
+    def _rounded(self, tensors: dict[str, torch.Tensor], state: Mapping[str, torch.Tensor],
+                 version: int) -> dict[str, torch.Tensor]:
+        """float32 tensors bound for bfloat16 weights, stochastically rounded
+        (``rollout.dtype_rounding``); seeded by run.seed and ``version``, so a resumed run
+        serves what an uninterrupted one did."""
+        generators: dict[torch.device, torch.Generator] = {}
+        out = {}
+        for name, t in tensors.items():
+            if t.dtype == torch.float32 and state[name].dtype == torch.bfloat16:
+                gen = generators.get(t.device)
+                if gen is None:
+                    gen = generators[t.device] = torch.Generator(device=t.device)
+                    gen.manual_seed(int(self.config.run.seed) * 1_000_003 + int(version))
+                t = stochastic_bf16(t, gen)
+            out[name] = t
+        return out
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The served weights, detached (to check a weight sync against the trainer's)."""

@@ -157,12 +157,12 @@ def test_engine_uses_the_accelerator_device(engine_config):
 
 
 def test_rollout_dtype_serves_the_trainers_weights_rounded(make_engine, engine_config):
-    """rollout.dtype = bfloat16 beside fp32 training: the engine holds bf16 tensors, an fp32
-    update lands as its bf16 rounding, and it generates what an engine whose model is bf16
-    generates from the same update."""
+    """rollout.dtype = bfloat16 beside fp32 training (rounding to nearest): the engine holds
+    bf16 tensors, an fp32 update lands as its bf16 rounding, and it generates what an engine
+    whose model is bf16 generates from the same update."""
     from slime_std.engine.local_engine import LocalEngine
 
-    engine = make_engine(rollout={"dtype": "bfloat16"})
+    engine = make_engine(rollout={"dtype": "bfloat16", "dtype_rounding": "nearest"})
     assert engine.dtype == torch.bfloat16
     assert {p.dtype for p in engine._model.parameters()} == {torch.bfloat16}
     twin = LocalEngine(engine_config(model={"dtype": "bfloat16"}))
@@ -174,3 +174,26 @@ def test_rollout_dtype_serves_the_trainers_weights_rounded(make_engine, engine_c
         assert torch.equal(state[name], value.to(torch.bfloat16)), name
     assert greedy_tokens(engine) == greedy_tokens(twin)
     assert make_engine().dtype == torch.float32  # "" follows model.dtype (auto: fp32 on CPU)
+
+
+def test_stochastic_rounding_lets_updates_under_bf16_spacing_through(make_engine, engine_config):
+    """rollout.dtype_rounding = "stochastic" (the default): an fp32 update far below bf16's
+    spacing moves some served weights (to-nearest moves none), each to one of the two bf16
+    neighbours of the sent value; the same version and seed serve the same weights."""
+    name = "model.layers.1.mlp.down_proj.weight"
+    engine = make_engine(rollout={"dtype": "bfloat16"})
+    twin = make_engine(rollout={"dtype": "bfloat16"})
+    nearest = make_engine(rollout={"dtype": "bfloat16", "dtype_rounding": "nearest"})
+    base = engine._model.state_dict()[name].clone()  # bf16: what the engine was loaded with
+    sent = base.float() * (1 + 1e-3)  # ~1/8 of a bf16 spacing away from zero
+    for e in (engine, twin, nearest):
+        e.update_weights({name: sent}, version=5)
+    served = engine._model.state_dict()[name].clone()
+    assert torch.equal(served, twin._model.state_dict()[name])
+    assert torch.equal(nearest._model.state_dict()[name], base)
+    away = torch.nextafter(base, base.sign() * float("inf"))  # the other bf16 neighbour
+    moved = served != base
+    assert bool(((served == base) | (served == away)).all())
+    assert 0.05 < moved.float().mean() < 0.25  # ~1/8 of them
+    engine.update_weights({name: sent}, version=6)  # another version: other draws
+    assert not torch.equal(engine._model.state_dict()[name], served)
