@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from slime_hookspecs import hookimpl
 
@@ -54,3 +55,11 @@ def test_bf16_rollout_beside_fp32_training(base_config, run_slime) -> None:
     bf16 = min(m["train/mismatch_abs_logprob_diff"] for m in metrics)
     assert all(dtypes == {torch.float32} for dtypes, _ in runs[""][1].syncs)
     assert fp32 < 1e-4 and bf16 > 10 * fp32, (fp32, bf16)
+
+
+def test_weights_verify_with_another_rollout_dtype_is_refused(base_config, run_slime) -> None:
+    config = {**base_config, "model": {**base_config["model"], "dtype": "float32"},
+              "rollout": {**base_config["rollout"], "dtype": "bfloat16"},
+              "weights": {"verify": True}}
+    with pytest.raises(ValueError, match=r"rollout.dtype = 'bfloat16' with weights.verify"):
+        run_slime(config)

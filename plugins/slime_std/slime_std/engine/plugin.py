@@ -33,3 +33,17 @@ def slime_configure(config: Config) -> None:
     from slime_std.fast_path import configure, resolve_engine
 
     configure(config, resolve_engine)
+    check_verify(config)
+
+
+def check_verify(config: Config) -> None:
+    """``weights.verify`` compares the engine's tensors with the sent ones bit for bit: a local
+    engine serving another dtype (``rollout.dtype``) never holds them; refuse before any
+    model loads."""
+    dtype = str(config.rollout.dtype)
+    if (config.weights.verify and config.rollout.engine == "local" and dtype
+            and dtype != str(config.model.dtype)):
+        raise ValueError(
+            f"rollout.dtype = {dtype!r} with weights.verify: the local engine holds the sent "
+            f"{config.model.dtype} tensors rounded to {dtype}, never equal to them; set "
+            "weights.verify = false or leave rollout.dtype empty")
