@@ -86,7 +86,10 @@ def test_micro_batches_add_up_through_reused_gradient_buffers():
 
     got = run(lambda g: g.zero_grads())
     for n in want:
-        torch.testing.assert_close(got[n], want[n], atol=2e-5, rtol=1e-4, msg=n)
+        # the bucket's padded shapes sum in another order: up to 8.4e-5 apart at gradients up
+        # to ~100 on an AMD EPYC (2e-5 passed on the earlier Xeon); the buffers' overwrite,
+        # below, is orders of magnitude more
+        torch.testing.assert_close(got[n], want[n], atol=1e-4, rtol=1e-4, msg=n)
     unprepared = run(lambda g: None)
     weight = "model.layers.0.mlp.down_proj.weight"
     assert not torch.allclose(unprepared[weight], want[weight], atol=1e-4)

