@@ -165,7 +165,9 @@ def test_rollout_dtype_serves_the_trainers_weights_rounded(make_engine, engine_c
     engine = make_engine(rollout={"dtype": "bfloat16", "dtype_rounding": "nearest"})
     assert engine.dtype == torch.bfloat16
     assert {p.dtype for p in engine._model.parameters()} == {torch.bfloat16}
-    twin = LocalEngine(engine_config(model={"dtype": "bfloat16"}))
+    # the twin rounds to nearest too: an fp32 update would otherwise be rounded at random
+    twin = LocalEngine(engine_config(model={"dtype": "bfloat16"},
+                                     rollout={"dtype_rounding": "nearest"}))
     new = other_weights(engine_config)  # fp32, as a trainer of model.dtype float32 sends
     engine.update_weights(new, version=1)
     twin.update_weights(new, version=1)
