@@ -42,9 +42,10 @@ class EngineProbe:
 def test_bf16_rollout_beside_fp32_training(base_config, run_slime) -> None:
     runs = {}
     for dtype in ("", "bfloat16"):
+        run_dir = f"{base_config['run']['run_dir']}{dtype}"
         config = {**base_config, "model": {**base_config["model"], "dtype": "float32"},
                   "rollout": {**base_config["rollout"], "dtype": dtype, "reward": "alternate"},
-                  "run": {**base_config["run"], "run_dir": f"{base_config['run']['run_dir']}{dtype}"}}
+                  "run": {**base_config["run"], "run_dir": run_dir}}
         probe = EngineProbe()
         runs[dtype] = (read_metrics(run_slime(config, [probe])), probe)
     metrics, probe = runs["bfloat16"]

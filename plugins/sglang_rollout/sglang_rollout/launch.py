@@ -120,8 +120,8 @@ def router_command(sec: SGLangSection, host: str, port: int) -> list[str]:
 KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
     ("failed to dispatch data type Float",
      "SGLang's sgl_kernel has no float32 kernel for one of this model's layers (0.5.17: "
-     "rmsnorm), so the server cannot serve model.dtype = \"float32\": keep training in fp32 and serve "
-     "bf16 with rollout.dtype = \"bfloat16\", or set model.dtype = \"bfloat16\""),
+     "rmsnorm), so the server cannot serve model.dtype = \"float32\": keep training in fp32 "
+     "and serve bf16 with rollout.dtype = \"bfloat16\", or set model.dtype = \"bfloat16\""),
     ("is already used by a Transformers config",
      "this SGLang does not import beside the installed transformers (0.5.17 needs 5.12.1; "
      "it fails with 5.13 and later): give the server its own with sglang.env = "

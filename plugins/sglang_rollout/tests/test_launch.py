@@ -165,7 +165,8 @@ def test_a_known_start_failure_says_what_to_change(fake_sglang, resolve, tmp_pat
     monkeypatch.setenv("FAKE_SGLANG_CRASH", "RuntimeError: rmsnorm(at::Tensor&, at::Tensor&, "
                        "at::Tensor&, double, bool)::<lambda()> failed to dispatch data type Float")
     with pytest.raises(RuntimeError, match=r"exited with code 1(.|\n)*\nhint: SGLang's sgl_kernel "
-                                           r"has no float32 kernel(.|\n)*rollout.dtype = \"bfloat16\""):
+                                           r"has no float32 kernel(.|\n)*"
+                                           r"rollout.dtype = \"bfloat16\""):
         SGLangEngine(_config(resolve, tmp_path), 0)
 
 
