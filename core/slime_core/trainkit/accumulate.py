@@ -26,6 +26,21 @@ from slime_core.trainkit import data_parallel
 from slime_core.trainkit.health import SKIPPED_STEPS, TrainingHealth, finish_step_metrics
 
 
+def masked_tokens(loss_masks: list[Any]) -> float:
+    """The number of loss-masked tokens of per-sample masks (their summed values): what
+    :class:`Accumulation` and :meth:`Accumulation.backward` take as ``tokens``. One sum over
+    the packed masks when they share a device, not one operator (and, on a GPU, one host
+    sync) per sample."""
+    masks = [m if isinstance(m, torch.Tensor) else torch.as_tensor(m, dtype=torch.float32)
+             for m in loss_masks]
+    if not masks:
+        return 0.0
+    if len({m.device for m in masks}) > 1:
+        return sum(float(m.sum()) for m in masks)
+    return float(torch.cat([m if m.dim() == 1 else m.reshape(-1) for m in masks])
+                 .sum(dtype=torch.float64))
+
+
 def step_indices(n: int, n_steps: int) -> list[list[int]]:
     """Sample indices of each optimizer step of a rollout: sample ``i`` goes to step
     ``i % n_steps``."""

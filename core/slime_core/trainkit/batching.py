@@ -6,11 +6,12 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
 import torch
 
 from slime_core.moe.routing import RoutingControl
 from slime_core.trainkit.logprob_head import head_log_probs
-from slime_core.trainkit.shared_prefix import prompt_groups, shared_prefix_hidden
+from slime_core.trainkit.shared_prefix import host_tokens, prompt_groups, shared_prefix_hidden
 
 
 def micro_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
@@ -109,12 +110,12 @@ def right_pad(tokens: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor
     moved in one copy each by the caller: per-row copies to a GPU each wait for the device
     queue to drain."""
     lengths = [int(t.numel()) for t in tokens]
-    ids = torch.full((len(tokens), max(lengths)), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, t in enumerate(tokens):
-        ids[row, : lengths[row]] = t.detach().cpu()
+    ids = np.full((len(tokens), max(lengths)), pad_id, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, t in enumerate(host_tokens(tokens)):  # numpy: no operator dispatch per row
+        ids[row, : lengths[row]] = t
         mask[row, : lengths[row]] = 1
-    return ids, mask
+    return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
 def response_index(lengths: list[int], response_lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,11 +123,12 @@ def response_index(lengths: list[int], response_lengths: list[int]) -> tuple[tor
     token ``t`` of row ``i`` (``n`` tokens, ``r`` of them the response) is predicted at
     position ``n - r - 1 + t``, so the logits at ``[rows, cols]`` score the tokens at
     ``[rows, cols + 1]``, row after row in sample order."""
-    rows = torch.repeat_interleave(torch.arange(len(lengths)),
-                                   torch.tensor(response_lengths, dtype=torch.long))
-    cols = torch.cat([torch.arange(n - r - 1, n - 1)
-                      for n, r in zip(lengths, response_lengths, strict=True)])
-    return rows, cols
+    resp = np.asarray(response_lengths, dtype=np.int64)
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), resp)
+    # column t of row i's response: (n_i - r_i - 1) + t, laid out by numpy (no operator per row)
+    starts = np.asarray(lengths, dtype=np.int64) - resp - 1
+    offsets = np.arange(int(resp.sum()), dtype=np.int64) - np.repeat(np.cumsum(resp) - resp, resp)
+    return torch.from_numpy(rows), torch.from_numpy(np.repeat(starts, resp) + offsets)
 
 
 def response_log_probs(

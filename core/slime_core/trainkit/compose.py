@@ -137,7 +137,8 @@ def compute_loss(
         loss, custom_metrics = custom
         return loss, dict(custom_metrics), weighting
     metrics: dict[str, float] = {}
-    masks = [m.to(log_probs[0].dtype) for m in batch.loss_masks]
+    dtype = log_probs[0].dtype if log_probs else torch.float32
+    masks = [m if m.dtype == dtype else m.to(dtype) for m in batch.loss_masks]
     if config.train.loss == "sft":
         loss = reducer([-lp for lp in log_probs])
         metrics["train/sft_nll"] = float(loss.detach())
@@ -148,17 +149,17 @@ def compute_loss(
         if batch.rollout_log_probs is not None and batch.old_log_probs is not None:
             pg, masks, m = _is_correction(config, pg, batch, masks)
             metrics.update(m)
-        pg_loss = reducer([p * mk for p, mk in zip(pg, masks)])
+        pg_loss = reducer(_masked(pg, masks))
         metrics["train/pg_loss"] = float(pg_loss.detach())
         loss = pg_loss
         if config.algorithm.use_kl_loss and batch.ref_log_probs is not None:
             kl_fn = manager.registries.kl_estimator.built(config.algorithm.kl_estimator, config)
             kl = [kl_fn(lp, ref) for lp, ref in zip(log_probs, batch.ref_log_probs)]
-            kl_loss = reducer([k * mk for k, mk in zip(kl, masks)])
+            kl_loss = reducer(_masked(kl, masks))
             metrics["train/kl_loss"] = float(kl_loss.detach())
             loss = loss + config.algorithm.kl_loss_coef * kl_loss
     if entropy is not None:
-        ent = reducer([e * mk for e, mk in zip(entropy, masks)])
+        ent = reducer(_masked(entropy, masks))
         metrics["train/entropy"] = float(ent.detach())
         if config.algorithm.entropy_coef and config.train.loss != "sft":
             loss = loss - config.algorithm.entropy_coef * ent
@@ -188,10 +189,37 @@ def _is_correction(
     return pg, masks, metrics
 
 
+def _packed(values: list[torch.Tensor]) -> torch.Tensor | None:
+    """Per-sample tensors as one flat tensor, or None where they cannot be concatenated as
+    they are (empty, on several devices, or of several dtypes)."""
+    if not values:
+        return None
+    first = values[0]
+    if any(v.device != first.device or v.dtype != first.dtype for v in values):
+        return None
+    return torch.cat([v if v.dim() == 1 else v.reshape(-1) for v in values])
+
+
+def _masked(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``[v * m for v, m in zip(values, masks)]`` as one product over the packed batch (a
+    product per sample is an operator, and a backward node, per sample)."""
+    flat, flat_masks = _packed(values), _packed(masks)
+    if (flat is None or flat_masks is None or flat.device != flat_masks.device
+            or flat.numel() != flat_masks.numel()
+            or any(v.shape != m.shape for v, m in zip(values, masks, strict=True))):
+        return [v * m for v, m in zip(values, masks, strict=True)]
+    return list((flat * flat_masks).split([int(v.numel()) for v in values]))
+
+
 def _masked_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor], masks: list[torch.Tensor]) -> float:
     if not masks:
         return 0.0
+    with torch.no_grad():
+        x, y, m = _packed(a), _packed(b), _packed(masks)
+    if x is None or y is None or m is None or len({x.device, y.device, m.device}) > 1:
+        x = torch.stack([((u.detach() - v).abs() * k).sum() for u, v, k in zip(a, b, masks)])
+        den = float(torch.stack([k.sum() for k in masks]).sum())
+        return float(x.sum()) / den if den > 0 else 0.0
     # two host syncs for the whole micro-batch, not two per sample
-    num = torch.stack([((x.detach() - y).abs() * m).sum() for x, y, m in zip(a, b, masks)])
-    den = float(torch.stack([m.sum() for m in masks]).sum())
-    return float(num.sum()) / den if den > 0 else 0.0
+    num, den = ((x - y).abs() * m).sum(), float(m.sum())
+    return float(num) / den if den > 0 else 0.0

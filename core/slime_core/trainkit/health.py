@@ -74,8 +74,12 @@ class TrainingHealth:
             adv = [a if isinstance(a, torch.Tensor) else torch.as_tensor(a, dtype=torch.float64)
                    for a in batch.advantages]
             adv = [a for a in adv if a.numel()]
-            if adv:
-                bad_adv = not bool(torch.stack([torch.isfinite(a).all() for a in adv]).all())
+            if adv and len({a.device for a in adv}) == 1:  # one check over the packed batch
+                bad_adv = not bool(torch.isfinite(
+                    torch.cat([a if a.dim() == 1 else a.reshape(-1) for a in adv])).all())
+            elif adv:
+                bad_adv = not bool(torch.stack([torch.isfinite(a).all().to(adv[0].device)
+                                                for a in adv]).all())
         return self._verdict({"rewards": bad_rewards, "advantages": bad_adv})
 
     # -- one optimizer step ----------------------------------------------------------------

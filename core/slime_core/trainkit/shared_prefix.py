@@ -32,7 +32,22 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import numpy as np
 import torch
+
+
+def host_tokens(tokens: list[torch.Tensor]) -> list[np.ndarray]:
+    """Each sample's token ids as a host array (a view where the tensor is on the host
+    already). The padded batches are assembled from these: slicing and copying numpy arrays
+    costs no operator dispatch, which per sample was most of a small model's GPU step
+    (issue 43)."""
+    if not tokens:
+        return []
+    lengths = [int(t.numel()) for t in tokens]
+    # one concatenation and one conversion for the batch (a tensor's .numpy() is itself
+    # several operators), then views of it
+    flat = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tokens]).detach().cpu().numpy()
+    return np.split(flat, np.cumsum(lengths[:-1]))
 
 
 def prompt_groups(tokens: list[torch.Tensor], response_lengths: list[int]) -> list[int] | None:
@@ -41,11 +56,11 @@ def prompt_groups(tokens: list[torch.Tensor], response_lengths: list[int]) -> li
     position to predict its first response token from)."""
     index: dict[bytes, int] = {}
     groups: list[int] = []
-    for t, r in zip(tokens, response_lengths, strict=True):
-        n = int(t.numel())
+    for t, r in zip(host_tokens(tokens), response_lengths, strict=True):
+        n = int(t.size)
         if n - int(r) < 1:
             return None
-        key = t[: n - int(r)].detach().cpu().numpy().tobytes()
+        key = t[: n - int(r)].tobytes()
         groups.append(index.setdefault(key, len(index)))
     return groups if len(index) < len(groups) else None
 
@@ -66,12 +81,14 @@ def shared_prefix_hidden(
     n_groups = max(groups) + 1
     first = [groups.index(g) for g in range(n_groups)]  # a sample holding each prompt
     width = max(plen[i] for i in first)
-    ids1 = torch.full((n_groups, width), pad_id, dtype=torch.long)
-    mask1 = torch.zeros((n_groups, width), dtype=torch.long)
+    arrays = host_tokens(tokens)
+    host_ids1 = np.full((n_groups, width), pad_id, dtype=np.int64)
+    host_mask1 = np.zeros((n_groups, width), dtype=np.int64)
     for g, i in enumerate(first):
-        ids1[g, : plen[i]] = tokens[i][: plen[i]].detach().cpu()
-        mask1[g, : plen[i]] = 1
-    ids1, mask1 = ids1.to(device), mask1.to(device)
+        host_ids1[g, : plen[i]] = arrays[i][: plen[i]]
+        host_mask1[g, : plen[i]] = 1
+    ids1 = torch.from_numpy(host_ids1).to(device)
+    mask1 = torch.from_numpy(host_mask1).to(device)
     out1 = decoder(input_ids=ids1, attention_mask=mask1, use_cache=True)
     h1 = out1.last_hidden_state
     d = h1.shape[-1]
@@ -80,14 +97,15 @@ def shared_prefix_hidden(
     rest = max(resp) - 1  # the last response token predicts nothing
     flat = h1.reshape(-1, d)
     if rest > 0:
-        ids2 = torch.full((len(tokens), rest), pad_id, dtype=torch.long)
-        mask2 = torch.zeros((len(tokens), rest), dtype=torch.long)
-        for i, t in enumerate(tokens):
+        host_ids2 = np.full((len(tokens), rest), pad_id, dtype=np.int64)
+        host_mask2 = np.zeros((len(tokens), rest), dtype=np.int64)
+        for i, t in enumerate(arrays):
             k = resp[i] - 1
             if k > 0:
-                ids2[i, :k] = t[plen[i]: plen[i] + k].detach().cpu()
-                mask2[i, :k] = 1
+                host_ids2[i, :k] = t[plen[i]: plen[i] + k]
+                host_mask2[i, :k] = 1
             index[i] += range(n_groups * width + i * rest, n_groups * width + i * rest + k)
+        ids2, mask2 = torch.from_numpy(host_ids2), torch.from_numpy(host_mask2)
         pos2 = torch.tensor(plen, dtype=torch.long).unsqueeze(1) + torch.arange(rest)
         rows = torch.tensor(groups, dtype=torch.long, device=device)
         cache = _expanded_cache(out1.past_key_values, rows, decoder)
@@ -96,7 +114,8 @@ def shared_prefix_hidden(
                        position_ids=pos2.to(device), past_key_values=cache, use_cache=True)
         flat = torch.cat((flat, out2.last_hidden_state.reshape(-1, d)))
     where = torch.tensor([p for row in index for p in row], dtype=torch.long, device=device)
-    target = torch.cat([t[plen[i]: plen[i] + resp[i]] for i, t in enumerate(tokens)]).to(device)
+    target = torch.from_numpy(np.concatenate(
+        [t[plen[i]: plen[i] + resp[i]] for i, t in enumerate(arrays)]).astype(np.int64)).to(device)
     return flat.index_select(0, where), target
 
 

@@ -128,6 +128,25 @@ def test_zero_grads_allocates_and_clears_only_what_trains():
                for p in model.model.parameters() if p.requires_grad)
 
 
+def test_zero_grads_keeps_the_decoder_gradients_and_drops_the_rest_of_the_model():
+    """With the model, zero_grads replaces optimizer.zero_grad: the decoder's gradients are
+    the same tensors step after step (zeroed in place, not allocated again), a parameter
+    outside the decoder (an untied output layer) has its gradient dropped."""
+    model = tiny_decoder("qwen2_gqa_bias")
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())  # untied
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+    graphed.zero_grads(model)
+    first = {n: p.grad for n, p in model.model.named_parameters()}
+    for p in model.model.parameters():
+        assert p.grad is not None
+        p.grad.fill_(3.0)
+    model.lm_head.weight.grad = torch.ones_like(model.lm_head.weight)
+    graphed.zero_grads(model)
+    assert model.lm_head.weight.grad is None
+    for n, p in model.model.named_parameters():
+        assert p.grad is first[n] and not p.grad.any()
+
+
 def test_the_decoder_replaces_only_the_one_pass_forward():
     model = tiny_decoder("qwen2_gqa_bias")
     tokens, resp = _batch(model.config.vocab_size, 3)

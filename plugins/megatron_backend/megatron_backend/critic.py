@@ -22,7 +22,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from slime_core.api import build_value_model, get_manager, micro_batches, resolve_dtype
+from slime_core.api import (
+    build_value_model,
+    get_manager,
+    masked_tokens,
+    micro_batches,
+    resolve_dtype,
+)
 from slime_hookspecs import CriticLossFn, CriticSpec
 
 from megatron_backend import checkpoint, parallel
@@ -139,7 +145,7 @@ class MegatronCritic:
                    loss_masks: list[torch.Tensor], loss_fn: CriticLossFn,
                    weighting: str) -> tuple[dict[str, float], float]:
         self.optimizer.zero_grad(set_to_none=True)
-        acc = Accumulation(len(tokens), sum(float(m.sum()) for m in loss_masks), self.device)
+        acc = Accumulation(len(tokens), masked_tokens(loss_masks), self.device)
         for mb in micro_batches([int(t.numel()) for t in tokens], self._budget()):
             sp, vals = self._forward([tokens[i] for i in mb], [response_lengths[i] for i in mb])
             if vals is not None:

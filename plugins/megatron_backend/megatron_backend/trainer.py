@@ -38,6 +38,7 @@ from slime_core.api import (
     load_causal_lm,
     load_tokenizer,
     lr_schedule,
+    masked_tokens,
     micro_batches,
     prepare_batch,
     ref_model_config,
@@ -328,14 +329,14 @@ class MegatronTrainer:
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
-        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks), self.device)
+        acc = Accumulation(len(mini), masked_tokens(mini.loss_masks), self.device)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         for mb_idx in self._plan([int(len(t)) for t in mini.tokens]):
             if not mb_idx:  # expert parallelism: a peer still has a micro-batch
                 self._idle_pass(self.model)
                 continue
             mb = mini.select(mb_idx)
-            mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
+            mb_tokens = masked_tokens(mb.loss_masks)
             if self.device.type != "cpu":
                 _to_device(mb, self.device)
             p = pack(mb.tokens, mb.response_lengths, self.pad_id, self.device)

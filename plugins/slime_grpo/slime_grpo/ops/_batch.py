@@ -71,7 +71,10 @@ def float_masks(loss_masks: Sequence[Tensor], like: Tensor | None = None) -> lis
     """Loss masks (bool/int/float 0-1) as float tensors (dtype and device of ``like`` when given)."""
     dtype = like.dtype if like is not None and like.is_floating_point() else torch.float32
     device = like.device if like is not None else None
-    return [torch.as_tensor(m).to(device=device, dtype=dtype) for m in loss_masks]
+    # masks already in place are taken as they are: a conversion per sample is an operator
+    # dispatch per sample (a GPU step's host time, issue 43)
+    return [m if isinstance(m, Tensor) and m.dtype == dtype and (device is None or m.device == device)
+            else torch.as_tensor(m).to(device=device, dtype=dtype) for m in loss_masks]
 
 
 def check_lengths(name: str, tensors: Sequence[Tensor], lengths: Sequence[int]) -> None:
@@ -109,11 +112,26 @@ def masked_token_mean(values: Sequence[Tensor], masks: Sequence[Tensor]) -> Tens
     if len(values) == 0:
         return torch.zeros(())
     # packed: two products over the whole batch instead of two per sample
-    flat = torch.cat([v.detach().float().reshape(-1) for v in values])
-    m = torch.cat([m.reshape(-1).to(flat.device, torch.float32) for m in masks])
-    if flat.numel() != m.numel():
-        raise ValueError(f"values have {flat.numel()} tokens, masks {m.numel()}")
-    return (flat * m).sum() / torch.clamp_min(m.sum(), 1.0)
+    flat = pack([v if v.dim() == 1 else v.reshape(-1) for v in values]).detach().float()
+    return packed_masked_mean(flat, pack_masks(masks, flat.device))
+
+
+def pack_masks(masks: Sequence[Tensor], device: torch.device) -> Tensor:
+    """Per-sample masks (bool/int/float) as one packed float32 tensor on ``device``."""
+    if len(masks) == 0:
+        return torch.zeros(0, device=device)
+    flat = [m if m.dim() == 1 else m.reshape(-1) for m in masks]
+    if any(m.device != flat[0].device for m in flat):
+        flat = [m.to(device) for m in flat]
+    return torch.cat(flat).to(device, torch.float32)
+
+
+def packed_masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """``sum(m x) / max(sum(m), 1)`` over packed ``values`` (``[T]`` or ``[K, T]``: one mean
+    per row) and the packed float ``mask`` ``[T]``."""
+    if values.shape[-1] != mask.numel():
+        raise ValueError(f"values have {values.shape[-1]} tokens, masks {mask.numel()}")
+    return (values * mask).sum(-1) / torch.clamp_min(mask.sum(), 1.0)
 
 
 def cfg_get(config: Any, key: str, default: Any) -> Any:

@@ -48,7 +48,11 @@ def broadcast_to_tokens(scalars: Tensor, response_lengths: Sequence[int]) -> lis
     """``[N]`` per-sample scalars -> list of ``[T_i]`` tensors filled with ``scalars[i]``."""
     if scalars.numel() != len(response_lengths):
         raise ValueError(f"{scalars.numel()} scalars for {len(response_lengths)} response lengths")
-    return [scalars[i].expand(int(n)).clone() for i, n in enumerate(response_lengths)]
+    lengths = [int(n) for n in response_lengths]
+    # one repeat and one split, not three operators a sample (each its own storage region)
+    counts = torch.tensor(lengths, dtype=torch.long, device=scalars.device)
+    packed = scalars.reshape(-1).repeat_interleave(counts, output_size=sum(lengths))
+    return list(packed.split(lengths))
 
 
 @torch.no_grad()

@@ -100,20 +100,20 @@ def get_reducer(
             )
         unit = torch.unique(torch.as_tensor(list(rollout_ids)).long(), return_inverse=True)[1]
     num_units = int(unit.max().item()) + 1 if num_samples else 0
-    mask_counts = (
-        # one device-to-host copy for the batch, not one per sample
-        torch.stack([m.sum() for m in denom_masks]).cpu() if num_samples else torch.zeros(0)
-    )
+    # Per-sample sums as one segment sum over the packed tokens (a handful of kernels whatever
+    # the batch size; a per-sample loop cost three kernels per sample and call, thousands per
+    # training step on a GPU). Segment ids and packed masks are built once per device/dtype.
+    segments = torch.repeat_interleave(torch.arange(num_samples), torch.tensor(lengths, dtype=torch.long))
+    flat_masks = _packed(masks)
+    flat_denom = flat_masks if denominator_masks is None else _packed(denom_masks)
+    # one device-to-host copy for the batch, not one per sample
+    mask_counts = torch.zeros(num_samples, dtype=flat_denom.dtype, device=flat_denom.device
+                              ).index_add_(0, segments.to(flat_denom.device), flat_denom).cpu()
     unit_counts = torch.zeros(num_units).index_add_(0, unit, mask_counts)
     total_tokens = mask_counts.sum()
     # the N of the seq_* modes: every unit (slime), or only units with a masked-in token (verl)
     num_mean = num_units if count_empty_samples else int((unit_counts > 0).sum().item())
 
-    # Per-sample sums as one segment sum over the packed tokens (a handful of kernels whatever
-    # the batch size; a per-sample loop cost three kernels per sample and call, thousands per
-    # training step on a GPU). Segment ids and packed masks are built once per device/dtype.
-    segments = torch.repeat_interleave(torch.arange(num_samples), torch.tensor(lengths, dtype=torch.long))
-    flat_masks = torch.cat([m.reshape(-1) for m in masks]) if num_samples else torch.zeros(0)
     placed: dict[tuple[torch.device, torch.dtype], tuple[Tensor, ...]] = {}
 
     def on(device: torch.device, dtype: torch.dtype) -> tuple[Tensor, ...]:
@@ -157,3 +157,10 @@ def get_reducer(
         return per_unit.sum() / max(num_mean, 1)
 
     return reduce
+
+
+def _packed(masks: Sequence[Tensor]) -> Tensor:
+    """Per-sample float masks (``float_masks``' output) as one packed tensor."""
+    if not masks:
+        return torch.zeros(0)
+    return torch.cat([m if m.dim() == 1 else m.reshape(-1) for m in masks])

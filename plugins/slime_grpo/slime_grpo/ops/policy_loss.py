@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ._batch import float_masks, lengths_of, masked_token_mean, pack, unpack
+from ._batch import float_masks, lengths_of, pack, pack_masks, packed_masked_mean, unpack
 
 MetricReducer = Callable[[Sequence[Tensor]], Tensor]
 PolicyLossFn = Callable[..., tuple[list[Tensor], dict[str, Tensor]]]
@@ -48,14 +48,15 @@ def _metrics(
     masks: list[Tensor],
     metric_reducer: MetricReducer | None,
 ) -> dict[str, Tensor]:
-    out = {}
-    for name, packed in values.items():
-        parts = unpack(packed.detach().float(), lengths)
-        value = (
-            metric_reducer(parts) if metric_reducer is not None else masked_token_mean(parts, masks)
-        )
-        out[name] = value.detach()
-    return out
+    if metric_reducer is not None:
+        return {name: metric_reducer(unpack(packed.detach().float(), lengths)).detach()
+                for name, packed in values.items()}
+    if not values:
+        return {}
+    # the token means of every metric in one product over the packed batch
+    stacked = torch.stack([packed.detach().float() for packed in values.values()])
+    means = packed_masked_mean(stacked, pack_masks(masks, stacked.device))
+    return dict(zip(values, means.unbind(0), strict=True))
 
 
 def _clamped(log_ratio: Tensor, bound: float | None) -> Tensor:

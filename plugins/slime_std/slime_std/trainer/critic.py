@@ -25,6 +25,7 @@ from slime_core.api import (
     dp_active,
     get_manager,
     make_adamw,
+    masked_tokens,
     micro_batches,
     resolve_dtype,
     right_pad,
@@ -105,7 +106,7 @@ class TorchCritic:
         group = data_parallel_group()
         dp = dp_active(self.config.train.num_ranks, group)
         self.optimizer.zero_grad(set_to_none=True)
-        acc = Accumulation(len(tokens), sum(float(m.sum()) for m in loss_masks), dp,
+        acc = Accumulation(len(tokens), masked_tokens(loss_masks), dp,
                            self.device, group)
         for mb in micro_batches([int(t.numel()) for t in tokens], self._budget()):
             values = response_values(self.model, [tokens[i] for i in mb],

@@ -50,6 +50,7 @@ from slime_core.api import (
     load_tokenizer,
     lr_schedule,
     make_adamw,
+    masked_tokens,
     micro_batches,
     needs_ref,
     prepare_batch,
@@ -305,7 +306,7 @@ class TorchTrainer:
         return TrainingHealth(self.device, self.data_parallel_group, self.data_parallel)
 
     def _optimizer_step(self, mini: TrainBatch) -> dict[str, float]:
-        acc = Accumulation(len(mini), sum(float(m.sum()) for m in mini.loss_masks),
+        acc = Accumulation(len(mini), masked_tokens(mini.loss_masks),
                            self.data_parallel, self.device, self.data_parallel_group)
         try:
             return self._accumulate_and_step(mini, acc)
@@ -320,9 +321,10 @@ class TorchTrainer:
         return self._accumulate_and_step(mini, acc.restarted())
 
     def _accumulate_and_step(self, mini: TrainBatch, acc: Accumulation) -> dict[str, float]:
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.graphed is not None:  # replayed backwards add into allocated gradients
-            self.graphed.zero_grads()
+        if self.graphed is None:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:  # replayed backwards add into allocated gradients, zeroed in place
+            self.graphed.zero_grads(self.model)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         options = self._head_options(self.model)
         # router losses read the right-padded batch's routers (one pass, as replay does)
@@ -332,7 +334,7 @@ class TorchTrainer:
         for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):
             mb = mini.select(mb_idx)
             # summed on the host before the move: no device sync per sample
-            mb_tokens = sum(float(x.sum()) for x in mb.loss_masks)
+            mb_tokens = masked_tokens(mb.loss_masks)
             if self.device.type != "cpu":  # batch tensors stay on the host until needed
                 _to_device(mb, self.device)
             with self._capturing():
