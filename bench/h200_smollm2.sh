@@ -12,6 +12,7 @@
 #   bash bench/h200_smollm2.sh imports   # any call, no carry: where the set-up's imports go
 #   bash bench/h200_smollm2.sh graphs    # device call 2', carry [".mdl/b", ".whl"]: train.cuda_graphs
 #   bash bench/h200_smollm2.sh record    # device call 2'', carry [".mdl/b", ".whl"]: SmolLM2 + 1.5B
+#   bash bench/h200_smollm2.sh hostops   # device call 2, carry [".mdl/b", ".whl"] (.abold, untracked, travels): old vs new
 #   bash bench/h200_smollm2.sh rdtype    # device call 2''', carry [".mdl/b", ".whl"]: rollout.dtype
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
@@ -194,6 +195,23 @@ case "${1:-}" in
       --slime-set rollout.dtype=bfloat16 --out "$OUT/record/smollm2_tf32_bf16rollout" 2>&1 \
       | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
+  hostops)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl): the training step's
+    # per-sample bookkeeping as packed operations (bench/train_host_ops.py: 11,081 -> 1,752
+    # operators a step), side by side with the code before it in the same call. .abold
+    # holds that code (untracked, so it travels): git archive 864babe hookspecs core
+    # plugins/slime_std plugins/slime_grpo | tar -x -C .abold. 12 steps a variant, TF32,
+    # alternating old and new; then the 40-step record against TRL with the new code
+    smollm2_model || exit 1
+    NEW_PATH="$PYTHONPATH"
+    OLD_PATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
+    for round in 1 2; do
+      PYTHONPATH="$OLD_PATH" variants hostops "old$round run.matmul_precision=high"
+      PYTHONPATH="$NEW_PATH" variants hostops "new$round run.matmul_precision=high"
+    done
+    [ "${LEARN:-1}" = 1 ] && timeout "${LEARN_TIMEOUT:-280}" python3 bench/smollm2_vs_trl.py \
+      --precision tf32 --out "$OUT/learn_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -213,5 +231,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|profile|imports" >&2; exit 2 ;;
 esac
