@@ -6,6 +6,7 @@ answers in a sentence, one in three wrong), each response distinct so the reward
 the timing, as they are after a run's first step. Prints one JSON line per setting.
 
     python bench/reward_processes.py --samples 128 --workers 0,2
+    python bench/reward_processes.py --samples 128 --workers 2 --group 8   # as a rollout asks
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def samples(n: int, offset: int) -> list[Sample]:
     return out
 
 
-async def score(fn: object, batch: list[Sample]) -> list[float]:
-    if isinstance(fn, InProcesses):  # as the rollout does: one chunk per worker
-        return [await asyncio.wrap_future(f) for f in fn.submit_many(batch)]
+async def score(fn: object, batch: list[Sample], group: int) -> list[float]:
+    if isinstance(fn, InProcesses):  # as the rollout does: group by group, in one loop turn
+        futures = [f for lo in range(0, len(batch), group)
+                   for f in fn.submit_many(batch[lo:lo + group])]
+        return [await asyncio.wrap_future(f) for f in futures]
     return [fn(s) for s in batch]  # type: ignore[operator]
 
 
@@ -48,22 +51,27 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--group", type=int, default=0,
+                    help="samples a group, each group asked for on its own as the rollout "
+                         "does (0: the whole batch in one call)")
     a = ap.parse_args()
     fn = make_math_reward(build_test_config())
     offset = 0
     for w in (int(x) for x in a.workers.split(",")):
         pool = RewardProcesses(w) if w else None
         call = InProcesses(fn, pool, "math") if pool else fn
-        asyncio.run(score(call, samples(4 * max(w, 1), offset := offset + 1)))  # warm up
+        group = a.group or a.samples
+        asyncio.run(score(call, samples(4 * max(w, 1), offset := offset + 1), group))  # warm up
         times, rewards = [], []
         for _ in range(a.reps):
             batch = samples(a.samples, offset := offset + 1)
             t = time.perf_counter()
-            rewards = asyncio.run(score(call, batch))
+            rewards = asyncio.run(score(call, batch, group))
             times.append(time.perf_counter() - t)
         if pool:
             pool.close()
-        print(json.dumps({"workers": w, "samples": a.samples, "seconds_median": statistics.median(times),
+        print(json.dumps({"workers": w, "samples": a.samples, "group": group,
+                          "seconds_median": statistics.median(times),
                           "ms_per_sample": 1e3 * statistics.median(times) / a.samples,
                           "reward_mean": sum(rewards) / len(rewards)}), flush=True)
 

@@ -52,6 +52,50 @@ def test_a_batch_goes_in_one_chunk_per_worker_and_fails_sample_by_sample() -> No
         pool.close()
 
 
+def test_batches_asked_for_in_one_turn_of_the_loop_go_out_together(monkeypatch) -> None:
+    """The rollout scores group by group; groups that finish together (a static decode's)
+    are sent as one chunk per worker, each sample's value or exception to its own future.
+    Outside an event loop a batch is sent at once, as before."""
+    import asyncio
+
+    pool = RewardProcesses(2)
+    chunks: list[int] = []
+    real = pool.submit_chunk
+
+    def counting(fn, samples):
+        chunks.append(len(samples))
+        return real(fn, samples)
+
+    monkeypatch.setattr(pool, "submit_chunk", counting)
+    fn = InProcesses(reward_workers.odd_fails, pool, "reward function 'odd'")
+
+    async def groups() -> list[list[object]]:
+        futures = [fn.submit_many([Sample(index=4 * g + i) for i in range(4)]) for g in range(4)]
+        assert chunks == []  # nothing sent before the loop's next turn
+        out = []
+        for batch in futures:
+            out.append([await asyncio.wrap_future(f) if i % 2 == 0 else
+                        (await asyncio.gather(asyncio.wrap_future(f), return_exceptions=True))[0]
+                        for i, f in enumerate(batch)])
+        return out
+
+    try:
+        got = asyncio.run(groups())
+        assert chunks == [8, 8]  # 4 groups of 4 samples: one chunk per worker
+        for g, batch in enumerate(got):
+            for i, value in enumerate(batch):
+                if i % 2 == 0:
+                    assert value == float(4 * g + i)
+                else:
+                    assert isinstance(value, ValueError) and f"sample {4 * g + i} is odd" in str(value)
+        chunks.clear()
+        futures = fn.submit_many([Sample(index=i) for i in (0, 2, 4)])
+        assert chunks == [1, 2]  # no running loop: sent at once
+        assert [f.result(timeout=120) for f in futures] == [0.0, 2.0, 4.0]
+    finally:
+        pool.close()
+
+
 def test_warm_starts_the_workers_and_runs_each_function_there_once(tmp_path) -> None:
     """``RewardProcesses.warm`` (called when the rollout manager is built): every worker is
     started at once and scores a throwaway sample with each function, so their imports are

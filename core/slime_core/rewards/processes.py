@@ -17,6 +17,7 @@ need a main thread, work in them.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 import logging
@@ -25,6 +26,7 @@ import os
 import pickle
 import re
 import sys
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -114,6 +116,9 @@ class InProcesses:
     :class:`concurrent.futures.Future` (the rollout awaits it)."""
 
     def __init__(self, fn: Any, pool: RewardProcesses, source: str) -> None:
+        # batches asked for in one turn of an event loop, sent together (submit_many)
+        self._pending: list[tuple[list[Sample], list[concurrent.futures.Future[Any]]]] = []
+        self._lock = threading.Lock()
         try:
             pickle.dumps(fn)
         except Exception as exc:  # noqa: BLE001 - any pickling failure is the record's fault
@@ -133,14 +138,46 @@ class InProcesses:
         """One future per sample, the samples sent in one chunk per worker: a call per sample
         costs more in pickling and pipes than math-verify's scoring of a short answer
         (measured on 2 cores: 0.68 ms a sample through the pool one by one, against 0.30 ms
-        on the rollout's thread). A sample's exception fails that sample's future only."""
+        on the rollout's thread). A sample's exception fails that sample's future only.
+
+        Called from a running event loop, the samples are sent at the loop's next turn,
+        together with every other batch asked for until then: the rollout scores group by
+        group, and a static decode finishes every group at once, so 16 groups of 8 samples
+        went out as 128 one-sample chunks to 8 workers; now as 8 chunks of 16."""
         out: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in samples]
+        if not samples:
+            return out
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            first = not self._pending
+            self._pending.append((list(samples), out))
+        if loop is None:
+            self._send()
+        elif first:
+            loop.call_soon(self._send)
+        return out
+
+    def _send(self) -> None:
+        """Every batch asked for so far, as one chunk per worker."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        samples = [s for batch, _ in pending for s in batch]
+        futures = [f for _, batch_futures in pending for f in batch_futures]
+        if not samples:
+            return
         n = min(self.pool.workers, len(samples))
         bounds = [len(samples) * k // n for k in range(n + 1)]
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            chunk = self.pool.submit_chunk(self.fn, samples[lo:hi])
-            chunk.add_done_callback(functools.partial(_settle, out[lo:hi]))
-        return out
+            try:
+                chunk = self.pool.submit_chunk(self.fn, samples[lo:hi])
+            except Exception as exc:  # noqa: BLE001 - the samples fail, not the event loop
+                for f in futures[lo:hi]:
+                    f.set_exception(exc)
+                continue
+            chunk.add_done_callback(functools.partial(_settle, futures[lo:hi]))
 
 
 #: what :meth:`RewardProcesses.warm` scores: a math answer, so that a checker's parser runs
