@@ -11,6 +11,7 @@ often a kernel launch.
 
     python bench/train_host_ops.py                 # the defaults (shared-prefix forward on the CPU)
     python bench/train_host_ops.py --set train.shared_prefix=false --top 30
+    python bench/train_host_ops.py --graphed     # the GPU's graphed path (capture stood in for)
 
 Prints the operators of one step grouped by the innermost slime function issuing them
 (aten operators not nested in another aten operator), then one JSON line.
@@ -97,6 +98,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--set", action="append", default=[], help="section.key=value")
+    ap.add_argument("--graphed", action="store_true",
+                    help="train.cuda_graphs' decoder, its capture stood in for on the CPU "
+                         "(the decoder's own operators are still counted: it runs eagerly)")
     ap.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "slime-bench"))
     a = ap.parse_args()
     import torch
@@ -109,6 +113,12 @@ def main() -> None:
     data.setdefault("model", {})["path"] = str(path)
     data.setdefault("train", {}).setdefault("lr", 1e-6)
     trainer = torch_trainer(data)
+    if a.graphed:  # the GPU's train.cuda_graphs path, with the CPU stand-in for the capture
+        from slime_core.testing import static_buffer_graphs
+        from slime_core.trainkit.graphed_decoder import GraphedDecoder
+
+        trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id,
+                                         make_graphed=static_buffer_graphs)
     vocab = trainer.model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     shape = {"prompts": a.prompts, "group": a.group, "new": a.new}
@@ -132,7 +142,7 @@ def main() -> None:
         print(f"{n:7d}  {where}")
     print(json.dumps({"samples": a.prompts * a.group, "ops_per_step": total,
                       "host_step_s_median": round(statistics.median(times), 4),
-                      "settings": a.set}))
+                      "settings": a.set + (["graphed (CPU stand-in)"] if a.graphed else [])}))
 
 
 if __name__ == "__main__":
