@@ -345,7 +345,7 @@ class TorchTrainer:
                     decoder=self.graphed,
                 )
             if ents is not None and not want_entropy_grad:
-                ents = [e.detach() for e in ents]
+                ents = [e.detach() if e.requires_grad else e for e in ents]
             if mb.old_log_probs is None:
                 mb.old_log_probs = [lp.detach() for lp in lps]
             loss, m, weighting = compute_loss(self.config, mb, lps, ents)
