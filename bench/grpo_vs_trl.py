@@ -79,23 +79,25 @@ SEED = 1
 
 
 # -- shared inputs ---------------------------------------------------------------------------
-def tiny_model_dir(work: Path) -> Path:
-    """A random ~1M-parameter Qwen2 plus a character tokenizer, saved once under ``work``."""
-    out = work / "tiny_qwen2"
+def tiny_model_dir(work: Path, name: str = "tiny_qwen2", width: int = 128, layers: int = 4,
+                   heads: int = 2) -> Path:
+    """A random Qwen2 (~1M parameters at the defaults; MLP 4x ``width``) plus a character
+    tokenizer, saved once under ``work/name``."""
+    out = work / name
     if (out / "config.json").exists():
         return out
     import torch
     from slime_core.testing import write_char_tokenizer
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    tmp = work / "tiny_qwen2.tmp"
+    tmp = work / f"{name}.tmp"
     write_char_tokenizer(tmp)
     tok = AutoTokenizer.from_pretrained(str(tmp))
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=512,
-                      num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=2,
-                      max_position_embeddings=512, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=None)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=width, intermediate_size=4 * width,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=heads, max_position_embeddings=512,
+                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, bos_token_id=None)
     torch.manual_seed(0)
     Qwen2ForCausalLM(cfg).save_pretrained(str(tmp))
     tmp.rename(out)

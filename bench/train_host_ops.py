@@ -34,26 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # grpo_vs_trl, train_a
 
 def micro_model(work: Path) -> Path:
     """A 2-layer, 16-wide Qwen2 with grpo_vs_trl's character tokenizer, saved once."""
-    out = work / "micro_qwen2"
-    if (out / "config.json").exists():
-        return out
-    import torch
     from grpo_vs_trl import tiny_model_dir
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    tiny = tiny_model_dir(work)
-    tok = AutoTokenizer.from_pretrained(str(tiny))
-    tmp = work / "micro_qwen2.tmp"
-    tok.save_pretrained(str(tmp))
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
-                      num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1,
-                      max_position_embeddings=512, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=None)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(str(tmp))
-    tmp.rename(out)
-    return out
+    return tiny_model_dir(work, "micro_qwen2_w16", width=16, layers=2, heads=1)
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ._batch import check_lengths, float_masks
+from ._batch import check_lengths, float_masks, pack
 
 Reducer = Callable[[Sequence[Tensor] | Tensor], Tensor]
 
@@ -104,8 +104,8 @@ def get_reducer(
     # the batch size; a per-sample loop cost three kernels per sample and call, thousands per
     # training step on a GPU). Segment ids and packed masks are built once per device/dtype.
     segments = torch.repeat_interleave(torch.arange(num_samples), torch.tensor(lengths, dtype=torch.long))
-    flat_masks = _packed(masks)
-    flat_denom = flat_masks if denominator_masks is None else _packed(denom_masks)
+    flat_masks = pack(masks)  # 1-D each (check_lengths)
+    flat_denom = flat_masks if denominator_masks is None else pack(denom_masks)
     # one device-to-host copy for the batch, not one per sample
     mask_counts = torch.zeros(num_samples, dtype=flat_denom.dtype, device=flat_denom.device
                               ).index_add_(0, segments.to(flat_denom.device), flat_denom).cpu()
@@ -158,9 +158,3 @@ def get_reducer(
 
     return reduce
 
-
-def _packed(masks: Sequence[Tensor]) -> Tensor:
-    """Per-sample float masks (``float_masks``' output) as one packed tensor."""
-    if not masks:
-        return torch.zeros(0)
-    return torch.cat([m if m.dim() == 1 else m.reshape(-1) for m in masks])
