@@ -96,6 +96,35 @@ def test_batches_asked_for_in_one_turn_of_the_loop_go_out_together(monkeypatch) 
         pool.close()
 
 
+def test_a_batch_left_by_a_loop_closed_before_its_turn_goes_with_the_next() -> None:
+    """An event loop closed before the turn that would send its batch (a rollout torn down
+    right after asking) strands nothing: the next loop's send takes that batch too."""
+    import asyncio
+
+    pool = RewardProcesses(1)
+    fn = InProcesses(reward_workers.odd_fails, pool, "reward function 'odd'")
+
+    async def ask(index: int, stop: bool = False) -> list[object]:
+        out = fn.submit_many([Sample(index=index)])
+        if stop:  # the loop ends with this turn: the send scheduled for the next never runs
+            asyncio.get_running_loop().stop()
+        return out
+
+    try:
+        loop = asyncio.new_event_loop()
+        stranded = loop.run_until_complete(ask(2, stop=True))
+        loop.close()
+        assert not stranded[0].done()
+
+        async def next_rollout() -> float:
+            return await asyncio.wrap_future((await ask(4))[0])
+
+        assert asyncio.run(asyncio.wait_for(next_rollout(), 120)) == 4.0
+        assert stranded[0].result(timeout=120) == 2.0
+    finally:
+        pool.close()
+
+
 def test_warm_starts_the_workers_and_runs_each_function_there_once(tmp_path) -> None:
     """``RewardProcesses.warm`` (called when the rollout manager is built): every worker is
     started at once and scores a throwaway sample with each function, so their imports are

@@ -27,6 +27,7 @@ import pickle
 import re
 import sys
 import threading
+import weakref
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -116,8 +117,11 @@ class InProcesses:
     :class:`concurrent.futures.Future` (the rollout awaits it)."""
 
     def __init__(self, fn: Any, pool: RewardProcesses, source: str) -> None:
-        # batches asked for in one turn of an event loop, sent together (submit_many)
+        # batches asked for in one turn of an event loop, sent together (submit_many), and the
+        # loops with a send scheduled (a loop closed before its turn leaves its entry behind:
+        # the next loop schedules its own send, which takes the stranded batches too)
         self._pending: list[tuple[list[Sample], list[concurrent.futures.Future[Any]]]] = []
+        self._scheduled: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._lock = threading.Lock()
         try:
             pickle.dumps(fn)
@@ -152,17 +156,21 @@ class InProcesses:
         except RuntimeError:
             loop = None
         with self._lock:
-            first = not self._pending
             self._pending.append((list(samples), out))
+            schedule = loop is not None and loop not in self._scheduled
+            if schedule:
+                self._scheduled.add(loop)  # type: ignore[arg-type]
         if loop is None:
             self._send()
-        elif first:
-            loop.call_soon(self._send)
+        elif schedule:
+            loop.call_soon(self._send, loop)
         return out
 
-    def _send(self) -> None:
+    def _send(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Every batch asked for so far, as one chunk per worker."""
         with self._lock:
+            if loop is not None:
+                self._scheduled.discard(loop)
             pending, self._pending = self._pending, []
         samples = [s for batch, _ in pending for s in batch]
         futures = [f for _, batch_futures in pending for f in batch_futures]
