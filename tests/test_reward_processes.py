@@ -87,7 +87,8 @@ def test_batches_asked_for_in_one_turn_of_the_loop_go_out_together(monkeypatch) 
                 if i % 2 == 0:
                     assert value == float(4 * g + i)
                 else:
-                    assert isinstance(value, ValueError) and f"sample {4 * g + i} is odd" in str(value)
+                    assert isinstance(value, ValueError)
+                    assert f"sample {4 * g + i} is odd" in str(value)
         chunks.clear()
         futures = fn.submit_many([Sample(index=i) for i in (0, 2, 4)])
         assert chunks == [1, 2]  # no running loop: sent at once

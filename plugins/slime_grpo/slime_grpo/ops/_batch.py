@@ -73,7 +73,8 @@ def float_masks(loss_masks: Sequence[Tensor], like: Tensor | None = None) -> lis
     device = like.device if like is not None else None
     # masks already in place are taken as they are: a conversion per sample is an operator
     # dispatch per sample (a GPU step's host time, issue 43)
-    return [m if isinstance(m, Tensor) and m.dtype == dtype and (device is None or m.device == device)
+    return [m if isinstance(m, Tensor) and m.dtype == dtype
+            and (device is None or m.device == device)
             else torch.as_tensor(m).to(device=device, dtype=dtype) for m in loss_masks]
 
 

@@ -103,7 +103,8 @@ def get_reducer(
     # Per-sample sums as one segment sum over the packed tokens (a handful of kernels whatever
     # the batch size; a per-sample loop cost three kernels per sample and call, thousands per
     # training step on a GPU). Segment ids and packed masks are built once per device/dtype.
-    segments = torch.repeat_interleave(torch.arange(num_samples), torch.tensor(lengths, dtype=torch.long))
+    segments = torch.repeat_interleave(torch.arange(num_samples),
+                                       torch.tensor(lengths, dtype=torch.long))
     flat_masks = pack(masks)  # 1-D each (check_lengths)
     flat_denom = flat_masks if denominator_masks is None else pack(denom_masks)
     # one device-to-host copy for the batch, not one per sample
@@ -157,4 +158,3 @@ def get_reducer(
         return per_unit.sum() / max(num_mean, 1)
 
     return reduce
-
