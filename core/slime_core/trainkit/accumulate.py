@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from slime_core.trainkit import data_parallel
+from slime_core.trainkit.flat import flat_cat
 from slime_core.trainkit.health import SKIPPED_STEPS, TrainingHealth, finish_step_metrics
 
 
@@ -37,8 +38,7 @@ def masked_tokens(loss_masks: list[Any]) -> float:
         return 0.0
     if len({m.device for m in masks}) > 1:
         return sum(float(m.sum()) for m in masks)
-    return float(torch.cat([m if m.dim() == 1 else m.reshape(-1) for m in masks])
-                 .sum(dtype=torch.float64))
+    return float(flat_cat(masks).sum(dtype=torch.float64))
 
 
 def step_indices(n: int, n_steps: int) -> list[list[int]]:

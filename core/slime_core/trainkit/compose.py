@@ -34,6 +34,7 @@ from slime_hookspecs import TrainBatch
 from slime_core.algo.opd import apply_opd, opd_enabled, teacher_in_trainer, zero_task_rewards
 from slime_core.context import get_manager
 from slime_core.observe.trace import sub_phase
+from slime_core.trainkit.flat import flat_cat
 from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 
 Reducer = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -197,7 +198,7 @@ def _packed(values: list[torch.Tensor]) -> torch.Tensor | None:
     first = values[0]
     if any(v.device != first.device or v.dtype != first.dtype for v in values):
         return None
-    return torch.cat([v if v.dim() == 1 else v.reshape(-1) for v in values])
+    return flat_cat(values)
 
 
 def _masked(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -205,7 +206,6 @@ def _masked(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch
     product per sample is an operator, and a backward node, per sample)."""
     flat, flat_masks = _packed(values), _packed(masks)
     if (flat is None or flat_masks is None or flat.device != flat_masks.device
-            or flat.numel() != flat_masks.numel()
             or any(v.shape != m.shape for v, m in zip(values, masks, strict=True))):
         return [v * m for v, m in zip(values, masks, strict=True)]
     return list((flat * flat_masks).split([int(v.numel()) for v in values]))

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from slime_core.trainkit.flat import flat_cat
+
 #: the checked quantities, in the order a step meets them
 QUANTITIES = ("rewards", "advantages", "loss", "grad_norm")
 #: optimizer steps of the rollout that were skipped (0.0 when none was)
@@ -75,8 +77,7 @@ class TrainingHealth:
                    for a in batch.advantages]
             adv = [a for a in adv if a.numel()]
             if adv and len({a.device for a in adv}) == 1:  # one check over the packed batch
-                bad_adv = not bool(torch.isfinite(
-                    torch.cat([a if a.dim() == 1 else a.reshape(-1) for a in adv])).all())
+                bad_adv = not bool(torch.isfinite(flat_cat(adv)).all())
             elif adv:
                 bad_adv = not bool(torch.stack([torch.isfinite(a).all().to(adv[0].device)
                                                 for a in adv]).all())

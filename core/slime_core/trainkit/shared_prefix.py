@@ -35,6 +35,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from slime_core.trainkit.flat import flat_cat
+
 
 def host_tokens(tokens: list[torch.Tensor]) -> list[np.ndarray]:
     """Each sample's token ids as a host array (a view where the tensor is on the host
@@ -46,7 +48,7 @@ def host_tokens(tokens: list[torch.Tensor]) -> list[np.ndarray]:
     lengths = [int(t.numel()) for t in tokens]
     # one concatenation and one conversion for the batch (a tensor's .numpy() is itself
     # several operators), then views of it
-    flat = torch.cat([t if t.dim() == 1 else t.reshape(-1) for t in tokens]).detach().cpu().numpy()
+    flat = flat_cat(tokens).detach().cpu().numpy()
     return np.split(flat, np.cumsum(lengths[:-1]))
 
 
