@@ -45,6 +45,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`init_data_parallel` (the ranks' default group on a loopback store),
   :func:`shard_by_tokens` (a step's samples split across ranks, whole groups).
 * **training steps**: :class:`Accumulation`, :func:`masked_tokens`, :func:`step_indices`,
+  :func:`split_samples` / :func:`flat_cat` (per-sample views of one packed tensor, and
+  back to it without a copy),
   :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
   :func:`micro_batches`,
   :func:`response_log_probs`, :func:`right_pad`, :func:`response_index`,
@@ -174,6 +176,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Accumulation": ("slime_core.trainkit.accumulate", "Accumulation"),
     "step_indices": ("slime_core.trainkit.accumulate", "step_indices"),
     "masked_tokens": ("slime_core.trainkit.accumulate", "masked_tokens"),
+    "split_samples": ("slime_core.trainkit.flat", "split_samples"),
+    "flat_cat": ("slime_core.trainkit.flat", "flat_cat"),
     "rollout_optimizer_steps": ("slime_core.trainkit.accumulate", "rollout_optimizer_steps"),
     "make_adamw": ("slime_core.trainkit.master", "make_adamw"),
     "refresh_copy": ("slime_core.trainkit.master", "refresh_copy"),
@@ -360,6 +364,8 @@ if TYPE_CHECKING:
     from slime_core.trainkit.accumulate import Accumulation as Accumulation
     from slime_core.trainkit.accumulate import rollout_optimizer_steps as rollout_optimizer_steps
     from slime_core.trainkit.accumulate import masked_tokens as masked_tokens
+    from slime_core.trainkit.flat import flat_cat as flat_cat
+    from slime_core.trainkit.flat import split_samples as split_samples
     from slime_core.trainkit.accumulate import step_indices as step_indices
     from slime_core.trainkit.batching import micro_batches as micro_batches
     from slime_core.trainkit.batching import response_index as response_index

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from slime_core.moe.routing import RoutingControl
+from slime_core.trainkit.flat import split_samples
 from slime_core.trainkit.logprob_head import head_log_probs
 from slime_core.trainkit.shared_prefix import host_tokens, prompt_groups, shared_prefix_hidden
 
@@ -218,12 +219,12 @@ def response_log_probs(
         lg = lg / temp
     logp = torch.log_softmax(lg, dim=-1)
     lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    out = list(lp.split(resp))
+    out = split_samples(lp, resp)
     ents: list[torch.Tensor] | None = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             ent = -(logp.exp() * logp).sum(-1)
-        ents = list(ent.split(resp))
+        ents = split_samples(ent, resp)
     return out, ents
 
 
@@ -246,7 +247,7 @@ def _head(model: torch.nn.Module, hidden: torch.Tensor, target: torch.Tensor, re
     lp, ent = head_log_probs(hidden, cast(Any, model).get_output_embeddings(), target, temperature,
                              entropy=with_entropy, entropy_grad=entropy_grad, compile=compile_head,
                              kernel=head_kernel)
-    return list(lp.split(resp)), list(ent.split(resp)) if ent is not None else None
+    return split_samples(lp, resp), split_samples(ent, resp) if ent is not None else None
 
 
 def to_tensor_list(values: list[Any], dtype: torch.dtype) -> list[torch.Tensor]:

@@ -34,7 +34,7 @@ from slime_hookspecs import TrainBatch
 from slime_core.algo.opd import apply_opd, opd_enabled, teacher_in_trainer, zero_task_rewards
 from slime_core.context import get_manager
 from slime_core.observe.trace import sub_phase
-from slime_core.trainkit.flat import flat_cat
+from slime_core.trainkit.flat import flat_cat, packed_source, samples_as, split_samples
 from slime_core.pluginmgr.deprecation import warn_deprecated_impls
 
 Reducer = Callable[[list[torch.Tensor]], torch.Tensor]
@@ -139,7 +139,7 @@ def compute_loss(
         return loss, dict(custom_metrics), weighting
     metrics: dict[str, float] = {}
     dtype = log_probs[0].dtype if log_probs else torch.float32
-    masks = [m if m.dtype == dtype else m.to(dtype) for m in batch.loss_masks]
+    masks = samples_as(batch.loss_masks, dtype)
     if config.train.loss == "sft":
         loss = reducer([-lp for lp in log_probs])
         metrics["train/sft_nll"] = float(loss.detach())
@@ -195,6 +195,8 @@ def _packed(values: list[torch.Tensor]) -> torch.Tensor | None:
     they are (empty, on several devices, or of several dtypes)."""
     if not values:
         return None
+    if (packed := packed_source(values)) is not None:
+        return packed
     first = values[0]
     if any(v.device != first.device or v.dtype != first.dtype for v in values):
         return None
@@ -208,7 +210,7 @@ def _masked(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch
     if (flat is None or flat_masks is None or flat.device != flat_masks.device
             or any(v.shape != m.shape for v, m in zip(values, masks, strict=True))):
         return [v * m for v, m in zip(values, masks, strict=True)]
-    return list((flat * flat_masks).split([int(v.numel()) for v in values]))
+    return split_samples(flat * flat_masks, [int(v.numel()) for v in values])
 
 
 def _masked_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor], masks: list[torch.Tensor]) -> float:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from slime_core.api import flat_cat, split_samples
 from torch import Tensor
 
 
@@ -92,14 +93,16 @@ def lengths_of(tensors: Sequence[Tensor]) -> list[int]:
 
 
 def pack(tensors: Sequence[Tensor]) -> Tensor:
-    """Concatenate per-sample 1-D tensors (slime's packed layout)."""
+    """Concatenate per-sample 1-D tensors (slime's packed layout); the tensor itself, not a
+    copy, for the views :func:`unpack` (or the trainer's forward) cut from it."""
     if len(tensors) == 0:
         return torch.zeros(0)
-    return torch.cat(list(tensors), dim=0)
+    return flat_cat(tensors)
 
 
 def unpack(packed: Tensor, lengths: Sequence[int]) -> list[Tensor]:
-    return list(torch.split(packed, list(lengths), dim=0))
+    """``packed`` cut into per-sample views, which :func:`pack` turns back into it."""
+    return split_samples(packed, lengths)
 
 
 def last_masked_index(mask: Tensor) -> int | None:
@@ -113,7 +116,7 @@ def masked_token_mean(values: Sequence[Tensor], masks: Sequence[Tensor]) -> Tens
     if len(values) == 0:
         return torch.zeros(())
     # packed: two products over the whole batch instead of two per sample
-    flat = pack([v if v.dim() == 1 else v.reshape(-1) for v in values]).detach().float()
+    flat = pack(values).detach().float()
     return packed_masked_mean(flat, pack_masks(masks, flat.device))
 
 
@@ -123,8 +126,8 @@ def pack_masks(masks: Sequence[Tensor], device: torch.device) -> Tensor:
         return torch.zeros(0, device=device)
     flat = [m if m.dim() == 1 else m.reshape(-1) for m in masks]
     if any(m.device != flat[0].device for m in flat):
-        flat = [m.to(device) for m in flat]
-    return torch.cat(flat).to(device, torch.float32)
+        return torch.cat([m.to(device) for m in flat]).to(device, torch.float32)
+    return flat_cat(masks).to(device, torch.float32)
 
 
 def packed_masked_mean(values: Tensor, mask: Tensor) -> Tensor:

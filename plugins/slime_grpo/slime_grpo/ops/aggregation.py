@@ -135,9 +135,8 @@ def get_reducer(
                 )
             flat = x
         else:
-            parts = list(x)
-            check_lengths("reducer input", parts, lengths)
-            flat = torch.cat(parts) if parts else torch.zeros(0)
+            check_lengths("reducer input", x, lengths)
+            flat = pack(x)  # the packed tensor itself for the views of one (a loss's)
         if num_samples == 0:
             return torch.zeros(())
         seg, m, unit_d, unit_counts_d, total_d = on(flat.device, flat.dtype)

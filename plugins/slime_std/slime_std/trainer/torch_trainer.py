@@ -41,6 +41,7 @@ from slime_core.api import (
     compute_loss,
     config_moe_shape,
     dp_active,
+    flat_cat,
     fuse_rms_norms,
     fused_head_unsupported,
     get_manager,
@@ -62,6 +63,7 @@ from slime_core.api import (
     rollout_optimizer_steps,
     set_data_parallel_group,
     shared_micro_batches,
+    split_samples,
     teacher_model_config,
     trainable_bytes,
     untie,
@@ -345,9 +347,9 @@ class TorchTrainer:
                     decoder=self.graphed,
                 )
             if ents is not None and not want_entropy_grad:
-                ents = [e.detach() if e.requires_grad else e for e in ents]
+                ents = _detached(ents)
             if mb.old_log_probs is None:
-                mb.old_log_probs = [lp.detach() for lp in lps]
+                mb.old_log_probs = _detached(lps)
             loss, m, weighting = compute_loss(self.config, mb, lps, ents)
             if self.router_capture is not None:
                 loss = loss + self._router_losses(mb.tokens, m)
@@ -449,8 +451,15 @@ def _to_device(batch: TrainBatch, device: torch.device) -> None:
             setattr(batch, key, [v.to(device) if isinstance(v, torch.Tensor) else v
                                  for v in values])
             continue
-        packed = torch.cat(tensors).to(device)
-        setattr(batch, key, list(packed.split([t.numel() for t in tensors])))
+        packed = flat_cat(tensors).to(device)
+        setattr(batch, key, split_samples(packed, [int(t.numel()) for t in tensors]))
+
+
+def _detached(values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-sample tensors detached: one operator for the views of one packed tensor."""
+    if not any(v.requires_grad for v in values):
+        return values
+    return split_samples(flat_cat(values).detach(), [int(v.numel()) for v in values])
 
 
 def _save_weights(tensors: dict[str, torch.Tensor], file: str) -> None:
