@@ -17,7 +17,8 @@ Rules (``[data]`` keys):
 
 ``Sample.prompt`` is the templated text, or the message list (system message included) when
 the chat template is used. The tokenizer is loaded lazily, once, with
-``AutoTokenizer.from_pretrained(model.tokenizer or model.path)``; it is not pickled.
+``AutoTokenizer.from_pretrained(model.tokenizer or model.path)`` (the process's shared instance,
+``slime_core.models.loading.shared_tokenizer``); it is not pickled.
 """
 
 from __future__ import annotations
@@ -56,11 +57,10 @@ class PromptEncoder:
                     "model.tokenizer and model.path are both empty: the data source needs a "
                     "tokenizer to turn prompts into token ids; set one of them"
                 )
-            from transformers import AutoTokenizer
+            from slime_core.models.loading import shared_tokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(
-                self.tokenizer_name, trust_remote_code=self.trust_remote_code
-            )
+            # the train and eval data (and the trainer) share one load
+            self._tokenizer = shared_tokenizer(self.tokenizer_name, self.trust_remote_code)
         return self._tokenizer
 
     def set_tokenizer(self, tokenizer: Any) -> None:

@@ -71,3 +71,24 @@ def test_tokenizer_defaults_to_the_model_path(engine_config, tokenizer_dir):
     assert load_tokenizer(engine_config(model={"tokenizer": ""}).model, required=False) is None
     with pytest.raises(ValueError, match="model.tokenizer"):
         load_tokenizer(engine_config(model={"tokenizer": ""}).model)
+
+
+def test_a_shared_tokenizer_is_loaded_once_until_its_files_change(engine_config, tmp_path):
+    import os
+    import shutil
+
+    from slime_core.api import write_char_tokenizer
+
+    path = tmp_path / "tok"
+    write_char_tokenizer(path)
+    model = engine_config(model={"tokenizer": str(path)}).model
+    first = load_tokenizer(model, shared=True)
+    assert load_tokenizer(model, shared=True) is first
+    assert load_tokenizer(model) is not first  # not shared: a load of its own
+    # the same files rewritten (a newer tokenizer at the same path): loaded again
+    shutil.rmtree(path)
+    write_char_tokenizer(path)
+    for f in path.iterdir():
+        os.utime(f, ns=(1, 1))
+    second = load_tokenizer(model, shared=True)
+    assert second is not first and second.eos_token_id == first.eos_token_id

@@ -115,7 +115,7 @@ class TorchTrainer:
         self.ref_model: torch.nn.Module | None = None
         self.teacher_model: torch.nn.Module | None = None  # [opd] mode = "trainer"
         self.old_actor = OldActor(self.model) if config.train.keep_old_actor else None
-        tok = load_tokenizer(config.model)
+        tok = load_tokenizer(config.model, shared=True)  # its pad id only
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
         t = config.train
         # only what trains: a frozen parameter (a LoRA run's base) gets no AdamW state and
