@@ -3,7 +3,8 @@ and a micro-batch's forward + backward timed both ways, alternating, in one proc
 
 The CPU tests check the bucketing and the gradient bookkeeping with a stand-in capture
 (``core/tests/trainkit/test_graphed_decoder.py``); the capture itself
-(:func:`torch.cuda.make_graphed_callables` over transformers' decoder) runs only here.
+(:func:`slime_core.trainkit.graphed_decoder.capture_accumulating` over transformers'
+decoder) runs only here.
 The batch is the SmolLM2 example's shape: 16 prompts x 8 samples, prompts of 40-60 tokens,
 responses of 8-32 tokens.
 
@@ -72,9 +73,9 @@ def main() -> None:
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step(tokens: list[torch.Tensor], resp: list[int], use: bool) -> torch.Tensor:
-        model.zero_grad(set_to_none=True)
-        if use:
-            graphed.zero_grads()
+        # the same gradient tensors both ways (a captured backward adds into the ones it was
+        # captured with); the eager backward adds into them too
+        graphed.zero_grads(model)
         lps, ents = response_log_probs(model, tokens, resp, 1.0, 0, with_entropy=True,
                                        fused_head=True, decoder=graphed if use else None)
         loss = sum((lp * (i % 7 - 3)).sum() for i, lp in enumerate(lps)) / 1000

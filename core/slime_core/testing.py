@@ -140,25 +140,31 @@ def build_test_config(*contributed: Any, **sections: dict[str, Any]) -> Any:
 
 
 def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = None) -> Any:
-    """A stand-in for :func:`torch.cuda.make_graphed_callables` on a CPU, for tests of code
-    that replays captured graphs (:class:`slime_core.trainkit.graphed_decoder.GraphedDecoder`).
+    """A stand-in for :func:`slime_core.trainkit.graphed_decoder.capture_accumulating` on a
+    CPU, for tests of code that replays captured graphs
+    (:class:`slime_core.trainkit.graphed_decoder.GraphedDecoder`).
 
-    It captures nothing (each call runs ``module`` eagerly) but hands out results the way a
-    replayed graph does: the output and the inputs' gradients live in buffers of the
-    "graph", written again by every call, and the gradients returned are detached views of
-    them. So a caller that lets autograd keep such a buffer as a parameter's ``.grad``, or
-    reads an output after the next call, sees it overwritten, as on a GPU.
+    It captures nothing (each call runs ``module`` eagerly) but keeps to a capture's terms:
+    the trainable parameters' gradients must be allocated when it is made, the backward adds
+    into exactly those tensors (one replaced raises, as a replay does), and the output lives
+    in one buffer written again by every call, so a caller that reads an output after the
+    next call sees it overwritten, as on a GPU.
     """
     import torch
 
-    params = tuple(module.parameters())
+    from slime_core.trainkit.graphed_decoder import ReplacedGradients, _check_grads, _trainable
+
+    params = _trainable(module)
+    grads = [p.grad for p in params]
+    if any(g is None for g in grads):
+        raise ReplacedGradients("capturing needs the trainable parameters' gradients "
+                                "allocated")
     static_out: list[Any] = []
-    static_grads: list[Any] = [None] * len(params)
+    anchor = torch.empty((), requires_grad=True)
 
     class _Replay(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, *args: Any) -> Any:
-            inputs = args[: len(sample_args)]
+        def forward(ctx: Any, _anchor: Any, *inputs: Any) -> Any:
             with torch.enable_grad():
                 out = module(*inputs)
             ctx.out = out
@@ -169,21 +175,11 @@ def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = 
 
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
-            trainable = [p for p in params if p.requires_grad]
-            got = iter(torch.autograd.grad(ctx.out, trainable, grad, allow_unused=True))
-            for i, p in enumerate(params):
-                if not p.requires_grad:
-                    continue
-                g = next(got)
-                if g is None:
-                    g = torch.zeros_like(p)
-                if static_grads[i] is None:
-                    static_grads[i] = torch.empty_like(p)
-                static_grads[i].copy_(g)
-            return (*([None] * len(sample_args)),
-                    *(b.detach() if b is not None else None for b in static_grads))
+            _check_grads(module, params, grads)
+            torch.autograd.backward(ctx.out, grad, inputs=params)
+            return (None, *([None] * len(sample_args)))
 
     def replay(*args: Any) -> Any:
-        return _Replay.apply(*args, *params)
+        return _Replay.apply(anchor, *args)
 
     return replay

@@ -8,23 +8,29 @@ Shapes: the right-padded batch ``ids`` [R, W] is padded further, rows to a multi
 ``row_multiple`` and columns to a multiple of ``width_multiple`` (``pad_id``; the rows are
 right-padded, so under the causal mask no real position sees the added ones, and their
 outputs are never read), and each (rows, columns) bucket is captured on first use by
-:func:`torch.cuda.make_graphed_callables`, up to ``max_graphs`` buckets; a shape beyond them
-runs eagerly (said once).
+:func:`capture_accumulating`, up to ``max_graphs`` buckets; a shape beyond them runs eagerly
+(said once).
+
+Gradients: the captured backward adds into the parameters' own ``.grad`` tensors in place, as
+eager autograd does once they are allocated, so a replay hands autograd no gradient to
+accumulate (``torch.cuda.make_graphed_callables`` returns each parameter's gradient from the
+graph's buffers, and autograd then adds each into ``.grad``: an operator and a kernel a
+parameter and micro-batch, 272 for SmolLM2, and a gradient-sized buffer a bucket).
 
 What the caller must keep to:
 
 * one micro-batch at a time: forward, then its backward, before the next forward. All buckets
   share one memory pool, so a bucket's activations may sit where another's were captured;
   interleaving two forwards before their backwards would overwrite them.
-* :meth:`zero_grads` instead of ``optimizer.zero_grad(set_to_none=True)``: a replayed
-  backward hands out its gradients in the graph's own buffers, and autograd would make a
-  parameter's first gradient *that* buffer (not a copy) when ``.grad`` is None, so the next
-  replay would overwrite it. Allocated gradients are added to in place.
+* :meth:`zero_grads` instead of ``optimizer.zero_grad(set_to_none=True)``, before the first
+  forward: a captured backward adds into the ``.grad`` tensors that were allocated when it
+  was captured, so they must exist then and stay the same tensors (a replay finding one
+  replaced raises).
 * the decoder's parameters stay the same tensors (optimizers update them in place), and no
   hooks are added to the decoder while graphs exist (they would not run on replay).
 
-Memory: each captured bucket keeps its own gradient buffers (the size of the trainable
-parameters) and output; the activations are shared through the pool. :func:`graph_budget`
+Memory: each captured bucket keeps its own input, output and output gradient; the
+activations are shared through the pool. :func:`graph_budget`
 bounds the buckets by a share of the device's memory. The pool cannot use the memory the
 caching allocator keeps for eager tensors, so that cache is returned to the device before each
 capture. A capture that still runs out of memory (a large model beside an engine's cache:
@@ -61,16 +67,19 @@ def settings_conflict(train: Any) -> str | None:
 
 
 def trainable_bytes(module: torch.nn.Module) -> int:
-    """Bytes of ``module``'s trainable parameters: what each captured bucket's gradient
-    buffers hold."""
+    """Bytes of ``module``'s trainable parameters: the unit :func:`graph_budget` counts
+    buckets in."""
     return sum(int(p.numel()) * int(p.element_size()) for p in module.parameters()
                if p.requires_grad)
 
 
 def graph_budget(decoder: torch.nn.Module, device_bytes: int, share: float = 0.125,
                  most: int = 8) -> int:
-    """How many buckets to capture: at most ``most``, and as many as keep the buckets'
-    gradient buffers within ``share`` of the device's ``device_bytes`` (0: not even one)."""
+    """How many buckets to capture: at most ``most``, and as many as keep a gradient-sized
+    buffer a bucket within ``share`` of the device's ``device_bytes`` (0: not even one). A
+    bucket of :func:`capture_accumulating` keeps no gradient buffer of its own (its input,
+    output and output gradient, and activations in the shared pool), so the bound is
+    conservative: it was sized for :func:`torch.cuda.make_graphed_callables`' buckets."""
     per_bucket = max(trainable_bytes(decoder), 1)
     return max(0, min(most, int(device_bytes * share) // per_bucket))
 
@@ -78,6 +87,84 @@ def graph_budget(decoder: torch.nn.Module, device_bytes: int, share: float = 0.1
 class CaptureOutOfMemory(RuntimeError):
     """A bucket's capture ran out of device memory. The decoder has released its graphs and
     their pool and runs eagerly from then on; the call that raised this computed nothing."""
+
+
+class ReplacedGradients(RuntimeError):
+    """A parameter's ``.grad`` is not the tensor a captured backward adds into."""
+
+
+def _trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def _check_grads(module: torch.nn.Module, params: list[torch.nn.Parameter],
+                 grads: list[torch.Tensor | None]) -> None:
+    bad = [i for i, (p, g) in enumerate(zip(params, grads, strict=True)) if p.grad is not g]
+    if bad:
+        names = {id(p): n for n, p in module.named_parameters()}
+        raise ReplacedGradients(
+            f"train.cuda_graphs: the gradients of {len(bad)} parameter(s) (first: "
+            f"{names.get(id(params[bad[0]]), '?')}) are not the tensors the captured backward "
+            "adds into; allocate and clear them with GraphedDecoder.zero_grads(model), not "
+            "optimizer.zero_grad(set_to_none=True)")
+
+
+def capture_accumulating(module: torch.nn.Module, sample_args: tuple[torch.Tensor, ...],
+                         pool: Any = None, warmup: int = 2) -> Callable[..., torch.Tensor]:
+    """``module``'s forward and backward at the shapes of ``sample_args`` captured as two CUDA
+    graphs (in the memory pool ``pool``); returns the callable that replays them, a drop-in
+    for :func:`torch.cuda.make_graphed_callables` of one module whose backward adds the
+    trainable parameters' gradients into their ``.grad`` in place (captured with them: they
+    must be allocated, and stay the same tensors; a replay finding one replaced raises
+    :class:`ReplacedGradients`). The inputs get no gradient. ``warmup``: forward and backward
+    passes on a side stream before the capture (library initialisation, autotuning); their
+    gradients are discarded."""
+    params = _trainable(module)
+    grads: list[torch.Tensor | None] = [p.grad for p in params]
+    if any(g is None for g in grads):
+        raise ReplacedGradients(
+            "train.cuda_graphs: capturing needs the trainable parameters' gradients allocated "
+            "(GraphedDecoder.zero_grads(model) before the first forward)")
+    static_in = tuple(a.clone() for a in sample_args)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.enable_grad():
+        for _ in range(warmup):
+            out = module(*static_in)
+            torch.autograd.grad(out, params, torch.zeros_like(out), allow_unused=True)
+            del out
+    torch.cuda.current_stream().wait_stream(side)
+    forward, backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"), \
+            torch.enable_grad():
+        out = module(*static_in)
+    static_grad = torch.empty_like(out)
+    with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
+        # AccumulateGrad with allocated gradients and grad mode off: `grad += new`, captured
+        torch.autograd.backward(out, static_grad, inputs=params)
+    static_out = out.detach()
+    # a leaf that makes the replay's output require grad (the inputs are token ids)
+    anchor = torch.empty((), device=static_grad.device, requires_grad=True)
+
+    class _Replay(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, _anchor: torch.Tensor, *args: torch.Tensor) -> torch.Tensor:
+            for buf, a in zip(static_in, args, strict=True):
+                buf.copy_(a)
+            forward.replay()
+            return static_out.detach()  # a new tensor object over the graph's output
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> Any:
+            _check_grads(module, params, grads)
+            static_grad.copy_(grad)
+            backward.replay()
+            return (None, *([None] * len(static_in)))
+
+    def replay(*args: torch.Tensor) -> torch.Tensor:
+        return cast(torch.Tensor, _Replay.apply(anchor, *args))
+
+    return replay
 
 
 class _Forward(torch.nn.Module):
@@ -100,11 +187,11 @@ class GraphedDecoder:
                  width_multiple: int = 16, max_graphs: int = 8,
                  make_graphed: GraphMaker | None = None) -> None:
         """``make_graphed(module, sample_args, pool=...)`` captures (default
-        :func:`torch.cuda.make_graphed_callables`; tests give a maker that captures nothing)."""
+        :func:`capture_accumulating`; tests give a maker that captures nothing)."""
         self.decoder, self.pad_id = decoder, int(pad_id)
         self.row_multiple, self.width_multiple = row_multiple, width_multiple
         self.max_graphs = max_graphs
-        self._make = make_graphed or torch.cuda.make_graphed_callables
+        self._make = make_graphed or capture_accumulating
         self._graphs: dict[tuple[int, int], Any] = {}
         self._pool: Any = None
         self._warned = False
@@ -157,6 +244,8 @@ class GraphedDecoder:
             graphed = self._make(_Forward(self.decoder), (sample,), pool=self._pool)
         except torch.OutOfMemoryError as e:
             failure = str(e).split("\n")[0][:300]
+        except ReplacedGradients:
+            raise
         except RuntimeError as e:  # e.g. a host sync inside the model's forward
             raise RuntimeError(
                 f"train.cuda_graphs: capturing the decoder's forward and backward at "
@@ -188,7 +277,7 @@ class GraphedDecoder:
         gradients set to None, so that this replaces ``optimizer.zero_grad``. Gradients
         allocated once are kept and zeroed in place: the per-step allocation and fill (one
         each a parameter) were host time of a small model's step."""
-        params = [p for p in self.decoder.parameters() if p.requires_grad]
+        params = _trainable(self.decoder)
         for p in params:
             if p.grad is None:
                 p.grad = torch.empty_like(p)

@@ -16,6 +16,7 @@ from slime_core.trainkit.batching import response_log_probs
 from slime_core.trainkit.graphed_decoder import (
     CaptureOutOfMemory,
     GraphedDecoder,
+    ReplacedGradients,
     graph_budget,
     trainable_bytes,
 )
@@ -64,11 +65,12 @@ def test_padded_buckets_give_the_eager_log_probs_and_gradients():
         torch.testing.assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4, msg=n)
 
 
-def test_micro_batches_add_up_through_reused_gradient_buffers():
-    """Two micro-batches of one bucket: the second replay rewrites the graph's gradient
-    buffers. With :meth:`zero_grads` their sum is the eager sum; with gradients set to None
-    (what ``optimizer.zero_grad()`` does) autograd keeps the first buffer as ``.grad`` and the
-    second replay overwrites it, which is why the trainer calls ``zero_grads``."""
+def test_micro_batches_add_up_in_the_captured_gradients():
+    """Two micro-batches of one bucket: each replayed backward adds into the gradients the
+    capture was made with, so after :meth:`zero_grads` their sum is the eager sum. Without
+    allocated gradients (what ``optimizer.zero_grad()`` leaves) the capture refuses, and a
+    gradient replaced after it (set to None and allocated again) makes the backward raise:
+    the graph would add into the old tensor."""
     model = tiny_decoder("llama3_rope").train()
     batches = [_batch(model.config.vocab_size, s) for s in (1, 2)]
     for tokens, resp in batches:
@@ -90,9 +92,17 @@ def test_micro_batches_add_up_through_reused_gradient_buffers():
         # to ~100 on an AMD EPYC (2e-5 passed on the earlier Xeon); the buffers' overwrite,
         # below, is orders of magnitude more
         torch.testing.assert_close(got[n], want[n], atol=1e-4, rtol=1e-4, msg=n)
-    unprepared = run(lambda g: None)
-    weight = "model.layers.0.mlp.down_proj.weight"
-    assert not torch.allclose(unprepared[weight], want[weight], atol=1e-4)
+    with pytest.raises(ReplacedGradients, match="gradients allocated"):
+        run(lambda g: None)
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+    graphed.zero_grads(model)
+    (tokens, resp), second = batches
+    _loss(model, tokens, resp, graphed).backward()
+    model.zero_grad(set_to_none=True)
+    graphed.zero_grads(model)  # new tensors: not the captured ones
+    with pytest.raises(ReplacedGradients,
+                       match=r"first: .*embed_tokens\.weight\).*zero_grads\(model\)"):
+        _loss(model, tokens, resp, graphed).backward()
 
 
 def test_each_bucket_is_captured_once_and_past_the_limit_runs_eagerly():
@@ -100,6 +110,7 @@ def test_each_bucket_is_captured_once_and_past_the_limit_runs_eagerly():
     maker = _Counting()
     graphed = GraphedDecoder(model.model, PAD, row_multiple=4, width_multiple=8, max_graphs=2,
                              make_graphed=maker)
+    graphed.zero_grads()
     ids = torch.randint(1, model.config.vocab_size, (12, 40))
     with torch.no_grad():
         want = model.model(input_ids=ids, use_cache=False)[0]
@@ -187,6 +198,7 @@ def test_a_capture_out_of_memory_releases_the_graphs_and_raises():
 
     graphed = GraphedDecoder(model.model, PAD, row_multiple=4, width_multiple=8,
                              make_graphed=maker)
+    graphed.zero_grads()
     ids = torch.randint(1, model.config.vocab_size, (3, 30))
     with torch.no_grad():
         want = model.model(input_ids=ids, use_cache=False)[0]
