@@ -14,6 +14,7 @@
 #   bash bench/h200_smollm2.sh record    # device call 2'', carry [".mdl/b", ".whl"]: SmolLM2 + 1.5B
 #   bash bench/h200_smollm2.sh hostops   # device call 2, carry [".mdl/b", ".whl"] (.abold, untracked, travels): old vs new
 #   bash bench/h200_smollm2.sh rdtype    # device call 2''', carry [".mdl/b", ".whl"]: rollout.dtype
+#   bash bench/h200_smollm2.sh sixth     # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphs check, old vs new, profile
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -212,6 +213,32 @@ case "${1:-}" in
     [ "${LEARN:-1}" = 1 ] && timeout "${LEARN_TIMEOUT:-280}" python3 bench/smollm2_vs_trl.py \
       --precision tf32 --out "$OUT/learn_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
+  sixth)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl; .abold holds the code
+    # before, untracked so it travels: git archive bf380c4 hookspecs core plugins/slime_std
+    # plugins/slime_grpo | tar -x -C .abold). First bench/train_graphs.py: the graphed
+    # decoder's gradients against the eager forward's (the capture now adds into .grad in
+    # place), a micro-batch timed both ways. Then old and new alternating, 12 steps each at
+    # TF32 (the record's precision). Then the torch profile of the new code's steps 6..7.
+    smollm2_model || exit 1
+    timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 20 2>&1 | tail -3
+    NEW_PATH="$PYTHONPATH"
+    OLD_PATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
+    for round in 1 2; do
+      PYTHONPATH="$OLD_PATH" variants sixth "old$round run.matmul_precision=high"
+      PYTHONPATH="$NEW_PATH" variants sixth "new$round run.matmul_precision=high"
+    done
+    rm -rf /tmp/slime-smollm2-*
+    mkdir -p "$OUT/profile"
+    timeout 150 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
+      --eval-prompts 64 --out "$OUT/profile/torch" --precision tf32 \
+      --slime-set 'profile.steps=[6,7]' --slime-set 'profile.scope="all"' 2>&1 | grep -E "exit|Error"
+    d=$(ls -d /tmp/slime-smollm2-*/run | head -1)
+    for t in "$d"/profile/*.json; do
+      gzip -c "$t" > "$OUT/profile/$(basename "$t").gz"
+      timeout 150 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -90
+    done
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -231,5 +258,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|profile|imports" >&2; exit 2 ;;
 esac
