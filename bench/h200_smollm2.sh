@@ -219,7 +219,8 @@ case "${1:-}" in
     # plugins/slime_grpo | tar -x -C .abold). First bench/train_graphs.py: the graphed
     # decoder's gradients against the eager forward's (the capture now adds into .grad in
     # place), a micro-batch timed both ways. Then old and new alternating, 12 steps each at
-    # TF32 (the record's precision). Then the torch profile of the new code's steps 6..7.
+    # TF32 (the record's precision); the 40-step record against TRL with the new code; the
+    # torch profile of the new code's steps 6..7 (PROFILE=0 leaves it out).
     smollm2_model || exit 1
     timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 20 2>&1 | tail -3
     NEW_PATH="$PYTHONPATH"
@@ -228,15 +229,19 @@ case "${1:-}" in
       PYTHONPATH="$OLD_PATH" variants sixth "old$round run.matmul_precision=high"
       PYTHONPATH="$NEW_PATH" variants sixth "new$round run.matmul_precision=high"
     done
+    mkdir -p "$OUT/record"
+    timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
+    [ "${PROFILE:-1}" = 1 ] || exit 0
     rm -rf /tmp/slime-smollm2-*
     mkdir -p "$OUT/profile"
-    timeout 150 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
+    timeout 120 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
       --eval-prompts 64 --out "$OUT/profile/torch" --precision tf32 \
       --slime-set 'profile.steps=[6,7]' --slime-set 'profile.scope="all"' 2>&1 | grep -E "exit|Error"
     d=$(ls -d /tmp/slime-smollm2-*/run | head -1)
     for t in "$d"/profile/*.json; do
       gzip -c "$t" > "$OUT/profile/$(basename "$t").gz"
-      timeout 150 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -90
+      timeout 100 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -90
     done
     ;;
   imports)
