@@ -64,7 +64,7 @@ from slime_std.engine.decoding import Request, decode
 from slime_std.engine.fused_decoder import FusedDecoder, unsupported
 from slime_std.engine.output_head import stream_output_head
 from slime_std.engine.profile import EngineProfile, PhaseClock
-from slime_std.engine.rounding import stochastic_bf16
+from slime_std.engine.rounding import NoisePool, stochastic_bf16
 from slime_std.engine.sampler import GroupSampler, SamplingKey
 from slime_std.engine.static_decode import StaticDecoders, compile_options
 from slime_std.engine.stopping import StopStrings
@@ -117,6 +117,7 @@ class LocalEngine:
         self.dtype = resolve_dtype(rollout_dtype(config), self.device)
         self._stochastic = (self.dtype == torch.bfloat16
                             and config.rollout.dtype_rounding == "stochastic")
+        self._noise: NoisePool | None = None  # a CPU's stochastic-rounding noise
         loading = time.perf_counter()
         model = load_causal_lm(config.model, self.device, self.dtype, role="actor",
                                seed=config.run.seed)
@@ -417,9 +418,19 @@ class LocalEngine:
                 if gen is None:
                     gen = generators[t.device] = torch.Generator(device=t.device)
                     gen.manual_seed(int(self.config.run.seed) * 1_000_003 + int(version))
-                t = stochastic_bf16(t, gen)
+                t = stochastic_bf16(t, gen, self._noise_pool(t.device))
             out[name] = t
         return out
+
+    def _noise_pool(self, device: torch.device) -> NoisePool | None:
+        """A CPU's noise pool (drawn once, seeded by run.seed); None on an accelerator,
+        which draws every weight's noise in parallel at no cost worth saving."""
+        if device.type != "cpu":
+            return None
+        if self._noise is None:
+            gen = torch.Generator().manual_seed(int(self.config.run.seed) * 1_000_003 - 1)
+            self._noise = NoisePool(gen)
+        return self._noise
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The served weights, detached (to check a weight sync against the trainer's)."""
