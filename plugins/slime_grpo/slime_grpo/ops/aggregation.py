@@ -135,8 +135,9 @@ def get_reducer(
                 )
             flat = x
         else:
-            check_lengths("reducer input", x, lengths)
-            flat = pack(x)  # the packed tensor itself for the views of one (a loss's)
+            parts = x if isinstance(x, Sequence) else list(x)
+            check_lengths("reducer input", parts, lengths)
+            flat = pack(parts)  # the packed tensor itself for the views of one (a loss's)
         if num_samples == 0:
             return torch.zeros(())
         seg, m, unit_d, unit_counts_d, total_d = on(flat.device, flat.dtype)
