@@ -59,6 +59,17 @@ variants() {
   done
 }
 
+# old_and_new PREFIX: the example 12 steps at TF32, the code in .abold (untracked, so it
+# travels with the call) and the working tree's alternating, two rounds
+old_and_new() {
+  local new_path="$PYTHONPATH" round
+  local old_path="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
+  for round in 1 2; do
+    PYTHONPATH="$old_path" variants "$1" "old$round run.matmul_precision=high"
+    PYTHONPATH="$new_path" variants "$1" "new$round run.matmul_precision=high"
+  done
+}
+
 case "${1:-}" in
   carry)
     mkdir -p /tmp/smollm2 && cp .mdl/a/part_* /tmp/smollm2/ && ls -la /tmp/smollm2
@@ -204,12 +215,7 @@ case "${1:-}" in
     # plugins/slime_std plugins/slime_grpo | tar -x -C .abold. 12 steps a variant, TF32,
     # alternating old and new; then the 40-step record against TRL with the new code
     smollm2_model || exit 1
-    NEW_PATH="$PYTHONPATH"
-    OLD_PATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
-    for round in 1 2; do
-      PYTHONPATH="$OLD_PATH" variants hostops "old$round run.matmul_precision=high"
-      PYTHONPATH="$NEW_PATH" variants hostops "new$round run.matmul_precision=high"
-    done
+    old_and_new hostops
     [ "${LEARN:-1}" = 1 ] && timeout "${LEARN_TIMEOUT:-280}" python3 bench/smollm2_vs_trl.py \
       --precision tf32 --out "$OUT/learn_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
@@ -223,12 +229,7 @@ case "${1:-}" in
     # torch profile of the new code's steps 6..7 (PROFILE=0 leaves it out).
     smollm2_model || exit 1
     timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 20 2>&1 | tail -3
-    NEW_PATH="$PYTHONPATH"
-    OLD_PATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
-    for round in 1 2; do
-      PYTHONPATH="$OLD_PATH" variants sixth "old$round run.matmul_precision=high"
-      PYTHONPATH="$NEW_PATH" variants sixth "new$round run.matmul_precision=high"
-    done
+    old_and_new sixth
     mkdir -p "$OUT/record"
     timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
       --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
