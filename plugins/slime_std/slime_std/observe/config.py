@@ -26,7 +26,7 @@ class TraceSection:
 @dataclass
 class ProfileSection:
     steps: list[int] = field(default_factory=list)  # [a, b]: profile training of rollouts a..b
-    scope: str = "train"  # train: only training phases | all: everything from a's to b's training
+    scope: str = "train"  # train: training phases only | all: a's to b's training, all threads
     record_shapes: bool = False  # torch.profiler option of the same name
     profile_memory: bool = False  # torch.profiler option of the same name
     with_stack: bool = False  # torch.profiler option of the same name

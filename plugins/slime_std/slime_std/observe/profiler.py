@@ -4,7 +4,9 @@ The profiler starts in ``slime_before_train`` of rollout ``a`` and stops in
 ``slime_after_train`` of rollout ``b`` (inclusive). With ``profile.scope = "train"`` (default)
 collection is paused between training phases (rollout, weight sync, save of the steps in
 between are not recorded); ``"all"`` records everything from the first training phase to the
-last. Output, in the run directory::
+last, on every thread of the process (the local engine decodes on a thread of its own, which
+the profiler otherwise leaves out; torch builds without the option record the driver's thread
+only, said once). Output, in the run directory::
 
     profile/step_<a>-<b>.json   Chrome trace of the profiler (Perfetto / chrome://tracing)
     profile/step_<a>-<b>.txt    key_averages() table, sorted by profile.sort_by
@@ -99,9 +101,12 @@ class StepProfiler:
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         s = self.section
+        extra: dict[str, Any] = {}
+        if s.scope == "all" and (threads := _all_threads()) is not None:
+            extra["experimental_config"] = threads
         self._prof = torch.profiler.profile(
             activities=activities, record_shapes=s.record_shapes,
-            profile_memory=s.profile_memory, with_stack=s.with_stack,
+            profile_memory=s.profile_memory, with_stack=s.with_stack, **extra,
         )
         self._prof.__enter__()
         self._activities = activities
@@ -113,3 +118,17 @@ class StepProfiler:
             return
         toggle(enable, self._activities)
         self._paused = not enable
+
+
+def _all_threads() -> Any:
+    """The profiler option that records the operators of every thread (threads started before
+    the profiler, such as the engine's, are otherwise not recorded); None where this torch
+    has no such option."""
+    try:
+        from torch.profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        print("profile: this torch records the driver's thread only (no profile_all_threads); "
+              "the engine's thread is missing from the profile", file=sys.stderr)
+        return None
