@@ -152,13 +152,10 @@ def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = 
     """
     import torch
 
-    from slime_core.trainkit.graphed_decoder import ReplacedGradients, _check_grads, _trainable
+    from slime_core.trainkit.graphed_decoder import _allocated_grads, _check_grads, _trainable
 
     params = _trainable(module)
-    grads = [p.grad for p in params]
-    if any(g is None for g in grads):
-        raise ReplacedGradients("capturing needs the trainable parameters' gradients "
-                                "allocated")
+    grads = _allocated_grads(params)
     static_out: list[Any] = []
     anchor = torch.empty((), requires_grad=True)
 

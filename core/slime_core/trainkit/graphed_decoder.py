@@ -97,6 +97,16 @@ def _trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
+def _allocated_grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor | None]:
+    """The gradients a capture of ``params`` adds into (each must be allocated)."""
+    grads: list[torch.Tensor | None] = [p.grad for p in params]
+    if any(g is None for g in grads):
+        raise ReplacedGradients(
+            "train.cuda_graphs: capturing needs the trainable parameters' gradients allocated "
+            "(GraphedDecoder.zero_grads(model) before the first forward)")
+    return grads
+
+
 def _check_grads(module: torch.nn.Module, params: list[torch.nn.Parameter],
                  grads: list[torch.Tensor | None]) -> None:
     bad = [i for i, (p, g) in enumerate(zip(params, grads, strict=True)) if p.grad is not g]
@@ -120,11 +130,7 @@ def capture_accumulating(module: torch.nn.Module, sample_args: tuple[torch.Tenso
     passes on a side stream before the capture (library initialisation, autotuning); their
     gradients are discarded."""
     params = _trainable(module)
-    grads: list[torch.Tensor | None] = [p.grad for p in params]
-    if any(g is None for g in grads):
-        raise ReplacedGradients(
-            "train.cuda_graphs: capturing needs the trainable parameters' gradients allocated "
-            "(GraphedDecoder.zero_grads(model) before the first forward)")
+    grads = _allocated_grads(params)
     static_in = tuple(a.clone() for a in sample_args)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

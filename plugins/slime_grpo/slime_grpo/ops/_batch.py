@@ -124,9 +124,8 @@ def pack_masks(masks: Sequence[Tensor], device: torch.device) -> Tensor:
     """Per-sample masks (bool/int/float) as one packed float32 tensor on ``device``."""
     if len(masks) == 0:
         return torch.zeros(0, device=device)
-    flat = [m if m.dim() == 1 else m.reshape(-1) for m in masks]
-    if any(m.device != flat[0].device for m in flat):
-        return torch.cat([m.to(device) for m in flat]).to(device, torch.float32)
+    if any(m.device != masks[0].device for m in masks):
+        masks = [m.to(device) for m in masks]
     return flat_cat(masks).to(device, torch.float32)
 
 
