@@ -15,6 +15,7 @@
 #   bash bench/h200_smollm2.sh hostops   # device call 2, carry [".mdl/b", ".whl"] (.abold, untracked, travels): old vs new
 #   bash bench/h200_smollm2.sh rdtype    # device call 2''', carry [".mdl/b", ".whl"]: rollout.dtype
 #   bash bench/h200_smollm2.sh sixth     # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphs check, old vs new, profile
+#   bash bench/h200_smollm2.sh seventh   # device call 2, carry [".mdl/b", ".whl"]: imports overlap, idle-GPU profile
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -245,6 +246,33 @@ case "${1:-}" in
       timeout 100 python3 bench/trace_summary.py "$t" --decode-steps 32 2>&1 | head -90
     done
     ;;
+  seventh)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl). First the capture's
+    # gradients against eager ones (the linears now add in their products). Can the imports
+    # overlap (bench/import_overlap.py: wall against CPU seconds, serial and two threads)?
+    # Then the torch profile of steps 6..7 with every thread and Python frames
+    # (profile.with_stack), reduced on the device: the phases (bench/trace_summary.py) and
+    # what the host did in each GPU-idle stretch (bench/idle_gaps.py). AB=1 adds old (.abold)
+    # and new alternating, 12 steps each at TF32.
+    smollm2_model || exit 1
+    timeout 120 python3 bench/train_graphs.py --model examples/smollm2/model --reps 10 2>&1 | tail -3
+    timeout 150 python3 bench/import_overlap.py --reps 1 2>&1 | tail -4
+    rm -rf /tmp/slime-smollm2-*
+    mkdir -p "$OUT/profile"
+    timeout 150 python3 bench/smollm2_vs_trl.py --frameworks slime --steps 10 --eval-interval 100 \
+      --eval-prompts 64 --out "$OUT/profile/torch" --precision tf32 \
+      --slime-set 'profile.steps=[6,7]' --slime-set 'profile.scope="all"' \
+      --slime-set profile.with_stack=true 2>&1 | grep -E "exit|Error|startup"
+    d=$(ls -d /tmp/slime-smollm2-*/run | head -1)
+    for t in "$d"/profile/*.json; do
+      timeout 100 python3 bench/trace_summary.py "$t" --decode-steps 32 --top 12 \
+        > "$OUT/profile/summary.txt" 2>&1
+      grep -E "^#|^##|span|busy|gaps" "$OUT/profile/summary.txt" | head -30
+      timeout 100 python3 bench/idle_gaps.py "$t" --min-gap 0.5 --top 5 > "$OUT/profile/idle.txt" 2>&1
+      head -c 6000 "$OUT/profile/idle.txt"
+    done
+    [ "${AB:-0}" = 1 ] && old_and_new seventh
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -264,5 +292,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|profile|imports" >&2; exit 2 ;;
 esac

@@ -146,12 +146,14 @@ def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = 
 
     It captures nothing (each call runs ``module`` eagerly) but keeps to a capture's terms:
     the trainable parameters' gradients must be allocated when it is made, the backward adds
-    into exactly those tensors (one replaced raises, as a replay does), and the output lives
+    into exactly those tensors (one replaced raises, as a replay does; the plain linear
+    layers add in their products, as the capture's do), and the output lives
     in one buffer written again by every call, so a caller that reads an output after the
     next call sees it overwritten, as on a GPU.
     """
     import torch
 
+    from slime_core.trainkit.accumulating_linear import accumulating_linears
     from slime_core.trainkit.graphed_decoder import _allocated_grads, _check_grads, _trainable
 
     params = _trainable(module)
@@ -162,7 +164,7 @@ def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = 
     class _Replay(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, _anchor: Any, *inputs: Any) -> Any:
-            with torch.enable_grad():
+            with torch.enable_grad(), accumulating_linears(module):
                 out = module(*inputs)
             ctx.out = out
             if not static_out:

@@ -44,9 +44,12 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, cast
 
 import torch
+
+from slime_core.trainkit.accumulating_linear import accumulating_linears
 
 GraphMaker = Callable[..., Any]
 
@@ -120,7 +123,8 @@ def _check_grads(module: torch.nn.Module, params: list[torch.nn.Parameter],
 
 
 def capture_accumulating(module: torch.nn.Module, sample_args: tuple[torch.Tensor, ...],
-                         pool: Any = None, warmup: int = 2) -> Callable[..., torch.Tensor]:
+                         pool: Any = None, warmup: int = 2,
+                         fuse_linears: bool = True) -> Callable[..., torch.Tensor]:
     """``module``'s forward and backward at the shapes of ``sample_args`` captured as two CUDA
     graphs (in the memory pool ``pool``); returns the callable that replays them, a drop-in
     for :func:`torch.cuda.make_graphed_callables` of one module whose backward adds the
@@ -128,22 +132,27 @@ def capture_accumulating(module: torch.nn.Module, sample_args: tuple[torch.Tenso
     must be allocated, and stay the same tensors; a replay finding one replaced raises
     :class:`ReplacedGradients`). The inputs get no gradient. ``warmup``: forward and backward
     passes on a side stream before the capture (library initialisation, autotuning); their
-    gradients are discarded."""
+    gradients are discarded. ``fuse_linears``: the plain linear layers add their weight
+    gradients into ``.grad`` in the weight-gradient product itself
+    (:func:`~slime_core.trainkit.accumulating_linear.accumulating_linears`), so the graph holds
+    no separate addition for them."""
     params = _trainable(module)
     grads = _allocated_grads(params)
     static_in = tuple(a.clone() for a in sample_args)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.enable_grad():
-        for _ in range(warmup):
+    with accumulating_linears(module) if fuse_linears else nullcontext():
+        with torch.cuda.stream(side), torch.enable_grad():
+            for _ in range(warmup):
+                # (the fused linears add the zero output gradient's products into .grad)
+                out = module(*static_in)
+                torch.autograd.grad(out, params, torch.zeros_like(out), allow_unused=True)
+                del out
+        torch.cuda.current_stream().wait_stream(side)
+        forward, backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"), \
+                torch.enable_grad():
             out = module(*static_in)
-            torch.autograd.grad(out, params, torch.zeros_like(out), allow_unused=True)
-            del out
-    torch.cuda.current_stream().wait_stream(side)
-    forward, backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"), \
-            torch.enable_grad():
-        out = module(*static_in)
     static_grad = torch.empty_like(out)
     with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
         # AccumulateGrad with allocated gradients and grad mode off: `grad += new`, captured
