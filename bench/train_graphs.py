@@ -10,6 +10,7 @@ responses of 8-32 tokens.
 
     python bench/train_graphs.py --model examples/smollm2/model --reps 20
     python bench/train_graphs.py --tiny     # a random 2-layer Llama (plumbing; any device)
+    python bench/train_graphs.py --shared-prefix --matmul-precision high   # the two passes, TF32
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--shared-prefix", action="store_true",
+                    help="the shared-prefix forward both ways (two passes, graphed or eager)")
+    ap.add_argument("--matmul-precision", default="highest", help="high: TF32 products")
     a = ap.parse_args()
+    torch.set_float32_matmul_precision(a.matmul_precision)
     from slime_core.api import GraphedDecoder, response_log_probs
     from slime_core.testing import static_buffer_graphs
 
@@ -77,7 +82,8 @@ def main() -> None:
         # captured with); the eager backward adds into them too
         graphed.zero_grads(model)
         lps, ents = response_log_probs(model, tokens, resp, 1.0, 0, with_entropy=True,
-                                       fused_head=True, decoder=graphed if use else None)
+                                       fused_head=True, shared_prefix=a.shared_prefix,
+                                       decoder=graphed if use else None)
         loss = sum((lp * (i % 7 - 3)).sum() for i, lp in enumerate(lps)) / 1000
         loss = loss + 0.01 * sum(e.sum() for e in ents) / 1000
         loss.backward()
@@ -113,7 +119,8 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v[2:] or v) for k, v in times.items()}
     print(json.dumps({"what": "result", "device": torch.cuda.get_device_name() if device == "cuda"
-                      else "cpu", "dtype": a.dtype, "grad_max_rel_diff": worst,
+                      else "cpu", "dtype": a.dtype, "shared_prefix": a.shared_prefix,
+                      "matmul_precision": a.matmul_precision, "grad_max_rel_diff": worst,
                       "eager_s": med["eager"], "graphed_s": med["graphed"],
                       "graphed_over_eager": med["graphed"] / med["eager"],
                       "buckets": graphed.buckets, "eager_calls": graphed.eager_calls}), flush=True)

@@ -83,7 +83,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   ``moe_z_loss_coef``): :class:`RouterCapture` (every router's logits and used experts of a
   forward, and their load-balancing and z losses over the real tokens), :func:`router_losses`;
   the trainer's forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
-  head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``);
+  head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``),
+  :func:`full_masks_supported` (whether ``train.cuda_graphs`` can replay its two passes);
   checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
 * **data sources and optional dependencies** (what slime-std's sources and rewards build on):
   :class:`PromptDataSource` (the prompt buffer: epochs, seeded shuffle, return buffer, resume,
@@ -228,6 +229,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "fused_head_unsupported": ("slime_core.trainkit.logprob_head", "unsupported"),
     "shared_micro_batches": ("slime_core.trainkit.batching", "shared_micro_batches"),
     "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
+    "full_masks_supported": ("slime_core.trainkit.shared_prefix", "full_masks_supported"),
     "untie": ("slime_core.weights.tensors", "untie"),
     # slime_std: rewards and data
     "PromptDataSource": ("slime_core.data.base", "PromptDataSource"),
@@ -403,6 +405,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.reference import ref_model_config as ref_model_config
     from slime_core.trainkit.reference import ref_update_due as ref_update_due
     from slime_core.trainkit.schedule import lr_schedule as lr_schedule
+    from slime_core.trainkit.shared_prefix import full_masks_supported as full_masks_supported
     from slime_core.trainkit.shared_prefix import prompt_groups as prompt_groups
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum

@@ -172,13 +172,17 @@ def response_log_probs(
     ``routes[i]`` ``[len - 1, layers, top_k]`` (None: the router's own choice), its last
     position and the padding to the router's own choice (their outputs predict nothing).
 
-    ``decoder`` (with ``fused_head``, without ``shared_prefix`` or ``routing``): what computes
-    the right-padded batch's hidden states [R, W] -> [R, W, H] in place of ``model.model``
-    (:class:`graphed_decoder.GraphedDecoder`: the same function replayed from CUDA graphs).
+    ``decoder`` (with ``fused_head``, without ``routing``): what computes the right-padded
+    batch's hidden states [R, W] -> [R, W, H] in place of ``model.model``
+    (:class:`graphed_decoder.GraphedDecoder`: the same function replayed from CUDA graphs);
+    with ``shared_prefix``, a ``GraphedDecoder`` replays the two passes too.
     """
-    if decoder is not None and (not fused_head or shared_prefix or routing is not None):
-        raise ValueError("response_log_probs: a decoder replaces the one-pass fused-head "
-                         "forward only (fused_head, no shared_prefix, no routing)")
+    if decoder is not None and (not fused_head or routing is not None):
+        raise ValueError("response_log_probs: a decoder replaces the fused-head forward "
+                         "only (fused_head, no routing)")
+    if decoder is not None and shared_prefix and not hasattr(decoder, "two_pass"):
+        raise ValueError("response_log_probs: with shared_prefix the decoder must replay the "
+                         "two passes (a GraphedDecoder)")
     device = next(model.parameters()).device
     lengths = [int(t.numel()) for t in tokens]
     resp = [int(r) for r in response_lengths]
@@ -187,8 +191,8 @@ def response_log_probs(
     # replayed ids of the right-padded batch)
     if fused_head and shared_prefix and not replay and (
             groups := prompt_groups(tokens, resp)) is not None:
-        hidden, target = shared_prefix_hidden(cast(torch.nn.Module, model.model), tokens, resp, groups,
-                                              pad_id)
+        hidden, target = shared_prefix_hidden(cast(torch.nn.Module, model.model), tokens, resp,
+                                              groups, pad_id, graphed=decoder)
         return _head(model, hidden, target, resp, temperature, with_entropy, entropy_grad,
                      compile_head, head_kernel)
     ids, attn = right_pad(tokens, pad_id)

@@ -11,11 +11,20 @@ outputs are never read), and each (rows, columns) bucket is captured on first us
 :func:`capture_accumulating`, up to ``max_graphs`` buckets; a shape beyond them runs eagerly
 (said once).
 
+The shared-prefix forward (``train.shared_prefix``: a group's prompt computed once, its
+responses attending to its cached keys and values) is captured the same way by
+:meth:`GraphedDecoder.two_pass`, bucketed by (prompts, prompt width, responses, response width)
+(:meth:`GraphedDecoder.prefix_bucket`), its attention masks built whole from tensors
+(:func:`shared_prefix.two_pass` with ``full_masks``) since transformers' mask building reads the
+masks on the host.
+
 Gradients: the captured backward adds into the parameters' own ``.grad`` tensors in place, as
 eager autograd does once they are allocated, so a replay hands autograd no gradient to
 accumulate (``torch.cuda.make_graphed_callables`` returns each parameter's gradient from the
 graph's buffers, and autograd then adds each into ``.grad``: an operator and a kernel a
-parameter and micro-batch, 272 for SmolLM2, and a gradient-sized buffer a bucket).
+parameter and micro-batch, 272 for SmolLM2, and a gradient-sized buffer a bucket); the plain
+linear layers add theirs in the weight-gradient product itself
+(:mod:`~slime_core.trainkit.accumulating_linear`).
 
 What the caller must keep to:
 
@@ -50,6 +59,7 @@ from typing import Any, cast
 import torch
 
 from slime_core.trainkit.accumulating_linear import accumulating_linears
+from slime_core.trainkit.shared_prefix import two_pass
 
 GraphMaker = Callable[..., Any]
 
@@ -194,9 +204,30 @@ class _Forward(torch.nn.Module):
         return self.decoder(input_ids=ids, use_cache=False)[0]
 
 
+def _shape_text(shape: tuple[Any, ...]) -> str:
+    if shape[0] == "prefix":
+        return (f"{shape[1]} x {shape[2]} prompt and {shape[3]} x {shape[4]} response tokens "
+                "(shared prefix)")
+    return f"{shape[0]} x {shape[1]} tokens"
+
+
+class _TwoPass(torch.nn.Module):
+    """The shared-prefix forward's two passes as one callable of tensors
+    (:func:`shared_prefix.two_pass` with full masks): what a prefix bucket's graphs capture."""
+
+    def __init__(self, decoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, ids1: torch.Tensor, mask1: torch.Tensor, ids2: torch.Tensor,
+                mask2: torch.Tensor, pos2: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return two_pass(self.decoder, ids1, mask1, ids2, mask2, pos2, rows, full_masks=True)
+
+
 class GraphedDecoder:
     """``ids`` [R, W] -> the decoder's hidden states [R, W, H], forward and backward replayed
-    from a CUDA graph of the bucket (see the module docstring)."""
+    from a CUDA graph of the bucket (see the module docstring); :meth:`two_pass`: the
+    shared-prefix forward's two passes likewise."""
 
     def __init__(self, decoder: torch.nn.Module, pad_id: int, row_multiple: int = 16,
                  width_multiple: int = 16, max_graphs: int = 8,
@@ -207,15 +238,17 @@ class GraphedDecoder:
         self.row_multiple, self.width_multiple = row_multiple, width_multiple
         self.max_graphs = max_graphs
         self._make = make_graphed or capture_accumulating
-        self._graphs: dict[tuple[int, int], Any] = {}
+        # (rows, columns) of the one-pass forward; ("prefix", G, W1, R, T) of the two passes
+        self._graphs: dict[tuple[Any, ...], Any] = {}
         self._pool: Any = None
         self._warned = False
         self.eager_calls = 0  # shapes beyond max_graphs, or every shape after an out-of-memory
         self.given_up: str | None = None  # why the graphs ended (a capture out of memory)
 
     @property
-    def buckets(self) -> list[tuple[int, int]]:
-        """The (rows, columns) shapes captured so far."""
+    def buckets(self) -> list[tuple[Any, ...]]:
+        """The shapes captured so far: (rows, columns) of the one-pass forward, ("prefix",
+        prompts, prompt width, responses, response width) of the two passes."""
         return list(self._graphs)
 
     def bucket(self, rows: int, width: int) -> tuple[int, int]:
@@ -234,29 +267,58 @@ class GraphedDecoder:
                 return _Forward(self.decoder)(ids)
             if len(self._graphs) >= self.max_graphs:
                 self.eager_calls += 1
-                if not self._warned:
-                    self._warned = True
-                    warnings.warn(
-                        f"train.cuda_graphs: a micro-batch of {rows} x {width} tokens (bucket "
-                        f"{shape[0]} x {shape[1]}) is past the {self.max_graphs} captured "
-                        f"shapes {sorted(self._graphs)}; such micro-batches run eagerly",
-                        stacklevel=2)
+                self._say_eager(f"a micro-batch of {rows} x {width} tokens (bucket "
+                                f"{shape[0]} x {shape[1]})")
                 return _Forward(self.decoder)(ids)
             graphed = self._capture(shape, ids.device)
         padded = ids.new_full(shape, self.pad_id)
         padded[:rows, :width] = ids
         return graphed(padded)[:rows, :width]
 
-    def _capture(self, shape: tuple[int, int], device: torch.device) -> Any:
+    def prefix_bucket(self, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """The bucket of a shared-prefix layout's (prompts, prompt width, responses, response
+        width): prompts to a multiple of 4, the others as :meth:`bucket` rounds them."""
+        g, w1, r, t = shape
+        (rows, w1), (_, t) = self.bucket(r, w1), self.bucket(1, t)
+        return -(-g // 4) * 4, w1, rows, t
+
+    def two_pass(self, *layout: torch.Tensor) -> torch.Tensor:
+        """:func:`shared_prefix.two_pass` of a layout at a :meth:`prefix_bucket` shape (ids1,
+        mask1, ids2, mask2, pos2, rows), replayed from the bucket's graphs (captured on first
+        use), or eagerly as :meth:`__call__` falls back."""
+        ids1, _, ids2 = layout[:3]
+        key = ("prefix", *ids1.shape, *ids2.shape)
+        graphed = self._graphs.get(key)
+        if graphed is None:
+            if self.given_up is not None or len(self._graphs) >= self.max_graphs:
+                self.eager_calls += 1
+                if self.given_up is None:
+                    self._say_eager(f"a shared-prefix layout {tuple(key[1:])}")
+                return cast(torch.Tensor, _TwoPass(self.decoder)(*layout))
+            graphed = self._capture(key, ids1.device, _TwoPass(self.decoder), layout)
+        return cast(torch.Tensor, graphed(*layout))
+
+    def _say_eager(self, what: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"train.cuda_graphs: {what} is past the {self.max_graphs} captured "
+                          f"shapes ({', '.join(sorted(map(_shape_text, self._graphs)))}); "
+                          "such micro-batches run eagerly", stacklevel=3)
+
+    def _capture(self, shape: Any, device: torch.device, module: torch.nn.Module | None = None,
+                 sample: tuple[torch.Tensor, ...] | None = None) -> Any:
         """The bucket's graphed callable (:class:`CaptureOutOfMemory` when the capture runs out
-        of memory)."""
+        of memory): of the one-pass forward at ``shape`` (rows, columns), or of ``module`` at
+        the shapes of ``sample``."""
         if device.type == "cuda":
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             torch.cuda.empty_cache()  # the eager cache's free blocks, for the graph's pool
-        sample = torch.full(shape, self.pad_id, dtype=torch.long, device=device)
+        if module is None or sample is None:
+            module = _Forward(self.decoder)
+            sample = (torch.full(shape, self.pad_id, dtype=torch.long, device=device),)
         try:
-            graphed = self._make(_Forward(self.decoder), (sample,), pool=self._pool)
+            graphed = self._make(module, sample, pool=self._pool)
         except torch.OutOfMemoryError as e:
             failure = str(e).split("\n")[0][:300]
         except ReplacedGradients:
@@ -264,7 +326,7 @@ class GraphedDecoder:
         except RuntimeError as e:  # e.g. a host sync inside the model's forward
             raise RuntimeError(
                 f"train.cuda_graphs: capturing the decoder's forward and backward at "
-                f"{shape[0]} x {shape[1]} tokens failed ({e}); set train.cuda_graphs = false"
+                f"{_shape_text(shape)} failed ({e}); set train.cuda_graphs = false"
             ) from e
         else:
             self._graphs[shape] = graphed
@@ -274,17 +336,17 @@ class GraphedDecoder:
         self._give_up(shape, device, failure)
         raise CaptureOutOfMemory(f"train.cuda_graphs: {self.given_up}")
 
-    def _give_up(self, shape: tuple[int, int], device: torch.device, failure: str) -> None:
+    def _give_up(self, shape: tuple[Any, ...], device: torch.device, failure: str) -> None:
         """Drop every captured graph and their pool (the memory goes back to eager tensors)."""
-        kept = sorted(self._graphs)
+        kept = sorted(map(_shape_text, self._graphs))
         self._graphs.clear()
         self._pool = None
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        self.given_up = (f"capturing the decoder at {shape[0]} x {shape[1]} tokens ran out of "
+        self.given_up = (f"capturing the decoder at {_shape_text(shape)} ran out of "
                          f"device memory ({failure}); the {len(kept)} graphs captured before "
-                         f"({kept}) are released")
+                         f"({', '.join(kept)}) are released")
 
     def zero_grads(self, model: torch.nn.Module | None = None) -> None:
         """Every trainable decoder parameter's gradient allocated and zero (see the module

@@ -30,7 +30,8 @@ call that continues a cache.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -67,58 +68,153 @@ def prompt_groups(tokens: list[torch.Tensor], response_lengths: list[int]) -> li
     return groups if len(index) < len(groups) else None
 
 
+class PrefixLayout(NamedTuple):
+    """A micro-batch laid out for the two passes (host arrays): the distinct prompts
+    ``ids1``/``mask1`` [G, W1], every response without its last token ``ids2``/``mask2`` and
+    their positions ``pos2`` [R, T], each response row's prompt row ``rows`` [R]; ``where``:
+    the flat position (over the G * W1 prompt-pass states, then the R * T response-pass
+    ones) of the state that predicts each response token, sample after sample; ``target``:
+    those tokens."""
+
+    ids1: np.ndarray
+    mask1: np.ndarray
+    ids2: np.ndarray
+    mask2: np.ndarray
+    pos2: np.ndarray
+    rows: np.ndarray
+    where: np.ndarray
+    target: np.ndarray
+
+
+Shape = tuple[int, int, int, int]  # (G, W1, R, T) of a PrefixLayout
+
+
+def prefix_layout(tokens: list[torch.Tensor], response_lengths: list[int], groups: list[int],
+                  pad_id: int, bucket: Callable[[Shape], Shape] | None = None) -> PrefixLayout:
+    """The micro-batch's :class:`PrefixLayout` at its own shape, or at ``bucket(shape)`` (each
+    size at least the micro-batch's). The rows and columns a bucket adds are padding no real
+    position attends to: added prompt rows hold one unmasked token (an all-masked row's
+    attention is undefined, and would poison the backward), added response rows continue
+    prompt 0 with masked tokens."""
+    resp = [int(r) for r in response_lengths]
+    plen = [int(t.numel()) - r for t, r in zip(tokens, resp, strict=True)]
+    n_groups = max(groups) + 1
+    first = [groups.index(g) for g in range(n_groups)]  # a sample holding each prompt
+    shape = (n_groups, max(plen[i] for i in first), len(tokens), max(resp) - 1)
+    n1, width, n2, rest = bucket(shape) if bucket is not None else shape
+    if n1 < shape[0] or width < shape[1] or n2 < shape[2] or rest < shape[3]:
+        raise ValueError(f"shared prefix: bucket {(n1, width, n2, rest)} is smaller than the "
+                         f"micro-batch's {shape}")
+    arrays = host_tokens(tokens)
+    ids1 = np.full((n1, width), pad_id, dtype=np.int64)
+    mask1 = np.zeros((n1, width), dtype=np.int64)
+    mask1[n_groups:, 0] = 1
+    for g, i in enumerate(first):
+        ids1[g, : plen[i]] = arrays[i][: plen[i]]
+        mask1[g, : plen[i]] = 1
+    ids2 = np.full((n2, rest), pad_id, dtype=np.int64)
+    mask2 = np.zeros((n2, rest), dtype=np.int64)
+    rows = np.zeros(n2, dtype=np.int64)
+    rows[: len(groups)] = groups
+    starts = np.zeros(n2, dtype=np.int64)
+    starts[: len(plen)] = plen
+    starts[len(plen):] = plen[first[0]]
+    pos2 = starts[:, None] + np.arange(rest, dtype=np.int64)
+    where: list[int] = []
+    for i, (t, g) in enumerate(zip(arrays, groups, strict=True)):
+        if not resp[i]:
+            continue
+        k = resp[i] - 1  # the last response token predicts nothing
+        where.append(g * width + plen[i] - 1)
+        if k > 0:
+            ids2[i, :k] = t[plen[i]: plen[i] + k]
+            mask2[i, :k] = 1
+            base = n1 * width + i * rest
+            where.extend(range(base, base + k))
+    target = (np.concatenate([t[plen[i]: plen[i] + resp[i]] for i, t in enumerate(arrays)])
+              .astype(np.int64))
+    return PrefixLayout(ids1, mask1, ids2, mask2, pos2, rows,
+                        np.asarray(where, dtype=np.int64), target)
+
+
 def shared_prefix_hidden(
     decoder: torch.nn.Module,
     tokens: list[torch.Tensor],
     response_lengths: list[int],
     groups: list[int],
     pad_id: int,
+    graphed: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states ``[R, d]`` that predict every response token, sample after sample, and
     those tokens ``[R]`` (R = total response tokens). ``decoder`` is the causal LM's
-    ``.model``; ``groups`` comes from :func:`prompt_groups`."""
+    ``.model``; ``groups`` comes from :func:`prompt_groups`. ``graphed`` (a
+    :class:`~slime_core.trainkit.graphed_decoder.GraphedDecoder` of ``decoder``): the two
+    passes replayed from its CUDA graphs, at its bucketed shapes."""
     device = next(decoder.parameters()).device
-    resp = [int(r) for r in response_lengths]
-    plen = [int(t.numel()) - r for t, r in zip(tokens, resp, strict=True)]
-    n_groups = max(groups) + 1
-    first = [groups.index(g) for g in range(n_groups)]  # a sample holding each prompt
-    width = max(plen[i] for i in first)
-    arrays = host_tokens(tokens)
-    host_ids1 = np.full((n_groups, width), pad_id, dtype=np.int64)
-    host_mask1 = np.zeros((n_groups, width), dtype=np.int64)
-    for g, i in enumerate(first):
-        host_ids1[g, : plen[i]] = arrays[i][: plen[i]]
-        host_mask1[g, : plen[i]] = 1
-    ids1 = torch.from_numpy(host_ids1).to(device)
-    mask1 = torch.from_numpy(host_mask1).to(device)
-    out1 = decoder(input_ids=ids1, attention_mask=mask1, use_cache=True)
-    h1 = out1.last_hidden_state
-    d = h1.shape[-1]
-    # flat position of the hidden state that predicts each response token
-    index = [[g * width + plen[i] - 1] if resp[i] else [] for i, g in enumerate(groups)]
-    rest = max(resp) - 1  # the last response token predicts nothing
-    flat = h1.reshape(-1, d)
-    if rest > 0:
-        host_ids2 = np.full((len(tokens), rest), pad_id, dtype=np.int64)
-        host_mask2 = np.zeros((len(tokens), rest), dtype=np.int64)
-        for i, t in enumerate(arrays):
-            k = resp[i] - 1
-            if k > 0:
-                host_ids2[i, :k] = t[plen[i]: plen[i] + k]
-                host_mask2[i, :k] = 1
-            index[i] += range(n_groups * width + i * rest, n_groups * width + i * rest + k)
-        ids2, mask2 = torch.from_numpy(host_ids2), torch.from_numpy(host_mask2)
-        pos2 = torch.tensor(plen, dtype=torch.long).unsqueeze(1) + torch.arange(rest)
-        rows = torch.tensor(groups, dtype=torch.long, device=device)
-        cache = _expanded_cache(out1.past_key_values, rows, decoder)
-        out2 = decoder(input_ids=ids2.to(device),
-                       attention_mask=torch.cat((mask1.index_select(0, rows), mask2.to(device)), 1),
-                       position_ids=pos2.to(device), past_key_values=cache, use_cache=True)
-        flat = torch.cat((flat, out2.last_hidden_state.reshape(-1, d)))
-    where = torch.tensor([p for row in index for p in row], dtype=torch.long, device=device)
-    target = torch.from_numpy(np.concatenate(
-        [t[plen[i]: plen[i] + resp[i]] for i, t in enumerate(arrays)]).astype(np.int64)).to(device)
+    layout = prefix_layout(tokens, response_lengths, groups, pad_id,
+                           graphed.prefix_bucket if graphed is not None else None)
+    ids1, mask1, ids2, mask2, pos2, rows, where, target = (
+        torch.from_numpy(a).to(device) for a in layout)
+    if graphed is not None:
+        flat = graphed.two_pass(ids1, mask1, ids2, mask2, pos2, rows)
+    else:
+        flat = two_pass(decoder, ids1, mask1, ids2, mask2, pos2, rows)
     return flat.index_select(0, where), target
+
+
+def two_pass(decoder: torch.nn.Module, ids1: torch.Tensor, mask1: torch.Tensor,
+             ids2: torch.Tensor, mask2: torch.Tensor, pos2: torch.Tensor, rows: torch.Tensor,
+             full_masks: bool = False) -> torch.Tensor:
+    """The decoder's hidden states of a :class:`PrefixLayout`'s two passes, flat: the prompt
+    pass's G * W1 states, then the response pass's R * T. ``full_masks``: the attention masks
+    built here as [rows, 1, queries, keys] tensors, which transformers takes as they are (it
+    builds them from the 2-D masks otherwise, with host reads a CUDA graph cannot capture);
+    for the decoders whose attention is SDPA (boolean masks) or eager (additive ones)."""
+    m1: torch.Tensor = mask1
+    if full_masks:
+        m1 = _full_mask(decoder, _causal(mask1.shape[1], mask1.device)
+                        & mask1.bool()[:, None, None, :])
+    out1 = decoder(input_ids=ids1, attention_mask=m1, use_cache=True)
+    d = out1.last_hidden_state.shape[-1]
+    flat = out1.last_hidden_state.reshape(-1, d)
+    rest = int(ids2.shape[1])
+    if rest == 0:
+        return flat
+    prompt_keys = mask1.index_select(0, rows)
+    if full_masks:
+        n2 = int(ids2.shape[0])
+        m2 = _full_mask(decoder, torch.cat(
+            (prompt_keys.bool()[:, None, None, :].expand(n2, 1, rest, -1),
+             _causal(rest, ids2.device) & mask2.bool()[:, None, None, :]), dim=-1))
+    else:
+        m2 = torch.cat((prompt_keys, mask2), 1)
+    cache = _expanded_cache(out1.past_key_values, rows, decoder)
+    out2 = decoder(input_ids=ids2, attention_mask=m2, position_ids=pos2, past_key_values=cache,
+                   use_cache=True)
+    return torch.cat((flat, out2.last_hidden_state.reshape(-1, d)))
+
+
+def full_masks_supported(decoder: torch.nn.Module) -> str | None:
+    """Why :func:`two_pass` cannot build full masks for ``decoder`` (None when it can)."""
+    impl = getattr(getattr(decoder, "config", None), "_attn_implementation", None)
+    if impl in ("sdpa", "eager"):
+        return None
+    return f"its attention implementation is {impl!r}, not 'sdpa' or 'eager'"
+
+
+def _causal(n: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def _full_mask(decoder: torch.nn.Module, allowed: torch.Tensor) -> torch.Tensor:
+    impl = getattr(decoder.config, "_attn_implementation", None)
+    if impl == "sdpa":
+        return allowed
+    if impl == "eager":
+        dtype = next(decoder.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min)
+    raise ValueError(f"shared prefix: {full_masks_supported(decoder)}")
 
 
 def _expanded_cache(cache: object, rows: torch.Tensor, decoder: torch.nn.Module) -> object:

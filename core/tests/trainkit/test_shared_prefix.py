@@ -103,3 +103,51 @@ def test_shared_prefix_on_cuda(dtype):
     for n, g in out[False][1].items():
         err = (out[True][1][n] - g).norm() / g.norm().clamp_min(1e-12)
         assert err < (1e-4 if dtype == torch.float32 else 0.05), (n, float(err))
+
+
+def _weighted(lps, ents):
+    return sum((lp * (i + 1)).sum() for i, lp in enumerate(lps)) + sum(e.sum() for e in ents)
+
+
+@pytest.mark.parametrize("arch, attn", [(a, "sdpa") for a in sorted(ARCHS)]
+                         + [("qwen2_gqa_bias", "eager")])
+def test_the_graphed_two_passes_at_padded_buckets_match_per_sample_forwards(arch, attn):
+    """``train.cuda_graphs`` with the shared prefix: the two passes at a bucket's shape (3
+    prompts padded to 4 rows, 6 responses to 16, widths to 16), the attention masks built
+    whole (what transformers takes as they are), replayed through the CPU stand-in capture:
+    the per-sample values and gradients, twice through one bucket."""
+    from slime_core.testing import static_buffer_graphs
+    from slime_core.trainkit.graphed_decoder import GraphedDecoder
+
+    model = _model(arch).train()
+    model.config._attn_implementation = attn
+    tokens, resp = _batch(model.config.vocab_size)
+    ref_lps, ref_ents = _reference(model, tokens, resp, 0.8)
+    _weighted(ref_lps, ref_ents).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+    graphed.zero_grads(model)
+    for _ in range(2):
+        lps, ents = response_log_probs(model, tokens, resp, 0.8, PAD, with_entropy=True,
+                                       fused_head=True, shared_prefix=True, decoder=graphed)
+        for a, b in zip(lps + ents, ref_lps + ref_ents, strict=True):
+            torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+        _weighted(lps, ents).backward()
+    assert graphed.buckets == [("prefix", 4, 16, 16, 16)] and graphed.eager_calls == 0
+    for n, p in model.named_parameters():
+        if p.grad is not None:  # (zero_grads leaves an untied head's to autograd)
+            torch.testing.assert_close(p.grad, 2 * want[n], atol=1e-4, rtol=1e-4, msg=n)
+
+
+def test_a_layout_smaller_than_its_bucket_is_refused():
+    from slime_core.trainkit.shared_prefix import prefix_layout
+
+    tokens, resp = _batch(50)
+    groups = prompt_groups(tokens, resp)
+    layout = prefix_layout(tokens, resp, groups, PAD, bucket=lambda s: (4, 16, 8, 8))
+    assert layout.ids1.shape == (4, 16) and layout.ids2.shape == (8, 8)
+    assert layout.mask1[3].tolist() == [1] + [0] * 15  # a padding prompt: one open key
+    assert layout.rows.tolist() == groups + [0, 0]
+    with pytest.raises(ValueError, match=r"bucket \(2, 16, 8, 8\) is smaller than the "
+                                         r"micro-batch's \(3, 9, 6, 6\)"):
+        prefix_layout(tokens, resp, groups, PAD, bucket=lambda s: (2, 16, 8, 8))

@@ -43,6 +43,7 @@ from slime_core.api import (
     dp_active,
     flat_cat,
     fuse_rms_norms,
+    full_masks_supported,
     fused_head_unsupported,
     get_manager,
     graph_budget,
@@ -329,10 +330,11 @@ class TorchTrainer:
             self.graphed.zero_grads(self.model)
         want_entropy_grad = self.config.algorithm.entropy_coef != 0
         options = self._head_options(self.model)
-        # router losses read the right-padded batch's routers (one pass, as replay does)
-        # (and the graphed decoder is the one-pass forward's)
+        # router losses read the right-padded batch's routers (one pass, as replay does);
+        # the graphs replay the two passes where they can build the attention masks whole
         options["shared_prefix"] = (options["shared_prefix"] and self.router_capture is None
-                                    and self.graphed is None)
+                                    and (self.graphed is None or full_masks_supported(
+                                        self.graphed.decoder) is None))
         for mb_idx in self._plan(mini.tokens, mini.response_lengths, options["shared_prefix"]):
             mb = mini.select(mb_idx)
             # summed on the host before the move: no device sync per sample

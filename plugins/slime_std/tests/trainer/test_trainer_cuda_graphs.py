@@ -80,6 +80,26 @@ def test_graphed_steps_match_the_one_pass_forward(tmp_path):
     _assert_same_steps(runs[False], runs[True], weight_atol=5e-6)
 
 
+def test_graphed_shared_prefix_steps_match_the_eager_ones(tmp_path):
+    """With ``train.shared_prefix`` the graphs replay the two passes (the prompt once per
+    group): the same steps as the eager shared-prefix trainer's."""
+    from slime_core.api import GraphedDecoder
+    from slime_core.testing import static_buffer_graphs
+
+    runs = {}
+    for graphed in (False, True):
+        trainer = _trainer(tmp_path / str(graphed), {})
+        if graphed:
+            trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id,
+                                             make_graphed=static_buffer_graphs)
+        runs[graphed] = _two_steps(tmp_path, {}, trainer)
+    graphed = runs[True][2].graphed
+    # (a micro-batch whose prompts all differ runs the one-pass forward)
+    assert any(b[0] == "prefix" for b in graphed.buckets)
+    assert graphed.eager_calls == 0
+    _assert_same_steps(runs[False], runs[True], weight_atol=5e-6)
+
+
 def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
     """The 1.5B anchor on an 80 GB H100: a capture ran out of memory, and the one-pass forward
     did not fit eagerly either. The trainer drops the graphs, says so, and redoes the optimizer
@@ -102,7 +122,8 @@ def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
     trainer = _trainer(tmp_path / "graphed", {})
     trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id, row_multiple=1,
                                      width_multiple=1, make_graphed=second_out_of_memory)
-    with pytest.warns(UserWarning, match=r"at \d+ x \d+ tokens ran out of device memory .*; "
+    with pytest.warns(UserWarning, match=r"at \d+ x \d+ (prompt and \d+ x \d+ response )?"
+                                         r"tokens (\(shared prefix\) )?ran out of device memory .*; "
                                          r"this run trains without them from here \(this "
                                          r"optimizer step is redone\)"):
         runs[True] = _two_steps(tmp_path, {}, trainer)
