@@ -16,6 +16,7 @@
 #   bash bench/h200_smollm2.sh rdtype    # device call 2''', carry [".mdl/b", ".whl"]: rollout.dtype
 #   bash bench/h200_smollm2.sh sixth     # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphs check, old vs new, profile
 #   bash bench/h200_smollm2.sh seventh   # device call 2, carry [".mdl/b", ".whl"]: imports overlap, idle-GPU profile
+#   bash bench/h200_smollm2.sh prefix    # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphed shared prefix, record
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -273,6 +274,27 @@ case "${1:-}" in
     done
     [ "${AB:-0}" = 1 ] && old_and_new seventh
     ;;
+  prefix)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl; .abold holds the code
+    # before, untracked so it travels). train.cuda_graphs now replays the shared-prefix
+    # forward (a group's prompt once: ~5k token rows a step instead of ~12k): its gradients
+    # against the eager two passes and a micro-batch timed both ways at TF32; then 12 steps a
+    # process at TF32, alternating the code before (.abold), the new code in one pass
+    # (train.shared_prefix = false) and the new defaults; then the 40-step record against TRL.
+    smollm2_model || exit 1
+    timeout 150 python3 bench/train_graphs.py --model examples/smollm2/model --reps 10 \
+      --shared-prefix --matmul-precision high 2>&1 | tail -3 | cut -c1-400
+    for round in 1 2; do
+      PYTHONPATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench" \
+        variants prefix "old$round run.matmul_precision=high"
+      variants prefix "onepass$round run.matmul_precision=high train.shared_prefix=false"
+      variants prefix "new$round run.matmul_precision=high"
+    done
+    [ "${RECORD:-1}" = 1 ] || exit 0
+    mkdir -p "$OUT/record"
+    timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -292,5 +314,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|profile|imports" >&2; exit 2 ;;
 esac
