@@ -253,10 +253,13 @@ case "${1:-}" in
     # overlap (bench/import_overlap.py: wall against CPU seconds, serial and two threads)?
     # Then the torch profile of steps 6..7 with every thread and Python frames
     # (profile.with_stack), reduced on the device: the phases (bench/trace_summary.py) and
-    # what the host did in each GPU-idle stretch (bench/idle_gaps.py). AB=1 adds old (.abold)
-    # and new alternating, 12 steps each at TF32.
+    # what the host did in each GPU-idle stretch (bench/idle_gaps.py). AB=1 adds the code
+    # before (.abold), the new one in one pass (train.shared_prefix = false: the in-product
+    # gradient accumulation alone) and the new defaults (the graphed shared prefix)
+    # alternating, 12 steps each at TF32.
     smollm2_model || exit 1
-    timeout 120 python3 bench/train_graphs.py --model examples/smollm2/model --reps 10 2>&1 | tail -3
+    timeout 120 python3 bench/train_graphs.py --model examples/smollm2/model --reps 10 \
+      --shared-prefix --matmul-precision high 2>&1 | tail -3 | cut -c1-400
     timeout 150 python3 bench/import_overlap.py --reps 1 2>&1 | tail -4
     rm -rf /tmp/slime-smollm2-*
     mkdir -p "$OUT/profile"
@@ -272,7 +275,13 @@ case "${1:-}" in
       timeout 100 python3 bench/idle_gaps.py "$t" --min-gap 0.5 --top 5 > "$OUT/profile/idle.txt" 2>&1
       head -c 6000 "$OUT/profile/idle.txt"
     done
-    [ "${AB:-0}" = 1 ] && old_and_new seventh
+    [ "${AB:-0}" = 1 ] || exit 0
+    for round in 1 2; do
+      PYTHONPATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench" \
+        variants seventh "old$round run.matmul_precision=high"
+      variants seventh "onepass$round run.matmul_precision=high train.shared_prefix=false"
+      variants seventh "new$round run.matmul_precision=high"
+    done 2>&1 | sed -E 's/"perf\/setup_[a-z_]*": [0-9.e-]*, //g' | cut -c1-600
     ;;
   prefix)
     # issue 43, device call 2' (after carry, carry .mdl/b and .whl; .abold holds the code
