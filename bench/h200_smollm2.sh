@@ -17,6 +17,7 @@
 #   bash bench/h200_smollm2.sh sixth     # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphs check, old vs new, profile
 #   bash bench/h200_smollm2.sh seventh   # device call 2, carry [".mdl/b", ".whl"]: imports overlap, idle-GPU profile
 #   bash bench/h200_smollm2.sh prefix    # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphed shared prefix, record
+#   bash bench/h200_smollm2.sh record2   # device call 2, carry [".mdl/b", ".whl"] (.abold travels): fp32 check, record, 0.5B anchor
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -304,6 +305,27 @@ case "${1:-}" in
     timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
       --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
+  record2)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl; .abold holds the code
+    # before, untracked so it travels). The graphed shared prefix's gradients against the
+    # eager two passes in fp32 (the TF32 check of the seventh call differed by 2.9% of a
+    # tensor's largest value); the 40-step record against TRL at TF32; the 0.5B anchor, new
+    # then old code (its 15-token prompts keep the one-pass graphs: the in-product gradient
+    # accumulation at bf16 and several micro-batches).
+    smollm2_model || exit 1
+    timeout 100 python3 bench/train_graphs.py --model examples/smollm2/model --reps 4 \
+      --shared-prefix 2>&1 | tail -1 | cut -c1-300
+    mkdir -p "$OUT/record"
+    timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
+    for code in new old; do
+      if [ "$code" = old ]; then
+        export PYTHONPATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
+      fi
+      timeout 150 python3 bench/gpu_anchor.py --variants rollout_pdl_graphs --steps 3 --warmup 1 \
+        --out "$OUT/anchor_$code.json" 2>&1 | tail -3 | sed "s/^/$code: /" | cut -c1-500
+    done
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -323,5 +345,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|profile|imports" >&2; exit 2 ;;
 esac

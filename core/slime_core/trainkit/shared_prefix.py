@@ -137,6 +137,17 @@ def prefix_layout(tokens: list[torch.Tensor], response_lengths: list[int], group
                         np.asarray(where, dtype=np.int64), target)
 
 
+def row_saving(lengths: list[int], response_lengths: list[int], groups: list[int]) -> float:
+    """The share of the one-pass forward's token rows (every sample whole) that the two
+    passes do not compute (each group's prompt once): 0 when no prompt is shared."""
+    total = sum(int(n) for n in lengths)
+    prompts: dict[int, int] = {}
+    for n, r, g in zip(lengths, response_lengths, groups, strict=True):
+        prompts[g] = int(n) - int(r)
+    two = sum(prompts.values()) + sum(max(int(r) - 1, 0) for r in response_lengths)
+    return max(0.0, 1.0 - two / total) if total else 0.0
+
+
 def shared_prefix_hidden(
     decoder: torch.nn.Module,
     tokens: list[torch.Tensor],

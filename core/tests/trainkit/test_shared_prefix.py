@@ -151,3 +151,31 @@ def test_a_layout_smaller_than_its_bucket_is_refused():
     with pytest.raises(ValueError, match=r"bucket \(2, 16, 8, 8\) is smaller than the "
                                          r"micro-batch's \(3, 9, 6, 6\)"):
         prefix_layout(tokens, resp, groups, PAD, bucket=lambda s: (2, 16, 8, 8))
+
+
+def test_row_saving_and_the_graphs_threshold():
+    """The graphs replay the two passes only where they skip a quarter of the token rows or
+    more (their masked attention is slower than the one pass's causal kernel in bf16): the
+    SmolLM2 example's shape (60-token prompts, 32-token responses, groups of 8) saves ~58%,
+    the 0.5B anchor's (15 before 256) ~5%, which runs the one-pass graphs."""
+    from slime_core.testing import static_buffer_graphs
+    from slime_core.trainkit.batching import GRAPHED_PREFIX_SAVING
+    from slime_core.trainkit.graphed_decoder import GraphedDecoder
+    from slime_core.trainkit.shared_prefix import row_saving
+
+    groups = [g for g in range(16) for _ in range(8)]
+    smollm2 = row_saving([92] * 128, [32] * 128, groups)
+    anchor = row_saving([271] * 128, [256] * 128, groups)
+    assert 0.55 < smollm2 < 0.6 and 0.04 < anchor < 0.06
+    assert anchor < GRAPHED_PREFIX_SAVING < smollm2
+    assert row_saving([5, 5], [2, 2], [0, 1]) == pytest.approx(1 - (3 + 3 + 2) / 10)
+    model = _model("qwen2_gqa_bias").train()
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(1, model.config.vocab_size, (3,), generator=g)
+    tokens = [torch.cat((prompt, torch.randint(1, 50, (12,), generator=g))) for _ in range(4)]
+    resp = [12] * 4  # 3 shared prompt tokens of 60 rows: ~13% saved, under the threshold
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=static_buffer_graphs)
+    graphed.zero_grads(model)
+    response_log_probs(model, tokens, resp, 1.0, PAD, fused_head=True, shared_prefix=True,
+                       decoder=graphed)
+    assert graphed.buckets == [(16, 16)]  # the one-pass forward's bucket
