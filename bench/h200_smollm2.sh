@@ -318,6 +318,7 @@ case "${1:-}" in
     mkdir -p "$OUT/record"
     timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
       --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
+    [ "${ANCHOR:-1}" = 1 ] || exit 0
     for code in new old; do
       if [ "$code" = old ]; then
         export PYTHONPATH="/tmp/site:.abold/hookspecs:.abold/core:.abold/plugins/slime_std:.abold/plugins/slime_grpo:bench"
