@@ -4,9 +4,11 @@
 stretch of at least ``--min-gap`` ms without a kernel, copy or memset is listed with, for each
 thread that ran Python in it, the repository's functions that held it: each function's time
 inside the gap not spent in another repository function it called (so a reward function's
-time includes the library it calls, and a driver's loop only its own lines). It needs a trace
-recorded with ``profile.with_stack = true`` (Python frames); with ``profile.scope = "all"``
-the local engine's decoding thread is in it too.
+time includes the library it calls, and a driver's loop only its own lines). With Python
+frames (``profile.with_stack = true``) it names functions; Python frames make the host's
+work several times slower, so without them it names the trace's ``record_function`` ranges
+(the run's phases, the engine's spans) instead, at the host's own speed. With
+``profile.scope = "all"`` the local engine's decoding thread is in the trace too.
 
     python bench/idle_gaps.py RUN_DIR/profile/step_6-7.json --min-gap 1 --top 6
 """
@@ -55,8 +57,10 @@ def short(name: str) -> str:
 
 def self_times(frames: list[dict[str, Any]], lo: float, hi: float) -> dict[str, float]:
     """Per repository function (by :func:`short` name), its microseconds inside [lo, hi] not
-    covered by a repository function it called. ``frames``: one thread's Python events."""
-    repo = sorted((f for f in frames if REPO_FRAME.search(f["name"])
+    covered by a repository function it called. ``frames``: one thread's Python events (or
+    its ``record_function`` ranges, every one of which counts)."""
+    repo = sorted((f for f in frames if (f.get("cat") != "python_function"
+                                         or REPO_FRAME.search(f["name"]))
                    and f["ts"] < hi and f["ts"] + f["dur"] > lo),
                   key=lambda f: (f["ts"], -f["dur"]))
     out: dict[str, float] = defaultdict(float)
@@ -84,14 +88,16 @@ def main() -> None:
     a = ap.parse_args()
     events = load(a.trace)
     frames: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    cat = ("python_function" if any(e.get("cat") == "python_function" for e in events)
+           else "user_annotation")
     for e in events:
-        if e.get("cat") == "python_function" and "dur" in e:
+        if e.get("cat") == cat and "dur" in e:
             frames[e.get("tid")].append(e)
     gaps = idle_gaps(events, a.min_gap * 1e3)
     t0 = min((e["ts"] for e in events if "ts" in e and e.get("ph") == "X"), default=0.0)
     total = sum(h - lo for lo, h in gaps)
     print(f"# {len(gaps)} GPU-idle stretches >= {a.min_gap} ms, {total / 1e3:.1f} ms in all; "
-          f"{sum(len(v) for v in frames.values())} Python frames on {len(frames)} threads")
+          f"{sum(len(v) for v in frames.values())} {cat} events on {len(frames)} threads")
     for lo, hi in gaps:
         print(f"\n## +{(lo - t0) / 1e3:.1f} ms: idle {(hi - lo) / 1e3:.2f} ms")
         for tid, fs in frames.items():
