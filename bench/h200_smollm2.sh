@@ -18,6 +18,7 @@
 #   bash bench/h200_smollm2.sh seventh   # device call 2, carry [".mdl/b", ".whl"]: imports overlap, idle-GPU profile
 #   bash bench/h200_smollm2.sh prefix    # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphed shared prefix, record
 #   bash bench/h200_smollm2.sh record2   # device call 2, carry [".mdl/b", ".whl"] (.abold travels): fp32 check, record, 0.5B anchor
+#   bash bench/h200_smollm2.sh overlap   # device call 2, carry [".mdl/b", ".whl"]: one-step-off on one GPU (engine stream)
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -327,6 +328,27 @@ case "${1:-}" in
         --out "$OUT/anchor_$code.json" 2>&1 | tail -3 | sed "s/^/$code: /" | cut -c1-500
     done
     ;;
+  overlap)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl). One-step-off on one GPU:
+    # the local engine now generates on a CUDA stream of its own under an overlapping
+    # schedule, so step k+1's decode runs beside step k's training. Its GPU tests (a worker
+    # generate beside a busy default stream, a weight update queued behind products); then
+    # 12 steps a process at TF32, synchronous and one-step-off (with "tis") alternating;
+    # then 40 steps one-step-off against TRL (RECORD=0 skips them).
+    smollm2_model || exit 1
+    timeout 120 python3 -m pytest -q -p no:cacheprovider \
+      plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 | tail -3
+    for round in 1 2; do
+      variants overlap "sync$round run.matmul_precision=high"
+      variants overlap "async$round run.matmul_precision=high run.async_rollout=true algorithm.is_correction=\"tis\""
+    done 2>&1 | sed -E 's/"perf\/setup_[a-z_]*": [0-9.e-]*, //g' | cut -c1-700
+    [ "${RECORD:-1}" = 1 ] || exit 0
+    mkdir -p "$OUT/record"
+    timeout "${LEARN_TIMEOUT:-240}" python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --out "$OUT/record/smollm2_tf32_async" --slime-set run.async_rollout=true \
+      --slime-set 'algorithm.is_correction="tis"' 2>&1 \
+      | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -346,5 +368,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|profile|imports" >&2; exit 2 ;;
 esac

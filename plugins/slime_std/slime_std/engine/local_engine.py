@@ -33,7 +33,9 @@ With ``profile.rollout`` the engine records its phases per generate call, weight
 and its start-up load (:mod:`slime_std.engine.profile`).
 
 Thread safety: ``generate``, ``update_weights``, ``sleep``, ``wake_up`` and ``shutdown`` take
-one lock; ``abort``, ``health`` and ``weight_version`` never wait for it.
+one lock; ``abort``, ``health`` and ``weight_version`` never wait for it. Under a schedule that
+generates while the trainer trains (``run.rollout_mode`` other than ``sync``, local executor),
+a GPU engine generates on a CUDA stream of its own, so the two overlap on the device too.
 """
 
 from __future__ import annotations
@@ -189,6 +191,13 @@ class LocalEngine:
             # a thread takes torch's process-wide count when it first asks for it; asking
             # now fixes this (constructing) thread's count before a worker changes it
             torch.get_num_threads()
+        # the same schedules on a GPU: generate on a stream of the engine's own, so that the
+        # decode's kernels run beside the trainer's instead of queueing behind them on the
+        # default stream (both are small-kernel work on a small model: neither fills the GPU)
+        self._stream: Any = None
+        if (self.device.type == "cuda" and (run.async_rollout or run.rollout_mode != "sync")
+                and run.executor == "local"):
+            self._stream = torch.cuda.Stream(self.device)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(config.run.seed) + int(engine_index))
         self._version = 0
@@ -212,7 +221,7 @@ class LocalEngine:
                                         self.tokenizer is not None)
         if not prompts:
             return []
-        with self._lock:
+        with self._lock, self._on_stream():
             clock = self._profile.clock() if self._profile is not None else None
             model = self._live_model()
             version = self._version
@@ -278,7 +287,7 @@ class LocalEngine:
         out: list[list[float]] = [[] for _ in sequences]
         todo = sorted((i for i, n in enumerate(response_lengths) if n), key=lambda i: len(sequences[i]))
         cap = self.generate_batch_size or 64
-        with self._lock, torch.inference_mode():
+        with self._lock, self._on_stream(), torch.inference_mode():
             model = self._live_model()
             for start in range(0, len(todo), cap):
                 rows = todo[start:start + cap]
@@ -312,6 +321,38 @@ class LocalEngine:
             yield
         finally:
             torch.set_num_threads(before)
+
+    @contextlib.contextmanager
+    def _on_stream(self) -> Iterator[None]:
+        """The engine's own CUDA stream (one-step-off and fully-async schedules on a GPU) for
+        the work inside, ordered after what the calling thread's stream holds (a weight
+        update's copies) and before what it is given next. Every tensor of a generate call is
+        allocated inside, so the caching allocator reuses its blocks on this stream only."""
+        if self._stream is None:
+            yield
+            return
+        caller = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(caller)
+        try:
+            with torch.cuda.stream(self._stream):
+                yield
+        finally:
+            caller.wait_stream(self._stream)
+
+    @contextlib.contextmanager
+    def _after_stream(self) -> Iterator[None]:
+        """Work on the calling thread's stream (a weight update's copies) ordered after the
+        engine stream's work so far, and the engine stream's next work after it, whichever
+        thread and stream generates next."""
+        if self._stream is None:
+            yield
+            return
+        caller = torch.cuda.current_stream(self.device)
+        caller.wait_stream(self._stream)
+        try:
+            yield
+        finally:
+            self._stream.wait_stream(caller)
 
     def _requests(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Request]:
         """Requests of checked prompts (:func:`check_generate_inputs`)."""
@@ -395,7 +436,7 @@ class LocalEngine:
                 tensors = self._rounded(tensors, state, version)
             # one multi-tensor copy: load_state_dict walks every module and copies tensor by
             # tensor (12 ms for a 0.5B model on an H200 against a 0.6 ms bandwidth bound)
-            with torch.no_grad():
+            with torch.no_grad(), self._after_stream():
                 torch._foreach_copy_([state[n] for n in tensors], list(tensors.values()))
             self._version = int(version)
             if self._profile is not None:

@@ -1,0 +1,77 @@
+"""A GPU engine under a schedule that generates while the trainer trains generates on a CUDA
+stream of its own (``LocalEngine._on_stream``), so the decode overlaps the training on the
+device; the synchronous schedule and the CPU keep the caller's stream.
+
+The overlap itself needs a GPU: there a generate on a worker thread, beside a main thread
+that keeps the default stream busy with products and then rewrites the weights, gives what the
+same calls give one after another (run on the device by ``bench/h200_smollm2.sh overlap``)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from slime_hookspecs import SamplingParams
+
+GREEDY = [SamplingParams(temperature=0.0, max_new_tokens=16, ignore_eos=True)] * 4
+PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _cuda_engine(engine_config, **run):
+    from slime_std.accelerators.devices import TorchAccelerator
+    from slime_std.engine.local_engine import LocalEngine
+
+    config = engine_config(run=run, rollout={"cuda_graphs": True})
+    return LocalEngine(config, 0, TorchAccelerator("cuda", fused_optimizer=True))
+
+
+def test_the_cpu_and_the_synchronous_schedule_keep_the_callers_stream(make_engine):
+    assert make_engine(run={"async_rollout": True})._stream is None  # no streams on a CPU
+    assert make_engine()._stream is None
+
+
+@cuda
+def test_only_an_overlapping_schedule_gets_a_stream(engine_config):
+    assert _cuda_engine(engine_config)._stream is None
+    assert _cuda_engine(engine_config, async_rollout=True)._stream is not None
+    assert _cuda_engine(engine_config, rollout_mode="one_step_off")._stream is not None
+
+
+@cuda
+def test_a_worker_generate_beside_busy_training_matches_the_serial_calls(engine_config):
+    serial = _cuda_engine(engine_config)
+    engine = _cuda_engine(engine_config, async_rollout=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    new = {k: v + 0.5 * torch.randn(v.shape, device=v.device, generator=gen)
+           for k, v in serial.state_dict().items()}
+    want = serial.generate(PROMPTS, GREEDY)
+    serial.update_weights(new, 1)
+    want_after = serial.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in want_after] != [o.token_ids for o in want]
+
+    x = torch.randn(2048, 2048, device="cuda")
+    for _ in range(3):  # the static decoders captured (their first call), then replayed
+        out: dict[str, object] = {}
+        worker = threading.Thread(target=lambda: out.update(r=engine.generate(PROMPTS, GREEDY)))
+        busy = x
+        worker.start()
+        for _ in range(200):  # the default stream kept busy while the worker decodes
+            busy = torch.tanh(busy @ x) * 0.01
+        worker.join()
+        got = out["r"]
+        assert [o.token_ids for o in got] == [o.token_ids for o in want]
+        torch.testing.assert_close(torch.tensor([o.log_probs for o in got]),
+                                   torch.tensor([o.log_probs for o in want]), atol=1e-5, rtol=0)
+    # a weight update on the main thread's stream, queued behind more products: the next
+    # worker generate reads the new weights
+    for _ in range(200):
+        busy = torch.tanh(busy @ x) * 0.01
+    engine.update_weights(new, 1)
+    worker = threading.Thread(target=lambda: out.update(r=engine.generate(PROMPTS, GREEDY)))
+    worker.start()
+    worker.join()
+    assert [o.token_ids for o in out["r"]] == [o.token_ids for o in want_after]
+    torch.cuda.synchronize()
+    assert torch.isfinite(busy).all()
