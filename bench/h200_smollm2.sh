@@ -337,7 +337,8 @@ case "${1:-}" in
     # then 40 steps one-step-off against TRL (RECORD=0 skips them).
     smollm2_model || exit 1
     timeout 120 python3 -m pytest -q -p no:cacheprovider \
-      plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 | tail -3
+      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -3
     for round in 1 2; do
       variants overlap "sync$round run.matmul_precision=high"
       variants overlap "async$round run.matmul_precision=high run.async_rollout=true algorithm.is_correction=\"tis\""

@@ -55,7 +55,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
   from CUDA graphs at bucketed shapes), :class:`GraphCaptureOutOfMemory` (a capture that did not
   fit: the graphs are released, redo the micro-batch eagerly), :func:`graph_budget`,
-  :func:`graphs_settings_conflict`, :func:`trainable_bytes`; training
+  :func:`graphs_settings_conflict`, :func:`trainable_bytes`, :func:`cuda_graph_capture` (one
+  capture at a time in the process: the trainer's and a rollout engine's threads); training
   health:
   :class:`TrainingHealth` (the non-finite checks that skip a step), ``SKIPPED_STEPS``,
   :func:`check_finite_weights` / :class:`NonFiniteWeightsError` (no checkpoint with NaN).
@@ -192,6 +193,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
     "GraphCaptureOutOfMemory": ("slime_core.trainkit.graphed_decoder", "CaptureOutOfMemory"),
     "graph_budget": ("slime_core.trainkit.graphed_decoder", "graph_budget"),
+    "cuda_graph_capture": ("slime_core.trainkit.capture", "cuda_graph_capture"),
     "graphs_settings_conflict": ("slime_core.trainkit.graphed_decoder", "settings_conflict"),
     "trainable_bytes": ("slime_core.trainkit.graphed_decoder", "trainable_bytes"),
     "to_tensor_list": ("slime_core.trainkit.batching", "to_tensor_list"),
@@ -380,6 +382,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.graphed_decoder import CaptureOutOfMemory as GraphCaptureOutOfMemory
     from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
     from slime_core.trainkit.graphed_decoder import graph_budget as graph_budget
+    from slime_core.trainkit.capture import cuda_graph_capture as cuda_graph_capture
     from slime_core.trainkit.graphed_decoder import settings_conflict as graphs_settings_conflict
     from slime_core.trainkit.graphed_decoder import trainable_bytes as trainable_bytes
     from slime_core.trainkit.compose import compute_advantages as compute_advantages

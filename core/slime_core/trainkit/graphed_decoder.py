@@ -59,6 +59,7 @@ from typing import Any, cast
 import torch
 
 from slime_core.trainkit.accumulating_linear import accumulating_linears
+from slime_core.trainkit.capture import cuda_graph_capture
 from slime_core.trainkit.shared_prefix import two_pass
 
 GraphMaker = Callable[..., Any]
@@ -160,11 +161,10 @@ def capture_accumulating(module: torch.nn.Module, sample_args: tuple[torch.Tenso
                 del out
         torch.cuda.current_stream().wait_stream(side)
         forward, backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(forward, pool=pool, capture_error_mode="thread_local"), \
-                torch.enable_grad():
+        with cuda_graph_capture(forward, pool=pool), torch.enable_grad():
             out = module(*static_in)
     static_grad = torch.empty_like(out)
-    with torch.cuda.graph(backward, pool=pool, capture_error_mode="thread_local"):
+    with cuda_graph_capture(backward, pool=pool):
         # AccumulateGrad with allocated gradients and grad mode off: `grad += new`, captured
         torch.autograd.backward(out, static_grad, inputs=params)
     static_out = out.detach()

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from slime_core.api import rms_norm
+from slime_core.api import cuda_graph_capture, rms_norm
 
 from slime_std.engine.fused_decoder import FusedDecoder, _project
 from slime_std.engine.kernels.decode_attention import (  # imports no triton
@@ -328,8 +328,7 @@ class StaticDecoder:
         torch.cuda.current_stream().wait_stream(stream)
         self._set_written(column)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"), \
-                _attention(self.model, self.attention):
+        with cuda_graph_capture(graph), _attention(self.model, self.attention):
             self.logits = self._step_forward(self.ids, self.mask, self.pos)
         self.graph = graph
 
