@@ -19,6 +19,7 @@
 #   bash bench/h200_smollm2.sh prefix    # device call 2, carry [".mdl/b", ".whl"] (.abold travels): graphed shared prefix, record
 #   bash bench/h200_smollm2.sh record2   # device call 2, carry [".mdl/b", ".whl"] (.abold travels): fp32 check, record, 0.5B anchor
 #   bash bench/h200_smollm2.sh overlap   # device call 2, carry [".mdl/b", ".whl"]: one-step-off on one GPU (engine stream)
+#   bash bench/h200_smollm2.sh eighth    # device call 2, carry [".mdl/b", ".whl"]: GPU tests, record, one-step-off record
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -350,6 +351,24 @@ case "${1:-}" in
       --slime-set 'algorithm.is_correction="tis"' 2>&1 \
       | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
     ;;
+  eighth)
+    # issue 43, device call 2' (after carry, carry .mdl/b and .whl): what one call can hold.
+    # The GPU tests of the engine's stream and of one capture at a time (new), and the
+    # training graphs'; the 40-step record against TRL at TF32 (the code since the graphed
+    # shared prefix); then slime's 40 steps one-step-off ("tis"), the engine decoding on its
+    # own stream beside the training (its curve against the record's TRL curve).
+    smollm2_model || exit 1
+    timeout 150 python3 -m pytest -q -p no:cacheprovider \
+      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -4 | cut -c1-400
+    mkdir -p "$OUT/record"
+    timeout 240 python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
+    timeout 120 python3 bench/smollm2_vs_trl.py --precision tf32 --frameworks slime \
+      --label slime_async --out "$OUT/record/smollm2_tf32_async" \
+      --slime-set run.async_rollout=true --slime-set 'algorithm.is_correction="tis"' 2>&1 \
+      | grep -E "^slime|startup|exit|Error" | cut -c1-700
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -369,5 +388,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|profile|imports" >&2; exit 2 ;;
 esac
