@@ -192,6 +192,11 @@ VARIANTS.update({
     # buckets) on the bf16 anchor, beside rollout_pdl (the same without them; both without
     # train.compile, which the graphs exclude): `--variants rollout_pdl,rollout_pdl_graphs`
     "rollout_pdl_graphs": _variant("rollout_pdl", train={"cuda_graphs": True}),
+    # one-step-off on the one GPU: step k+1's decode on the engine's own stream beside step
+    # k's training (with "tis", as docs/executors.md pairs them)
+    "rollout_pdl_graphs_async": _variant("rollout_pdl", train={"cuda_graphs": True},
+                                         run={"async_rollout": True},
+                                         algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })
@@ -431,7 +436,8 @@ def variant_data(variant: str, work: Path, run_dir: Path, num_rollouts: int,
                     "max_new_tokens": 8 if smoke else NEW,
                     "temperature": 1.0, "top_p": 1.0, "top_k": -1, **over["rollout"]},
         "train": {"lr": 1e-6, "grad_clip": 1.0, **over["train"]},
-        "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2},
+        "algorithm": {"advantage_estimator": "grpo", "policy_loss": "ppo", "eps_clip": 0.2,
+                      **over.get("algorithm", {})},
     }
     for section, keys in over.items():  # e.g. weights.transport of the SGLang variants
         if section not in data and section != BENCH_SECTION:

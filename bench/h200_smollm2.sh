@@ -20,6 +20,7 @@
 #   bash bench/h200_smollm2.sh record2   # device call 2, carry [".mdl/b", ".whl"] (.abold travels): fp32 check, record, 0.5B anchor
 #   bash bench/h200_smollm2.sh overlap   # device call 2, carry [".mdl/b", ".whl"]: one-step-off on one GPU (engine stream)
 #   bash bench/h200_smollm2.sh eighth    # device call 2, carry [".mdl/b", ".whl"]: GPU tests, record, one-step-off record
+#   bash bench/h200_smollm2.sh anchor_overlap   # one call, no carry: GPU tests, the 0.5B anchor sync vs one-step-off
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -369,6 +370,17 @@ case "${1:-}" in
       --slime-set run.async_rollout=true --slime-set 'algorithm.is_correction="tis"' 2>&1 \
       | grep -E "^slime|startup|exit|Error" | cut -c1-700
     ;;
+  anchor_overlap)
+    # issue 43, one call, no carry: the GPU tests of the engine's stream, of one capture at a
+    # time and of the training graphs; then the 0.5B anchor (seeded weights, bf16, 16 x 8
+    # samples, 256 tokens forced) synchronous against one-step-off ("tis"), whose decode runs
+    # on the engine's stream beside the training.
+    timeout 150 python3 -m pytest -q -p no:cacheprovider \
+      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -4 | cut -c1-400
+    timeout 330 python3 bench/gpu_anchor.py --variants rollout_pdl_graphs,rollout_pdl_graphs_async \
+      --steps 4 --warmup 1 --out "$OUT/anchor_overlap.jsonl" 2>&1 | tail -4 | cut -c1-600
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -388,5 +400,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|anchor_overlap|profile|imports" >&2; exit 2 ;;
 esac
