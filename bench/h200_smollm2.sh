@@ -375,11 +375,11 @@ case "${1:-}" in
     # time and of the training graphs; then the 0.5B anchor (seeded weights, bf16, 16 x 8
     # samples, 256 tokens forced) synchronous against one-step-off ("tis"), whose decode runs
     # on the engine's stream beside the training.
-    timeout 150 python3 -m pytest -q -p no:cacheprovider \
+    timeout 270 python3 bench/gpu_anchor.py --variants rollout_pdl_graphs,rollout_pdl_graphs_async \
+      --steps 3 --warmup 1 --out "$OUT/anchor_overlap.jsonl" 2>&1 | tail -4 | cut -c1-600
+    timeout 120 python3 -m pytest -q -p no:cacheprovider \
       plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
       core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -4 | cut -c1-400
-    timeout 330 python3 bench/gpu_anchor.py --variants rollout_pdl_graphs,rollout_pdl_graphs_async \
-      --steps 4 --warmup 1 --out "$OUT/anchor_overlap.jsonl" 2>&1 | tail -4 | cut -c1-600
     ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
