@@ -381,6 +381,13 @@ case "${1:-}" in
       plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
       core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -4 | cut -c1-400
     ;;
+  gputests)
+    # the GPU tests of the engine's stream, of one capture at a time and of the training
+    # graphs, alone (one short call, no carry)
+    timeout 140 python3 -m pytest -q -p no:cacheprovider \
+      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -6 | cut -c1-600
+    ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
     # host against 2.9 s on the 2-core CPU box; is it transformers' import, and is it paying
@@ -400,5 +407,5 @@ case "${1:-}" in
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|anchor_overlap|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|anchor_overlap|gputests|profile|imports" >&2; exit 2 ;;
 esac
