@@ -198,6 +198,8 @@ class LocalEngine:
         if (self.device.type == "cuda" and (run.async_rollout or run.rollout_mode != "sync")
                 and run.executor == "local"):
             self._stream = torch.cuda.Stream(self.device)
+            # the loaded and fused weights, written on this thread's stream
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(config.run.seed) + int(engine_index))
         self._version = 0
@@ -325,14 +327,16 @@ class LocalEngine:
     @contextlib.contextmanager
     def _on_stream(self) -> Iterator[None]:
         """The engine's own CUDA stream (one-step-off and fully-async schedules on a GPU) for
-        the work inside, ordered after what the calling thread's stream holds (a weight
-        update's copies) and before what it is given next. Every tensor of a generate call is
-        allocated inside, so the caching allocator reuses its blocks on this stream only."""
+        the work inside, and the calling thread's stream ordered after it. The engine's
+        stream does not wait for the caller's: that would hold the decode behind whatever the
+        trainer had queued on the default stream when the call began. What the engine reads
+        and others write (its weights) is ordered by :meth:`_after_stream`. Every tensor of
+        a call is allocated inside, so the caching allocator reuses its blocks on this stream
+        only."""
         if self._stream is None:
             yield
             return
         caller = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(caller)
         try:
             with torch.cuda.stream(self._stream):
                 yield
@@ -341,9 +345,10 @@ class LocalEngine:
 
     @contextlib.contextmanager
     def _after_stream(self) -> Iterator[None]:
-        """Work on the calling thread's stream (a weight update's copies) ordered after the
-        engine stream's work so far, and the engine stream's next work after it, whichever
-        thread and stream generates next."""
+        """Work on the calling thread's stream that changes what the engine reads (a weight
+        update's copies, a model moved back to the device) ordered after the engine stream's
+        work so far, and the engine stream's next work after it, whichever thread generates
+        next."""
         if self._stream is None:
             yield
             return
@@ -512,8 +517,9 @@ class LocalEngine:
             if self._model is None or not self._asleep:
                 return
             self._drop_static()
-            self._model.to(self.device)
-            self._fuse()  # moving the model replaced the tensors the fused views shared
+            with self._after_stream():
+                self._model.to(self.device)
+                self._fuse()  # moving the model replaced the tensors the fused views shared
             self._asleep = False
 
     def shutdown(self) -> None:
