@@ -2,9 +2,10 @@
 stream of its own (``LocalEngine._on_stream``), so the decode overlaps the training on the
 device; the synchronous schedule and the CPU keep the caller's stream.
 
-The overlap itself needs a GPU: there a generate on a worker thread, beside a main thread
-that keeps the default stream busy with products and then rewrites the weights, gives what the
-same calls give one after another (run on the device by ``bench/h200_smollm2.sh overlap``)."""
+Which stream waits for which is checked on the CPU with stand-in streams. The overlap itself
+needs a GPU: there a generate on a worker thread, beside a main thread that keeps the default
+stream busy with products and then rewrites the weights, gives what the same calls give one
+after another (run on the device by ``bench/h200_smollm2.sh gputests``)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,42 @@ def test_a_worker_generate_beside_busy_training_matches_the_serial_calls(engine_
     assert [o.token_ids for o in out["r"]] == [o.token_ids for o in want_after]
     torch.cuda.synchronize()
     assert torch.isfinite(busy).all()
+
+
+class _Stream:
+    """A stand-in stream that records the waits between streams (``(waiter, waited)``)."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
+        self.name, self.log = name, log
+
+    def wait_stream(self, other: _Stream) -> None:
+        self.log.append((self.name, other.name))
+
+
+def test_the_orders_a_stream_engine_keeps(make_engine, monkeypatch):
+    """Which stream waits for which (the CPU engine given stand-in streams): a generate runs
+    on the engine's stream without waiting for the caller's (it would queue the decode behind
+    the training already launched) and the caller's waits for it at the end; a weight update
+    waits for the engine's work, and the engine's next work waits for the update."""
+    import contextlib
+
+    log: list[tuple[str, str]] = []
+    entered: list[str] = []
+    engine = make_engine(run={"async_rollout": True})
+    engine._stream = _Stream("engine", log)
+
+    @contextlib.contextmanager
+    def enter(stream):
+        entered.append(stream.name)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream("caller", log))
+    monkeypatch.setattr(torch.cuda, "stream", enter)
+    engine.generate(PROMPTS, GREEDY)
+    assert (log, entered) == ([("caller", "engine")], ["engine"])
+    log.clear()
+    engine.update_weights(engine.state_dict(), 1)
+    assert log == [("caller", "engine"), ("engine", "caller")]
+    log.clear()
+    engine.score_tokens([[5, 6, 7, 8]], [2])
+    assert (log, entered) == ([("caller", "engine")], ["engine", "engine"])
