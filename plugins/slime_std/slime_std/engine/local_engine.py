@@ -181,22 +181,23 @@ class LocalEngine:
         if config.rollout.fused_decoder:
             self.fused_unsupported = unsupported(model)
             self._fuse()
-        # rollout.async_threads: a one-step-off or fully-async rollout generates on a worker
-        # thread while the main thread trains; on the CPU both compete for the same cores
+        # a one-step-off or fully-async rollout generates on a worker thread of this process
+        # while the main thread trains
         run = config.run
+        overlapping = ((run.async_rollout or run.rollout_mode != "sync")
+                       and run.executor == "local")
+        # rollout.async_threads: on the CPU both compete for the same cores
         self._overlap_threads = 0
-        if (self.device.type == "cpu" and (run.async_rollout or run.rollout_mode != "sync")
-                and run.executor == "local"):
+        if overlapping and self.device.type == "cpu":
             self._overlap_threads = int(config.rollout.async_threads or 0)
             # a thread takes torch's process-wide count when it first asks for it; asking
             # now fixes this (constructing) thread's count before a worker changes it
             torch.get_num_threads()
-        # the same schedules on a GPU: generate on a stream of the engine's own, so that the
-        # decode's kernels run beside the trainer's instead of queueing behind them on the
-        # default stream (both are small-kernel work on a small model: neither fills the GPU)
+        # on a GPU: generate on a stream of the engine's own, so that the decode's kernels
+        # run beside the trainer's instead of queueing behind them on the default stream
+        # (both are small-kernel work on a small model: neither fills the GPU)
         self._stream: Any = None
-        if (self.device.type == "cuda" and (run.async_rollout or run.rollout_mode != "sync")
-                and run.executor == "local"):
+        if overlapping and self.device.type == "cuda":
             self._stream = torch.cuda.Stream(self.device)
             # the loaded and fused weights, written on this thread's stream
             self._stream.wait_stream(torch.cuda.current_stream(self.device))
