@@ -162,7 +162,7 @@ ALLOWED: list[tuple[str, str, str]] = [
      "the export of that capture (the engine's decode graphs take it)"),
     ("plugins/slime_std/slime_std/engine/static_decode.py", "cuda_graph_capture",
      "the decode graph's capture, entered only on a cuda device (rollout.cuda_graphs)"),
-    ("plugins/slime_std/slime_std/engine/local_engine.py", 
+    ("plugins/slime_std/slime_std/engine/local_engine.py",
      'overlapping and self.device.type == "cuda"',
      "the engine's own stream under an overlapping schedule, where the engine's device is "
      "already cuda"),
