@@ -76,6 +76,14 @@ old_and_new() {
   done
 }
 
+# gpu_tests SECONDS: the GPU tests of the engine's stream, of one capture at a time and of the
+# training graphs (skipped on a CPU)
+gpu_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider \
+    plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+    core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -6 | cut -c1-600
+}
+
 case "${1:-}" in
   carry)
     mkdir -p /tmp/smollm2 && cp .mdl/a/part_* /tmp/smollm2/ && ls -la /tmp/smollm2
@@ -338,9 +346,7 @@ case "${1:-}" in
     # 12 steps a process at TF32, synchronous and one-step-off (with "tis") alternating;
     # then 40 steps one-step-off against TRL (RECORD=0 skips them).
     smollm2_model || exit 1
-    timeout 120 python3 -m pytest -q -p no:cacheprovider \
-      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
-      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -3
+    gpu_tests 120
     for round in 1 2; do
       variants overlap "sync$round run.matmul_precision=high"
       variants overlap "async$round run.matmul_precision=high run.async_rollout=true algorithm.is_correction=\"tis\""
@@ -359,9 +365,7 @@ case "${1:-}" in
     # shared prefix); then slime's 40 steps one-step-off ("tis"), the engine decoding on its
     # own stream beside the training (its curve against the record's TRL curve).
     smollm2_model || exit 1
-    timeout 150 python3 -m pytest -q -p no:cacheprovider \
-      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
-      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -4 | cut -c1-400
+    gpu_tests 150
     mkdir -p "$OUT/record"
     timeout 240 python3 bench/smollm2_vs_trl.py --precision tf32 \
       --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
@@ -377,16 +381,12 @@ case "${1:-}" in
     # on the engine's stream beside the training.
     timeout 270 python3 bench/gpu_anchor.py --variants rollout_pdl_graphs,rollout_pdl_graphs_async \
       --steps 3 --warmup 1 --out "$OUT/anchor_overlap.jsonl" 2>&1 | tail -4 | cut -c1-600
-    timeout 120 python3 -m pytest -q -p no:cacheprovider \
-      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
-      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -4 | cut -c1-400
+    gpu_tests 120
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
     # graphs, alone (one short call, no carry)
-    timeout 140 python3 -m pytest -q -p no:cacheprovider \
-      plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
-      core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -6 | cut -c1-600
+    gpu_tests 140
     ;;
   imports)
     # issue 43: the set-up's `data` part (the first tokenizer load) took 7.5-9.9 s on the H100
