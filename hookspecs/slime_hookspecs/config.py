@@ -120,6 +120,7 @@ class RolloutConfig(Protocol):
     decode_attention_splits: int
     dtype: str
     dtype_rounding: str
+    packed_weights: bool | str
     async_threads: int
 
 

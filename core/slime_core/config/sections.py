@@ -191,6 +191,7 @@ class RolloutSection:
     decode_attention_splits: int = 0  # with decode_attention = triton and the fused decoder: cache-column splits per row and KV head (0: the kernel's heuristic; 1: one program walks the whole row)
     dtype: str = ""  # the rollout engine's weights and arithmetic: "" follows model.dtype; auto | float32 | bfloat16 | float16 as there, the trainer keeping model.dtype (slime's and verl's bf16 rollouts of fp32 training; the local engine, vLLM, SGLang); samples then come from the rounded policy (the trainer's log-probs stay its own; algorithm.is_correction corrects for the difference; CPU SmolLM2 8 x 128 tokens: generate 7.5 -> 5.3 s in bfloat16; an H100 SmolLM2 rollout, bound by launches: no gain)
     dtype_rounding: str = "stochastic"  # local engine, rollout.dtype bfloat16 beside float32 training: how a weight update is rounded: "stochastic" (up with the probability of the dropped fraction, seeded by run.seed and the version: the served weights follow the trainer's in expectation) or "nearest" (updates under bf16's spacing, ~1/256 of a weight, leave the served weights as they were: the SmolLM2 CPU example 0.31 -> 0.35 held-out in 30 steps, stochastic 0.31 -> 0.71, fp32 0.29 -> 0.68; stochastic costs ~1 s a sync for 135M weights on 2 CPU cores); vLLM and SGLang round to nearest
+    packed_weights: bool | str = "auto"  # local engine on a CPU with the fused decoder: decode-sized products read each weight from a copy in oneDNN's blocked layout, packed at start and after each weight update (the engine's weight memory doubles; SmolLM2 8 x 128 tokens on 2 cores: products 31 -> 14 ms a step in bf16, 41 -> 24 ms in fp32; a repack 0.11-0.16 s); "auto": true on a CPU whose oneDNN takes the rollout dtype (float32; bfloat16 with avx512_bf16 / AMX), false elsewhere
     async_threads: int = 0  # local engine on the CPU with run.async_rollout (local executor): torch intra-op threads of a generate that overlaps training (0: unchanged); 1 leaves the other cores to the trainer
 
     def __post_init__(self) -> None:
@@ -202,7 +203,7 @@ class RolloutSection:
               "must be auto, triton or sdpa")
         _need(self.sample_kernel in ("auto", "triton", "torch"), "rollout.sample_kernel",
               "must be auto, triton or torch")
-        for key in ("cuda_graphs", "compile_decode"):
+        for key in ("cuda_graphs", "compile_decode", "packed_weights"):
             _need(getattr(self, key) in (True, False, "auto"), f"rollout.{key}",
                   "must be true, false or \"auto\"")
         _need(self.compile_decode is not False or not self.compile_autotune,

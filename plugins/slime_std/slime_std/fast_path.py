@@ -5,7 +5,8 @@ bf16, which ``model.dtype = "auto"`` gives where the model is loaded); on the CP
 stay off. What the device can do comes from its accelerator record (``graph_capture``) and from
 whether the Triton kernels run there (``slime_core.api.choose_kernel``), never from the
 device's name. The keys are the local engine's (``rollout.cuda_graphs``,
-``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``) and the
+``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``,
+``rollout.packed_weights``) and the
 torch trainer's (``train.compile``, ``train.head_kernel``, ``train.cuda_graphs``,
 ``run.retain_host_memory``), and
 ``rollout.reward_processes`` for the built-in rewards: the default plugins ``local_engine``,
@@ -109,7 +110,27 @@ def resolve_engine(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
         triton, why = _kernels(accelerator.device_type)
         choose("rollout.decode_attention", "triton" if triton else "sdpa", why)
         choose("rollout.sample_kernel", "triton" if triton else "torch", why)
+        choose("rollout.packed_weights", *_packed_weights(config, accelerator))
     return choices
+
+
+def _packed_weights(config: Any, accelerator: AcceleratorRecord) -> tuple[bool, str]:
+    """``rollout.packed_weights``' ``auto``: on a CPU whose oneDNN takes the rollout's dtype
+    (measured on 2 cores, SmolLM2 8 x 128 tokens: the decode products 31 -> 14 ms a step in
+    bf16, 41 -> 24 ms in fp32, ``bench/cpu_packed_weights.py``)."""
+    if accelerator.device_type != "cpu":
+        return False, f"the weights live on {accelerator.name}; the packed layout is a CPU's"
+    import torch
+    from slime_core.api import resolve_dtype, rollout_dtype
+
+    from slime_std.engine.packed_weights import unsupported
+
+    dtype = resolve_dtype(rollout_dtype(config), torch.device("cpu"))
+    reason = unsupported(torch.device("cpu"), dtype)
+    if reason is not None:
+        return False, reason
+    return True, (f"{dtype} decode products on the CPU read weights packed for oneDNN, "
+                  "which stream from memory 1.7-2.2x faster than torch's row-major product")
 
 
 def resolve_trainer(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:

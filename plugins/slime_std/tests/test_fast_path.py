@@ -184,3 +184,15 @@ def test_host_memory_is_retained_where_the_training_runs_on_the_cpu(monkeypatch)
     choices = fast_defaults.resolve(build_test_config(), RECORDS["cpu"])
     assert ("auto: run.retain_host_memory = false (the C library is not glibc)"
             in [c.line() for c in choices])
+
+
+def test_packed_weights_are_a_cpus_where_onednn_takes_the_dtype():
+    import torch
+
+    config, chosen = _resolved("cpu")
+    assert chosen["rollout.packed_weights"] is torch.backends.mkldnn.is_available()
+    assert config.rollout.packed_weights is chosen["rollout.packed_weights"]
+    assert _resolved("cuda")[1]["rollout.packed_weights"] is False
+    assert _resolved("cpu", rollout={"dtype": "float16"})[1]["rollout.packed_weights"] is False
+    # a value the user set is kept
+    assert "rollout.packed_weights" not in _resolved("cpu", rollout={"packed_weights": False})[1]

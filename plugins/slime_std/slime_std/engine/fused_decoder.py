@@ -36,12 +36,14 @@ valid key) stays finite; real queries never see padding keys.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from slime_core.api import rms_norm
 
+from slime_std.engine import packed_weights
 from slime_std.engine.output_head import MAX_ROWS, transposed_linear
 
 LAYERS = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}
@@ -97,38 +99,6 @@ def _fuse(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
     return weight, bias
 
 
-class _Layer:
-    def __init__(self, layer: Any) -> None:
-        attn, mlp = layer.self_attn, layer.mlp
-        self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
-        self.qkv_w, self.qkv_b = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.gu_w, self.gu_b = _fuse([mlp.gate_proj, mlp.up_proj])
-        # transposed views made once: a step calls the BLAS product directly
-        self.qkv_t, self.gu_t = self.qkv_w.t(), self.gu_w.t()
-        self.o_w, self.o_b = attn.o_proj.weight.detach(), attn.o_proj.bias
-        self.down_w, self.down_b = mlp.down_proj.weight.detach(), mlp.down_proj.bias
-        self.o_t, self.down_t = self.o_w.t(), self.down_w.t()
-        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
-        self.scaling = float(attn.scaling)
-        self.inter = mlp.gate_proj.weight.shape[0]
-
-    def rotated_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, h: int,
-                    hkv: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys [N, H + H_kv, D] (normed, when the layer norms them, and rotated:
-        ``cos`` / ``sin`` [N, 1, D], ``sin`` carrying ``rotate_half``'s sign) and the values
-        [N, H_kv * D] of the rows ``x`` [N, hidden]."""
-        qkv = _project(rms_norm(x, self.ln1), self.qkv_w, self.qkv_t, self.qkv_b).contiguous()
-        qk = qkv[:, : (h + hkv) * d].view(-1, h + hkv, d)
-        if self.q_norm is not None:
-            qk = torch.cat((rms_norm(qk[:, :h], self.q_norm), rms_norm(qk[:, h:], self.k_norm)), 1)
-        return torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin), qkv[:, (h + hkv) * d:]
-
-    def gated(self, x: torch.Tensor) -> torch.Tensor:
-        """``silu(gate) * up`` of the post-attention norm of ``x``: the down product's input."""
-        gu = _project(rms_norm(x, self.ln2), self.gu_w, self.gu_t, self.gu_b)
-        return F.silu(gu[:, : self.inter]) * gu[:, self.inter:]
-
-
 # Decode-sized products whose weights stream from memory run as ``(W @ x^T)^T``: MKL's
 # small-M kernels read a [N, K] weight 1.5-2x faster in that orientation than as ``x @ W^T``
 # once it no longer fits in cache (measured for SmolLM2's shapes, 8 rows: the 576 x 3072
@@ -143,22 +113,71 @@ def _streamed(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and weight.numel() * weight.element_size() >= STREAM_BYTES)
 
 
-def _project(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
-             bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight^T (+ bias)``; ``weight_t`` is ``weight.t()``."""
-    if _streamed(x, weight):
-        return transposed_linear(x, weight, bias)
-    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+class Projection:
+    """``x @ W^T (+ b)`` of one engine weight (``weight`` [N, K] shares the model's storage, so
+    an in-place weight update reaches it). After :meth:`pack` (a CPU engine's
+    ``rollout.packed_weights``) decode-sized products read a blocked copy of the weight
+    (:mod:`slime_std.engine.packed_weights`), which :meth:`pack` refreshes after an update."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.weight_t = weight.t()  # made once: a step calls the BLAS product directly
+        self.packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        self.packed = packed_weights.pack(self.weight)
+
+    def _packed(self, x: torch.Tensor) -> bool:
+        return self.packed is not None and x.shape[0] <= MAX_ROWS
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed(x):
+            return packed_weights.packed_linear(x, cast(torch.Tensor, self.packed), self.bias)
+        if _streamed(x, self.weight):
+            return transposed_linear(x, self.weight, self.bias)
+        if self.bias is None:
+            return torch.mm(x, self.weight_t)
+        return torch.addmm(self.bias, x, self.weight_t)
+
+    def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + x @ W^T (+ b)``, one product where there is no bias and no packing."""
+        if self.bias is not None or self._packed(x):
+            return self(x).add_(residual)
+        if _streamed(x, self.weight):
+            return torch.addmm(residual.t(), self.weight, x.t()).t()
+        return torch.addmm(residual, x, self.weight_t)
 
 
-def _project_add(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor,
-                 bias: torch.Tensor | None, residual: torch.Tensor) -> torch.Tensor:
-    """``residual + x @ weight^T (+ bias)``, one product when there is no bias."""
-    if bias is not None:
-        return _project(x, weight, weight_t, bias).add_(residual)
-    if _streamed(x, weight):
-        return torch.addmm(residual.t(), weight, x.t()).t()
-    return torch.addmm(residual, x, weight_t)
+class _Layer:
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv = Projection(*_fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
+        self.gu = Projection(*_fuse([mlp.gate_proj, mlp.up_proj]))
+        self.o = Projection(attn.o_proj.weight.detach(), attn.o_proj.bias)
+        self.down = Projection(mlp.down_proj.weight.detach(), mlp.down_proj.bias)
+        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        self.scaling = float(attn.scaling)
+        self.inter = mlp.gate_proj.weight.shape[0]
+
+    def projections(self) -> list[Projection]:
+        return [self.qkv, self.gu, self.o, self.down]
+
+    def rotated_qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, h: int,
+                    hkv: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys [N, H + H_kv, D] (normed, when the layer norms them, and rotated:
+        ``cos`` / ``sin`` [N, 1, D], ``sin`` carrying ``rotate_half``'s sign) and the values
+        [N, H_kv * D] of the rows ``x`` [N, hidden]."""
+        qkv = self.qkv(rms_norm(x, self.ln1)).contiguous()
+        qk = qkv[:, : (h + hkv) * d].view(-1, h + hkv, d)
+        if self.q_norm is not None:
+            qk = torch.cat((rms_norm(qk[:, :h], self.q_norm), rms_norm(qk[:, h:], self.k_norm)), 1)
+        return torch.addcmul(qk * cos, qk.roll(d // 2, -1), sin), qkv[:, (h + hkv) * d:]
+
+    def gated(self, x: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of the post-attention norm of ``x``: the down product's input."""
+        gu = self.gu(rms_norm(x, self.ln2))
+        return F.silu(gu[:, : self.inter]) * gu[:, self.inter:]
 
 
 class FusedDecoder:
@@ -178,6 +197,7 @@ class FusedDecoder:
         self.embed = inner.embed_tokens
         self.norm = inner.norm
         self.head = model.get_output_embeddings()
+        self.head_projection = Projection(self.head.weight.detach(), self.head.bias)
         self.rotary = inner.rotary_emb
         self.layers = [_Layer(layer) for layer in inner.layers]
         attn = inner.layers[0].self_attn
@@ -190,6 +210,21 @@ class FusedDecoder:
         self.key_mask: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
         self.length = 0
+
+    def projections(self) -> list[Projection]:
+        """Every product's weight: each layer's four, then the output head."""
+        return [p for layer in self.layers for p in layer.projections()] + [self.head_projection]
+
+    def pack(self, changed: Iterable[torch.Tensor] | None = None) -> None:
+        """Keep each projection's weight packed for the CPU's decode products
+        (``rollout.packed_weights``); with ``changed`` (the tensors a weight update wrote)
+        only those whose weight shares storage with one of them are packed again."""
+        storages = None
+        if changed is not None:
+            storages = {t.untyped_storage().data_ptr() for t in changed}
+        for projection in self.projections():
+            if storages is None or projection.weight.untyped_storage().data_ptr() in storages:
+                projection.pack()
 
     # -- per batch -------------------------------------------------------------------------
     def start(self, batch: int, capacity: int, device: torch.device, dtype: torch.dtype,
@@ -285,8 +320,7 @@ class FusedDecoder:
         return self._logits(self._forward(ids, pos, None)[:, -1])
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        w = self.head.weight
-        return _project(h, w, w.t(), self.head.bias)
+        return self.head_projection(h)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t = ids.shape
@@ -313,8 +347,8 @@ class FusedDecoder:
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                                      scale=layer.scaling)
                 out = out.transpose(1, 2).reshape(b * t, h * d)
-            x = _project_add(out, layer.o_w, layer.o_t, layer.o_b, x)
-            x = _project_add(layer.gated(x), layer.down_w, layer.down_t, layer.down_b, x)
+            x = layer.o.add(out, x)
+            x = layer.down.add(layer.gated(x), x)
         self.length = end
         return rms_norm(x, self.norm).reshape(b, t, -1)
 

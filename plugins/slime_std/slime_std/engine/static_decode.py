@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from slime_core.api import cuda_graph_capture, rms_norm
 
-from slime_std.engine.fused_decoder import FusedDecoder, _project
+from slime_std.engine.fused_decoder import FusedDecoder
 from slime_std.engine.kernels.decode_attention import (  # imports no triton
     decode_attention,
     decode_attention_rope,
@@ -219,7 +219,7 @@ class StaticDecoder:
         for i, layer in enumerate(f.layers):
             cache: Any = self.cache.layers[i]
             if triton and self.fuse_rope and layer.q_norm is None:
-                qkv = _project(rms_norm(x, layer.ln1), layer.qkv_w, layer.qkv_t, layer.qkv_b)
+                qkv = layer.qkv(rms_norm(x, layer.ln1))
                 out = decode_attention_rope(
                     qkv[:, : h * d].view(b, hkv, h // hkv, d),
                     qkv[:, h * d:(h + hkv) * d].view(b, hkv, d),
@@ -240,8 +240,8 @@ class StaticDecoder:
             # the residual is added after the product's own rounding, as transformers' layer
             # (and so the trainer) does: one addmm would round once, and the rollout's
             # log-probs would drift from the trainer's (H200 anchor: mismatch 0.0084 -> 0.0094)
-            x = x + _project(out.reshape(b, h * d), layer.o_w, layer.o_t, layer.o_b)
-            x = x + _project(layer.gated(x), layer.down_w, layer.down_t, layer.down_b)
+            x = x + layer.o(out.reshape(b, h * d))
+            x = x + layer.down(layer.gated(x))
         return f._logits(rms_norm(x, f.norm))
 
     def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor,

@@ -95,8 +95,8 @@ def test_projection_weights_become_views_of_the_fused_tensors():
         attn.k_proj.weight.fill_(0.5)  # an in-place weight update on the model's side
         attn.v_proj.bias.fill_(-2.0)
     q_rows, k_rows = attn.q_proj.weight.shape[0], attn.k_proj.weight.shape[0]
-    assert torch.all(layer.qkv_w[q_rows:q_rows + k_rows] == 0.5)
-    assert torch.all(layer.qkv_b[q_rows + k_rows:] == -2.0)
+    assert torch.all(layer.qkv.weight[q_rows:q_rows + k_rows] == 0.5)
+    assert torch.all(layer.qkv.bias[q_rows + k_rows:] == -2.0)
     assert attn.k_proj.weight.is_contiguous() and not attn.k_proj.weight.requires_grad
     assert set(dict(model.named_parameters())) == {n for n, _ in _model("qwen2_gqa_bias").named_parameters()}
 
