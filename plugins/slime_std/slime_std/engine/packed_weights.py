@@ -2,12 +2,14 @@
 (``rollout.packed_weights``).
 
 A decode step multiplies a few rows (the batch) by every weight of the model, so it is bound
-by reading the weights from memory. On the CPU the row-major product of torch's BLAS streams
-them at a third of what the memory allows: on the 2-core EPYC of the CI box, SmolLM2's 30
-layers of [8, 576] x W^T products took 31 ms a step in bf16 (8.6 GB/s; 41 ms in fp32) while a
-plain sum over the same bytes reads 45 GB/s. oneDNN's linear over a weight reordered once
-into its blocked layout (the form inductor's CPU freezing uses) reads them at 18.6 GB/s in
-bf16 (14.4 ms a step), 22.6 GB/s in fp32 (23.8 ms) (``bench/cpu_packed_weights.py``).
+by reading the weights from memory. On the CPU torch's product streams them well below what
+the memory gives: on a 2-core EPYC with avx512_bf16, a SmolLM2-shaped step's products (8
+rows, 30 layers and the head) took 26.0 ms in bf16 (10.3 GB/s; 39.7 ms, 13.5 GB/s in fp32)
+while a sum over the same bytes read 28-31 GB/s. oneDNN's linear over a weight reordered once
+into its blocked layout (the form inductor's CPU freezing uses) took 14.5 ms (18.5 GB/s) and
+25.6 ms (21.0 GB/s); one generate of 8 x 128 tokens 6.2 -> 4.1 s and 8.3 -> 5.2 s
+(``bench/cpu_packed_weights.py``). An older AVX2-only VM saw no gain from packing (bench
+README, 2026-11-30): the gain is the CPU's.
 
 The packed tensor is a copy (the engine's weight memory doubles), so every weight update is
 followed by a repack of what it changed (SmolLM2 whole: 0.11 s bf16, 0.16 s fp32). Same sums
