@@ -129,3 +129,34 @@ def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
         runs[True] = _two_steps(tmp_path, {}, trainer)
     assert trainer.graphed is None and len(calls) == 2 and calls[0] != calls[1]
     _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
+
+
+def test_no_micro_batch_graph_lives_into_the_next_forward(tmp_path, monkeypatch):
+    """A micro-batch's loss and its autograd graph are gone when the next one's
+    forward begins: a graph still alive keeps the parameters' gradient accumulators of the
+    eager pass, and a capture of a new bucket reusing them orders the default stream after
+    the capture (a CUDA error on an H100: the 0.5B anchor's second bucket)."""
+    import weakref
+
+    from slime_std.trainer import torch_trainer
+
+    trainer = _trainer(tmp_path, {"shared_prefix": False})
+    assert len(trainer._plan(_group_batch(0).tokens, _group_batch(0).response_lengths,
+                             False)) > 1
+    alive: list[weakref.ref] = []
+    forwards = []
+    real_forward, real_loss = torch_trainer.response_log_probs, torch_trainer.compute_loss
+
+    def forward(*args, **kwargs):
+        forwards.append(sum(r() is not None for r in alive))
+        return real_forward(*args, **kwargs)
+
+    def loss(config, mb, lps, ents):
+        out = real_loss(config, mb, lps, ents)
+        alive.append(weakref.ref(out[0]))  # the loss: its graph holds the whole pass
+        return out
+
+    monkeypatch.setattr(torch_trainer, "response_log_probs", forward)
+    monkeypatch.setattr(torch_trainer, "compute_loss", loss)
+    _two_steps(tmp_path, {}, trainer)
+    assert len(forwards) > 2 and forwards == [0] * len(forwards)
