@@ -391,8 +391,10 @@ case "${1:-}" in
     timeout 100 python3 -m pytest -x -q -p no:cacheprovider --tb=short \
       plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
       2>&1 | grep -v "^  warnings.warn\|Warning" | tail -45 | cut -c1-300
-    timeout 300 python3 bench/gpu_anchor.py --variants rollout_pdl_graphs,rollout_pdl_graphs_async \
-      --steps 3 --warmup 1 --out "$OUT/anchor_ninth.jsonl" 2>&1 | tail -5 | cut -c1-600
+    for v in rollout_pdl_graphs rollout_pdl_graphs_async; do
+      PYTHONFAULTHANDLER=1 timeout 170 python3 bench/gpu_anchor.py --variants $v --steps 3 \
+        --warmup 1 --out "$OUT/anchor_ninth.jsonl" 2>&1 | tail -3 | cut -c1-600
+    done
     python3 - "$OUT/anchor_ninth.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
