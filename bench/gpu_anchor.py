@@ -600,6 +600,13 @@ def main() -> None:
         print("RESULT " + json.dumps(check_graphs(work, a.smoke)), flush=True)
         return
     if a.worker:
+        # SLIME_BENCH_DUMP_AFTER=S: every thread's stack to stderr after S seconds, then exit
+        # (what a hung variant was doing; the parent reports the worker's stderr)
+        if os.environ.get("SLIME_BENCH_DUMP_AFTER"):
+            import faulthandler
+
+            faulthandler.dump_traceback_later(float(os.environ["SLIME_BENCH_DUMP_AFTER"]),
+                                              exit=True)
         steps = tuple(int(x) for x in a.profile_steps.split(",")) if a.profile_steps else None
         if steps is not None and len(steps) != 2:
             raise SystemExit(f"--profile-steps takes two rollout ids A,B; got {a.profile_steps!r}")

@@ -392,7 +392,7 @@ case "${1:-}" in
       plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
       2>&1 | grep -v "^  warnings.warn\|Warning" | tail -45 | cut -c1-300
     for v in rollout_pdl_graphs rollout_pdl_graphs_async; do
-      PYTHONFAULTHANDLER=1 timeout 140 python3 bench/gpu_anchor.py --variants $v --steps 2 \
+      SLIME_BENCH_DUMP_AFTER=120 timeout 140 python3 bench/gpu_anchor.py --variants $v --steps 2 \
         --warmup 1 --out "$OUT/anchor_ninth.jsonl" 2>&1 | tail -3 | cut -c1-600
     done
     python3 - "$OUT/anchor_ninth.jsonl" <<'PY'
@@ -400,7 +400,7 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r.get("what") == "variant_failed":
-        print("FAILED", r["variant"], r["stderr"][-1500:])
+        print("FAILED", r["variant"], r["stderr"][-5000:])
 PY
     ;;
   gputests)
