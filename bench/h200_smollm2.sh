@@ -391,7 +391,7 @@ case "${1:-}" in
     timeout 45 python3 -m pytest -x -q -p no:cacheprovider --tb=short \
       plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
       2>&1 | grep -v "^  warnings.warn\|Warning" | tail -45 | cut -c1-300
-    for v in rollout_pdl_graphs:100 rollout_pdl_graphs_async:90; do
+    for v in ${NINTH_VARIANTS:-rollout_pdl_graphs:100 rollout_pdl_graphs_async:90}; do
       SLIME_BENCH_DUMP_AFTER=$((${v#*:} - 12)) timeout ${v#*:} python3 bench/gpu_anchor.py \
         --variants ${v%:*} --steps 2 --warmup 1 --out "$OUT/anchor_ninth.jsonl" 2>&1 \
         | tail -3 | cut -c1-600
