@@ -196,6 +196,7 @@ VARIANTS.update({
     # k's training (with "tis", as docs/executors.md pairs them)
     "rollout_pdl_graphs_async": _variant("rollout_pdl", train={"cuda_graphs": True},
                                          run={"async_rollout": True},
+                                         rollout={"engine_stream": True},
                                          algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),

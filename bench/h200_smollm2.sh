@@ -372,7 +372,8 @@ case "${1:-}" in
       --out "$OUT/record/smollm2_tf32" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit" | cut -c1-700
     timeout 120 python3 bench/smollm2_vs_trl.py --precision tf32 --frameworks slime \
       --label slime_async --out "$OUT/record/smollm2_tf32_async" \
-      --slime-set run.async_rollout=true --slime-set 'algorithm.is_correction="tis"' 2>&1 \
+      --slime-set run.async_rollout=true --slime-set 'algorithm.is_correction="tis"' \
+      --slime-set rollout.engine_stream=true 2>&1 \
       | grep -E "^slime|startup|exit|Error" | cut -c1-700
     ;;
   anchor_overlap)

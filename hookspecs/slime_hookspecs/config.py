@@ -121,6 +121,7 @@ class RolloutConfig(Protocol):
     dtype: str
     dtype_rounding: str
     packed_weights: bool | str
+    engine_stream: bool
     async_threads: int
 
 

@@ -24,13 +24,14 @@ def _cuda_engine(engine_config, **run):
     from slime_std.accelerators.devices import TorchAccelerator
     from slime_std.engine.local_engine import LocalEngine
 
-    config = engine_config(run=run, rollout={"cuda_graphs": True})
+    config = engine_config(run=run, rollout={"cuda_graphs": True, "engine_stream": True})
     return LocalEngine(config, 0, TorchAccelerator("cuda", fused_optimizer=True))
 
 
 def test_the_cpu_and_the_synchronous_schedule_keep_the_callers_stream(make_engine):
-    assert make_engine(run={"async_rollout": True})._stream is None  # no streams on a CPU
-    assert make_engine()._stream is None
+    on = {"engine_stream": True}
+    assert make_engine(run={"async_rollout": True}, rollout=on)._stream is None  # a CPU
+    assert make_engine(rollout=on)._stream is None
 
 
 @cuda
