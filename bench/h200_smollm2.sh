@@ -21,7 +21,7 @@
 #   bash bench/h200_smollm2.sh overlap   # device call 2, carry [".mdl/b", ".whl"]: one-step-off on one GPU (engine stream)
 #   bash bench/h200_smollm2.sh eighth    # device call 2, carry [".mdl/b", ".whl"]: GPU tests, record, one-step-off record
 #   bash bench/h200_smollm2.sh anchor_overlap   # one call, no carry: GPU tests, the 0.5B anchor sync vs one-step-off
-#   bash bench/h200_smollm2.sh ninth     # one call, no carry: the engine-stream test's failure in full, the anchor again
+#   bash bench/h200_smollm2.sh ninth     # no carry: the engine-stream test in full, the anchor
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
