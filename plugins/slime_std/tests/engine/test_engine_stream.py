@@ -1,6 +1,7 @@
-"""A GPU engine under a schedule that generates while the trainer trains generates on a CUDA
-stream of its own (``LocalEngine._on_stream``), so the decode overlaps the training on the
-device; the synchronous schedule and the CPU keep the caller's stream.
+"""With ``rollout.engine_stream``, a GPU engine under a schedule that generates while the
+trainer trains generates on a CUDA stream of its own (``LocalEngine._on_stream``), so the
+decode overlaps the training on the device; the synchronous schedule and the CPU keep the
+caller's stream.
 
 Which stream waits for which is checked on the CPU with stand-in streams. The overlap itself
 needs a GPU: there a generate on a worker thread, beside a main thread that keeps the default
