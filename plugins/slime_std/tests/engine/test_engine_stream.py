@@ -35,6 +35,30 @@ def test_the_cpu_and_the_synchronous_schedule_keep_the_callers_stream(make_engin
     assert make_engine(rollout=on)._stream is None
 
 
+def _generate_on_a_worker(engine, busy=None, x=None):
+    """``engine.generate`` on a new thread, the main thread keeping the default stream busy
+    with products meanwhile (``busy`` @ ``x``, 200 times, when given); the outputs and
+    ``busy``, or the worker's exception raised here (a failing worker names its own error,
+    not a missing result)."""
+    out: dict[str, object] = {}
+
+    def work():
+        try:
+            out["r"] = engine.generate(PROMPTS, GREEDY)
+        except BaseException as e:  # re-raised on the main thread
+            out["error"] = e
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    if busy is not None:
+        for _ in range(200):
+            busy = torch.tanh(busy @ x) * 0.01
+    worker.join()
+    if "error" in out:
+        raise out["error"]
+    return out["r"], busy
+
+
 @cuda
 def test_only_an_overlapping_schedule_gets_a_stream(engine_config):
     assert _cuda_engine(engine_config)._stream is None
@@ -56,14 +80,7 @@ def test_a_worker_generate_beside_busy_training_matches_the_serial_calls(engine_
 
     x = torch.randn(2048, 2048, device="cuda")
     for _ in range(3):  # the static decoders captured (their first call), then replayed
-        out: dict[str, object] = {}
-        worker = threading.Thread(target=lambda: out.update(r=engine.generate(PROMPTS, GREEDY)))
-        busy = x
-        worker.start()
-        for _ in range(200):  # the default stream kept busy while the worker decodes
-            busy = torch.tanh(busy @ x) * 0.01
-        worker.join()
-        got = out["r"]
+        got, busy = _generate_on_a_worker(engine, x, x)
         assert [o.token_ids for o in got] == [o.token_ids for o in want]
         torch.testing.assert_close(torch.tensor([o.log_probs for o in got]),
                                    torch.tensor([o.log_probs for o in want]), atol=1e-5, rtol=0)
@@ -72,10 +89,8 @@ def test_a_worker_generate_beside_busy_training_matches_the_serial_calls(engine_
     for _ in range(200):
         busy = torch.tanh(busy @ x) * 0.01
     engine.update_weights(new, 1)
-    worker = threading.Thread(target=lambda: out.update(r=engine.generate(PROMPTS, GREEDY)))
-    worker.start()
-    worker.join()
-    assert [o.token_ids for o in out["r"]] == [o.token_ids for o in want_after]
+    got, _ = _generate_on_a_worker(engine)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want_after]
     torch.cuda.synchronize()
     assert torch.isfinite(busy).all()
 
