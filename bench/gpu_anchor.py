@@ -198,6 +198,11 @@ VARIANTS.update({
                                          run={"async_rollout": True},
                                          rollout={"engine_stream": True},
                                          algorithm={"is_correction": "tis"}),
+    # one-step-off with the decode and the training on the one default stream (no
+    # rollout.engine_stream): the host work overlaps, the kernels queue
+    "rollout_pdl_graphs_async1": _variant("rollout_pdl", train={"cuda_graphs": True},
+                                          run={"async_rollout": True},
+                                          algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })

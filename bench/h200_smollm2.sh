@@ -389,12 +389,13 @@ case "${1:-}" in
     # issue 43, one call, no carry: the engine-stream GPU test's failure in full (the eighth
     # call showed only its name), then the 0.5B anchor synchronous and one-step-off after
     # the trainer's mend (a micro-batch's graph no longer lives into the next capture)
-    timeout 45 python3 -m pytest -x -q -p no:cacheprovider --tb=short \
+    timeout 90 python3 -m pytest -q -p no:cacheprovider --tb=short \
       plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+      plugins/slime_std/tests/trainer/test_trainer_cuda_graphs.py \
       2>&1 | grep -v "^  warnings.warn\|Warning" | tail -45 | cut -c1-300
     for v in ${NINTH_VARIANTS:-rollout_pdl_graphs:100 rollout_pdl_graphs_async:90}; do
       SLIME_BENCH_DUMP_AFTER=$((${v#*:} - 12)) timeout ${v#*:} python3 bench/gpu_anchor.py \
-        --variants ${v%:*} --steps 2 --warmup 1 --out "$OUT/anchor_ninth.jsonl" 2>&1 \
+        --variants ${v%:*} --steps ${NINTH_STEPS:-2} --warmup 1 --out "$OUT/anchor_ninth.jsonl" 2>&1 \
         | tail -3 | cut -c1-600
     done
     python3 - "$OUT/anchor_ninth.jsonl" <<'PY'

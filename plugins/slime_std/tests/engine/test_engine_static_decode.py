@@ -230,3 +230,25 @@ def test_fused_static_steps_with_the_triton_attention_and_its_column_splits(make
         assert s.token_ids == d.token_ids
         torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
                                    atol=1e-5, rtol=0)
+
+
+def test_the_triton_attentions_head_dims_and_a_models_head_dim():
+    """A head dim the decode attention kernel cannot take leaves a GPU engine on SDPA (the
+    engine checks the model's at construction; ``auto`` resolves before the model is read):
+    what the kernel takes, and the head dim read from a config with and without
+    ``head_dim``. (The GPU engine's fallback itself runs in ``test_engine_stream.py``, whose
+    tiny model has head dim 8.)"""
+    from types import SimpleNamespace
+
+    from slime_std.engine.kernels.decode_attention import head_dim_unsupported
+    from slime_std.engine.local_engine import _head_dim
+
+    assert [d for d in (8, 16, 24, 64, 96, 128, 256) if head_dim_unsupported(d) is None] == [
+        16, 64, 128, 256]
+    assert "head dim 8" in str(head_dim_unsupported(8))
+    assert _head_dim(SimpleNamespace(hidden_size=32, num_attention_heads=4)) == 8
+    assert _head_dim(SimpleNamespace(hidden_size=32, num_attention_heads=4, head_dim=None)) == 8
+    assert _head_dim(SimpleNamespace(hidden_size=1024, num_attention_heads=16,
+                                     head_dim=128)) == 128
+    assert _head_dim(SimpleNamespace(**TINY_QWEN2)) == (
+        TINY_QWEN2["hidden_size"] // TINY_QWEN2["num_attention_heads"])

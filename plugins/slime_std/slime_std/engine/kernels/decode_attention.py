@@ -221,6 +221,14 @@ def num_splits(programs: int, length: int, device: torch.device) -> int:
     return max(1, min(want, -(-length // MIN_SPLIT_COLS), MAX_SPLITS))
 
 
+def head_dim_unsupported(d: int) -> str | None:
+    """Why the kernel cannot take a head dimension of ``d`` (None: it can): its tiles span
+    the head dimension in one power-of-two block of at least 16."""
+    if d & (d - 1) or d < 16:
+        return f"head dim {d} is not a power of two >= 16"
+    return None
+
+
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
             scale: float, splits: int | None = None,
             rope: tuple[torch.Tensor, ...] | None = None, *, block_n: int | None = None,
@@ -235,8 +243,8 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     launch where :func:`slime_core.api.pdl_supported` (else ignored)."""
     b, hkv, groups, d = q.shape
     length = k.shape[2]
-    if d & (d - 1) or d < 16:
-        raise ValueError(f"decode attention kernel: head dim {d} is not a power of two >= 16")
+    if (why := head_dim_unsupported(d)) is not None:
+        raise ValueError(f"decode attention kernel: {why}")
     if k.stride(-1) != 1 or v.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("decode attention kernel: the head dimension must be contiguous")
     if rope is not None:
