@@ -613,6 +613,11 @@ def main() -> None:
 
             faulthandler.dump_traceback_later(float(os.environ["SLIME_BENCH_DUMP_AFTER"]),
                                               exit=True)
+        # SLIME_BENCH_SWITCH_INTERVAL=S: the interpreter's thread switch interval (5 ms by
+        # default): how long a one-step-off decode thread may wait for the GIL while the
+        # training thread runs Python
+        if os.environ.get("SLIME_BENCH_SWITCH_INTERVAL"):
+            sys.setswitchinterval(float(os.environ["SLIME_BENCH_SWITCH_INTERVAL"]))
         steps = tuple(int(x) for x in a.profile_steps.split(",")) if a.profile_steps else None
         if steps is not None and len(steps) != 2:
             raise SystemExit(f"--profile-steps takes two rollout ids A,B; got {a.profile_steps!r}")

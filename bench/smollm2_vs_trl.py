@@ -262,6 +262,13 @@ def run_frameworks(a: argparse.Namespace, script: str,
     if not (model / "config.json").exists():
         raise SystemExit(f"{model} is missing: run python examples/smollm2/convert.py first")
     if a.worker:
+        # SLIME_BENCH_DUMP_AFTER=S: every thread's stack to stderr after S seconds, then exit
+        # (what a hung run was doing)
+        if os.environ.get("SLIME_BENCH_DUMP_AFTER"):
+            import faulthandler
+
+            faulthandler.dump_traceback_later(float(os.environ["SLIME_BENCH_DUMP_AFTER"]),
+                                              exit=True)
         with curves.open("a") as f:
             def emit(**kw: Any) -> None:
                 line = json.dumps(kw)

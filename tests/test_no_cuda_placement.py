@@ -166,7 +166,8 @@ ALLOWED: list[tuple[str, str, str]] = [
      'overlapping and self.device.type == "cuda"',
      "the engine's own stream under an overlapping schedule, where the engine's device is "
      "already cuda"),
-    ("plugins/slime_std/slime_std/engine/local_engine.py", "torch.cuda.Stream(self.device)",
+    ("plugins/slime_std/slime_std/engine/local_engine.py",
+     "torch.cuda.Stream(self.device, priority=-1)",
      "that stream, on the engine's (cuda) device"),
     ("plugins/slime_std/slime_std/engine/local_engine.py", "torch.cuda.current_stream(self.device)",
      "the caller's stream that the engine's stream is ordered against"),

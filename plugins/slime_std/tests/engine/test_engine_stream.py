@@ -62,7 +62,8 @@ def _generate_on_a_worker(engine, busy=None, x=None):
 @cuda
 def test_only_an_overlapping_schedule_gets_a_stream(engine_config):
     assert _cuda_engine(engine_config)._stream is None
-    assert _cuda_engine(engine_config, async_rollout=True)._stream is not None
+    stream = _cuda_engine(engine_config, async_rollout=True)._stream
+    assert stream is not None and stream.priority < 0  # above the default stream's 0
     assert _cuda_engine(engine_config, rollout_mode="one_step_off")._stream is not None
 
 
