@@ -6,9 +6,13 @@
 * the reward: the share of digit characters in the completion (cheap, the same in TRL), the
   record ``bench_digit_share`` that the plugin names in ``rollout.reward``;
 * timing: a timestamp (wall and process CPU time) at the end of every weight sync (the initial one and the one that ends
-  each step) and the wall time of each phase; with ``cuda=True`` every timestamp is taken after
-  ``torch.cuda.synchronize()`` so queued GPU work is counted in the phase that queued it, and
-  the caching allocator's device allocations, frees and retries per phase are counted;
+  each step) and the wall time of each phase; with ``cuda=True`` the training's and the
+  weight sync's timestamps are taken after their thread's stream synchronizes, so queued GPU
+  work is counted in the phase that queued it, and the caching allocator's device
+  allocations, frees and retries per phase are counted. The rollout's are not: its outputs
+  reach the host before it ends, and under one-step-off it runs on a worker thread beside
+  the training, where a device-wide synchronize (what every timestamp took until 2026-12-07)
+  held each decode's start behind the training queued so far;
 * the trained tokens per step (prompt + response of every sample), for FLOP counts.
 """
 
@@ -94,11 +98,11 @@ class BenchPlugin:
         self._gc_total += time.perf_counter() - self._gc_start
         self._gc_full += info["generation"] == 2
 
-    def _now(self) -> float:
-        if self.cuda:
+    def _now(self, phase: str) -> float:
+        if self.cuda and phase != "rollout":
             import torch
 
-            torch.cuda.synchronize()
+            torch.cuda.current_stream().synchronize()
         return time.perf_counter()
 
     def _alloc_counts(self) -> dict[str, int]:
@@ -110,14 +114,14 @@ class BenchPlugin:
                  "reserved_bytes.all.current")}
 
     def _start(self, phase: str) -> None:
-        self._t0[phase] = self._now()
+        self._t0[phase] = self._now(phase)
         self._c0[phase] = time.process_time()
         self._g0[phase] = (self._gc_total, self._gc_full)
         if self.cuda:
             self._a0[phase] = self._alloc_counts()
 
     def _stop(self, phase: str) -> float:
-        t = self._now()
+        t = self._now(phase)
         self.phases[phase].append(t - self._t0.pop(phase))
         self.phase_cpu[phase].append(time.process_time() - self._c0.pop(phase))
         gc_s, full = self._g0.pop(phase)

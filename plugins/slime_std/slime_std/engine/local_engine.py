@@ -230,10 +230,9 @@ class LocalEngine:
             torch.get_num_threads()
         # rollout.engine_stream, on a GPU: generate on a stream of the engine's own, so that
         # the decode's kernels run beside the trainer's instead of queueing behind them on
-        # the default stream. At a high priority: an H100 one-step-off 0.5B anchor step on a
-        # stream of default priority took 0.78 s against 0.84 synchronously, its decode 0.41
-        # -> 0.78 s (a decode step's small kernels waiting behind the training's blocks);
-        # a higher priority lets them take the SMs the training's blocks free first
+        # the default stream. At a high priority, so that a decode step's small kernels take
+        # the SMs the training's blocks free first instead of waiting behind them (the decode
+        # is latency-bound, the training throughput-bound; not yet measured apart)
         self._stream: Any = None
         if overlapping and self.device.type == "cuda" and config.rollout.engine_stream:
             self._stream = torch.cuda.Stream(self.device, priority=-1)
