@@ -108,7 +108,10 @@ def resolve_engine(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
 
     if local:
         triton, why = _kernels(accelerator.device_type)
-        choose("rollout.decode_attention", "triton" if triton else "sdpa", why)
+        head = _head_dim_unsupported(config) if triton else None
+        choose("rollout.decode_attention", "triton" if triton and head is None else "sdpa",
+               why if head is None else f"the decode attention kernel cannot take the model: "
+               f"{head}")
         choose("rollout.sample_kernel", "triton" if triton else "torch", why)
         choose("rollout.packed_weights", *_packed_weights(config, accelerator))
     return choices
@@ -231,6 +234,23 @@ def configure(config: Any, part: Callable[[Any, AcceleratorRecord], list[Choice]
         return
     for choice in part(config, record):
         config_notice(choice.line())
+
+
+def _head_dim_unsupported(config: Any) -> str | None:
+    """Why the Triton decode attention cannot take ``model.path``'s head dim, read from its
+    ``config.json`` (None: it can, or the file does not say; the engine checks the loaded
+    model again)."""
+    import json
+    from pathlib import Path
+
+    from slime_std.engine.kernels.decode_attention import head_dim_unsupported
+
+    try:
+        model = json.loads((Path(str(config.model.path)) / "config.json").read_text())
+        d = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    return head_dim_unsupported(int(d))
 
 
 def _kernels(device_type: str) -> tuple[bool, str]:

@@ -196,3 +196,27 @@ def test_packed_weights_are_a_cpus_where_onednn_takes_the_dtype():
     assert _resolved("cpu", rollout={"dtype": "float16"})[1]["rollout.packed_weights"] is False
     # a value the user set is kept
     assert "rollout.packed_weights" not in _resolved("cpu", rollout={"packed_weights": False})[1]
+
+
+def test_a_head_dim_the_decode_attention_cannot_take_resolves_to_sdpa(monkeypatch, tmp_path):
+    """``auto`` reads the model's head dim from its ``config.json``: where the Triton kernel
+    cannot take it, ``sdpa`` (so ``config.toml`` records what runs); a model directory that
+    does not say keeps ``triton`` (the engine checks the loaded model again)."""
+    import json
+
+    monkeypatch.setattr(fast_defaults, "_kernels", lambda device_type: (True, "triton runs"))
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "config.json").write_text(json.dumps({"hidden_size": 32,
+                                                   "num_attention_heads": 4}))
+    _, chosen = _resolved("cuda", model={"path": str(small)})
+    assert chosen["rollout.decode_attention"] == "sdpa"
+    assert chosen["rollout.sample_kernel"] == "triton"  # the sampler has no head dim
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4,
+                                                  "head_dim": 128}))
+    _, chosen = _resolved("cuda", model={"path": str(wide)})
+    assert chosen["rollout.decode_attention"] == "triton"
+    _, chosen = _resolved("cuda", model={"path": str(tmp_path / "missing")})
+    assert chosen["rollout.decode_attention"] == "triton"

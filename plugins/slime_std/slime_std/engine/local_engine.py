@@ -169,8 +169,9 @@ class LocalEngine:
                 and self._moe is None):
             setting = str(config.rollout.decode_attention)
             triton = choose_kernel(setting, self.device, "rollout.decode_attention")
-            # "auto" resolves before the model is read: a head dim the kernel cannot take
-            # leaves the decode steps to SDPA, said once here rather than failing mid-rollout
+            # a head dim the kernel cannot take ("triton" given, or an "auto" resolved without
+            # the model's config.json) leaves the decode steps to SDPA, said once here rather
+            # than failing mid-rollout
             why = head_dim_unsupported(_head_dim(model.config)) if triton else None
             if why is not None:
                 warnings.warn(f"rollout.decode_attention = {setting!r}: the Triton kernel "
