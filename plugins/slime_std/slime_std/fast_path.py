@@ -242,15 +242,17 @@ def _head_dim_unsupported(config: Any) -> str | None:
     model again)."""
     import json
     from pathlib import Path
+    from types import SimpleNamespace
 
+    from slime_std.engine.floors import config_head_dim
     from slime_std.engine.kernels.decode_attention import head_dim_unsupported
 
     try:
         model = json.loads((Path(str(config.model.path)) / "config.json").read_text())
-        d = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        d = config_head_dim(SimpleNamespace(**model))
+    except (OSError, ValueError, AttributeError, TypeError, ZeroDivisionError):
         return None
-    return head_dim_unsupported(int(d))
+    return head_dim_unsupported(d)
 
 
 def _kernels(device_type: str) -> tuple[bool, str]:

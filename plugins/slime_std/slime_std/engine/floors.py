@@ -62,6 +62,13 @@ class ModelCost:
         return float(rows * self.vocab * 4), 0.0
 
 
+def config_head_dim(cfg: Any) -> int:
+    """The attention heads' dimension of a transformers config (or a namespace of its
+    ``config.json``): ``head_dim`` where the family sets one apart, else ``hidden_size /
+    num_attention_heads``."""
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
 def model_cost(model: Any, dtype: torch.dtype) -> ModelCost | None:
     """The :class:`ModelCost` of a dense transformers causal LM; None when its shape is not
     readable (no ``.model.layers``, no head count)."""
@@ -72,7 +79,7 @@ def model_cost(model: Any, dtype: torch.dtype) -> ModelCost | None:
     if layers is None or not heads or not hidden:
         return None
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    head_dim = config_head_dim(cfg)
     embed = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     head_w = head.weight if head is not None else embed

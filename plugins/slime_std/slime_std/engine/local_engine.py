@@ -69,6 +69,7 @@ from slime_hookspecs import Config, GenerateOutput, SamplingParams
 
 from slime_std.engine import packed_weights
 from slime_std.engine.decoding import Request, decode
+from slime_std.engine.floors import config_head_dim
 from slime_std.engine.fused_decoder import FusedDecoder, unsupported
 from slime_std.engine.kernels.decode_attention import head_dim_unsupported
 from slime_std.engine.output_head import stream_output_head
@@ -111,13 +112,6 @@ def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
     if extra is not None:
         ids.extend(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]))
     return list(dict.fromkeys(ids))
-
-
-def _head_dim(model_config: Any) -> int:
-    """The attention heads' dimension of a transformers config (``head_dim`` where the family
-    sets one apart from ``hidden_size / num_attention_heads``)."""
-    d = getattr(model_config, "head_dim", None)
-    return int(d) if d else int(model_config.hidden_size) // int(model_config.num_attention_heads)
 
 
 class LocalEngine:
@@ -172,7 +166,7 @@ class LocalEngine:
             # a head dim the kernel cannot take ("triton" given, or an "auto" resolved without
             # the model's config.json) leaves the decode steps to SDPA, said once here rather
             # than failing mid-rollout
-            why = head_dim_unsupported(_head_dim(model.config)) if triton else None
+            why = head_dim_unsupported(config_head_dim(model.config)) if triton else None
             if why is not None:
                 warnings.warn(f"rollout.decode_attention = {setting!r}: the Triton kernel "
                               f"cannot take this model ({why}); decode steps use SDPA",

@@ -240,8 +240,8 @@ def test_the_triton_attentions_head_dims_and_a_models_head_dim():
     tiny model has head dim 8.)"""
     from types import SimpleNamespace
 
+    from slime_std.engine.floors import config_head_dim as _head_dim
     from slime_std.engine.kernels.decode_attention import head_dim_unsupported
-    from slime_std.engine.local_engine import _head_dim
 
     assert [d for d in (8, 16, 24, 64, 96, 128, 256) if head_dim_unsupported(d) is None] == [
         16, 64, 128, 256]
