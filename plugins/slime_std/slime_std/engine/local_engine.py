@@ -103,6 +103,24 @@ def _engine_weights(config: Config, model: torch.nn.Module, weights: Mapping[str
     return weights if out is None else out
 
 
+def _one_per_target(tensors: dict[str, torch.Tensor],
+                    state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with one name per tensor of the model: of names that share one (tied
+    embeddings: ``lm_head.weight`` is ``model.embed_tokens.weight``), the last given, which
+    is what copying them in turn, as ``load_state_dict`` does, leaves. One multi-tensor copy
+    into the same memory twice is a race on a GPU: the copies' blocks interleave, so the
+    engine would serve a mix of the two (the engine-stream GPU test caught it), and a tied
+    tensor's bytes would be copied twice."""
+    last: dict[tuple[int, tuple[int, ...]], str] = {}
+    for name in tensors:
+        target = state[name]
+        last[(target.data_ptr(), tuple(target.shape))] = name
+    if len(last) == len(tensors):
+        return tensors
+    kept = set(last.values())
+    return {n: t for n, t in tensors.items() if n in kept}
+
+
 def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
     ids: list[int] = []
     if tokenizer is not None and tokenizer.eos_token_id is not None:
@@ -470,6 +488,7 @@ class LocalEngine:
                         f"{tuple(state[name].shape)}"
                     )
                 tensors[name] = tensor
+            tensors = _one_per_target(tensors, state)
             if self._stochastic:
                 tensors = self._rounded(tensors, state, version)
             # one multi-tensor copy: load_state_dict walks every module and copies tensor by

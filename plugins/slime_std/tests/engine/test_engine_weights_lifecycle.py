@@ -56,6 +56,29 @@ def test_update_weights_takes_a_subset(make_engine):
     assert engine.weight_version() == 1
 
 
+def test_tied_names_are_written_once_from_the_last_given(make_engine):
+    """``lm_head.weight`` is ``model.embed_tokens.weight`` in the tied test model: the two
+    names target one tensor, written once (one multi-tensor copy into the same memory twice
+    races on a GPU), from the last given, as copying them in turn would leave it."""
+    engine = make_engine()
+    state = engine._model.state_dict(keep_vars=True)
+    assert state["lm_head.weight"] is state["model.embed_tokens.weight"]
+    first = torch.full_like(state["lm_head.weight"], 0.25)
+    last = torch.full_like(first, -0.5)
+    engine.update_weights({"model.embed_tokens.weight": first, "lm_head.weight": last}, 1)
+    assert torch.equal(engine._model.get_input_embeddings().weight, last)
+    engine.update_weights({"lm_head.weight": first, "model.embed_tokens.weight": last}, 2)
+    assert torch.equal(engine._model.get_output_embeddings().weight, last)
+    assert engine.weight_version() == 2
+    # what the copy is given: one name per tensor (a CPU's copy would hide a second write)
+    from slime_std.engine.local_engine import _one_per_target
+
+    both = {"lm_head.weight": first, "model.embed_tokens.weight": last, "model.norm.weight":
+            torch.ones_like(state["model.norm.weight"])}
+    assert list(_one_per_target(both, state)) == ["model.embed_tokens.weight",
+                                                  "model.norm.weight"]
+
+
 def test_update_weights_rejects_bad_tensors_naming_them(make_engine):
     engine = make_engine()
     before = greedy_tokens(engine)
