@@ -203,6 +203,10 @@ VARIANTS.update({
     "rollout_pdl_graphs_async1": _variant("rollout_pdl", train={"cuda_graphs": True},
                                           run={"async_rollout": True},
                                           algorithm={"is_correction": "tis"}),
+    # train.compile beside the graphs: each bucket's decoder compiled at its shape, then
+    # captured (inductor's fused norms, activations and residual additions, replayed)
+    "rollout_pdl_graphs_compiled": _variant("rollout_pdl",
+                                            train={"cuda_graphs": True, "compile": True}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })

@@ -23,6 +23,7 @@
 #   bash bench/h200_smollm2.sh anchor_overlap   # one call, no carry: GPU tests, the 0.5B anchor sync vs one-step-off
 #   bash bench/h200_smollm2.sh ninth     # no carry: the engine-stream test in full, the anchor
 #   bash bench/h200_smollm2.sh tenth     # no carry: that test alone, the anchor sync / one-step-off, a profile
+#   bash bench/h200_smollm2.sh eleventh  # no carry: that test, the anchor with train.compile beside the graphs
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -440,6 +441,31 @@ for path in sys.argv[1:]:
         r = json.loads(line)
         if r.get("what") == "variant_failed":
             print("FAILED", path, r["variant"], r["stderr"][-4000:])
+PY
+    ;;
+  eleventh)
+    # issue 43, one call, no carry (~9 min): the engine-stream GPU test (its weight update
+    # wrote the tied embedding twice in one multi-tensor copy, a race; now once); the training
+    # graphs' capture of a compiled decoder (gradients against eager, tiny bf16 model); the
+    # 0.5B anchor with train.compile beside the graphs (each bucket compiled at its shape,
+    # then captured), then the graphs alone, 5 steps each
+    timeout 60 python3 -m pytest -x -q -p no:cacheprovider --tb=short \
+      plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 \
+      | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -25 | cut -c1-300
+    timeout 90 python3 bench/train_graphs.py --tiny --dtype bfloat16 --compile --reps 5 2>&1 \
+      | grep -E '"what"|Error' | tail -3 | cut -c1-400
+    for v in rollout_pdl_graphs_compiled:${ELEVENTH_COMPILED_S:-300} rollout_pdl_graphs:130; do
+      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
+        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_eleventh.jsonl" 2>&1 \
+        | grep -E "^variant|^rollout_pdl|first step|Error|error" | tail -6 | cut -c1-300
+    done
+    python3 - "$OUT"/anchor_eleventh.jsonl <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("what") == "variant_failed":
+            print("FAILED", r["variant"], r["stderr"][-3000:])
 PY
     ;;
   gputests)

@@ -11,6 +11,7 @@ responses of 8-32 tokens.
     python bench/train_graphs.py --model examples/smollm2/model --reps 20
     python bench/train_graphs.py --tiny     # a random 2-layer Llama (plumbing; any device)
     python bench/train_graphs.py --shared-prefix --matmul-precision high   # the two passes, TF32
+    python bench/train_graphs.py --tiny --dtype bfloat16 --compile   # each bucket compiled first
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def main() -> None:
     ap.add_argument("--shared-prefix", action="store_true",
                     help="the shared-prefix forward both ways (two passes, graphed or eager)")
     ap.add_argument("--matmul-precision", default="highest", help="high: TF32 products")
+    ap.add_argument("--compile", action="store_true",
+                    help="each bucket's decoder compiled at its shape before its capture "
+                         "(train.compile beside train.cuda_graphs)")
     a = ap.parse_args()
     torch.set_float32_matmul_precision(a.matmul_precision)
     from slime_core.api import GraphedDecoder, response_log_probs
@@ -74,7 +78,12 @@ def main() -> None:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     # off a GPU the stand-in capture (replay's buffers, no graphs): a plumbing check
     maker = None if device == "cuda" else static_buffer_graphs
-    graphed = GraphedDecoder(model.model, 0, make_graphed=maker)
+    compiler = None
+    if a.compile:  # what the trainer's train.compile gives the graphs; aot_eager off a GPU
+        def compiler(m: torch.nn.Module) -> torch.nn.Module:
+            backend = "inductor" if device == "cuda" else "aot_eager"
+            return torch.compile(m, dynamic=False, backend=backend)  # type: ignore[return-value]
+    graphed = GraphedDecoder(model.model, 0, make_graphed=maker, compiler=compiler)
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step(tokens: list[torch.Tensor], resp: list[int], use: bool) -> torch.Tensor:
@@ -120,7 +129,8 @@ def main() -> None:
     med = {k: statistics.median(v[2:] or v) for k, v in times.items()}
     print(json.dumps({"what": "result", "device": torch.cuda.get_device_name() if device == "cuda"
                       else "cpu", "dtype": a.dtype, "shared_prefix": a.shared_prefix,
-                      "matmul_precision": a.matmul_precision, "grad_max_rel_diff": worst,
+                      "matmul_precision": a.matmul_precision, "compile": a.compile,
+                      "grad_max_rel_diff": worst,
                       "eager_s": med["eager"], "graphed_s": med["graphed"],
                       "graphed_over_eager": med["graphed"] / med["eager"],
                       "buckets": graphed.buckets, "eager_calls": graphed.eager_calls}), flush=True)

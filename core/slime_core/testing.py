@@ -139,18 +139,21 @@ def build_test_config(*contributed: Any, **sections: dict[str, Any]) -> Any:
     return load_config(schema, data=sections)
 
 
-def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = None) -> Any:
+def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = None,
+                         fuse_linears: bool = True) -> Any:
     """A stand-in for :func:`slime_core.trainkit.graphed_decoder.capture_accumulating` on a
     CPU, for tests of code that replays captured graphs
     (:class:`slime_core.trainkit.graphed_decoder.GraphedDecoder`).
 
     It captures nothing (each call runs ``module`` eagerly) but keeps to a capture's terms:
     the trainable parameters' gradients must be allocated when it is made, the backward adds
-    into exactly those tensors (one replaced raises, as a replay does; the plain linear
-    layers add in their products, as the capture's do), and the output lives
+    into exactly those tensors (one replaced raises, as a replay does; with ``fuse_linears``
+    the plain linear layers add in their products, as the capture's do), and the output lives
     in one buffer written again by every call, so a caller that reads an output after the
     next call sees it overwritten, as on a GPU.
     """
+    import contextlib
+
     import torch
 
     from slime_core.trainkit.accumulating_linear import accumulating_linears
@@ -164,7 +167,8 @@ def static_buffer_graphs(module: Any, sample_args: tuple[Any, ...], pool: Any = 
     class _Replay(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, _anchor: Any, *inputs: Any) -> Any:
-            with torch.enable_grad(), accumulating_linears(module):
+            fused = accumulating_linears(module) if fuse_linears else contextlib.nullcontext()
+            with torch.enable_grad(), fused:
                 out = module(*inputs)
             ctx.out = out
             if not static_out:

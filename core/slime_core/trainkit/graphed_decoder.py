@@ -38,6 +38,14 @@ What the caller must keep to:
 * the decoder's parameters stay the same tensors (optimizers update them in place), and no
   hooks are added to the decoder while graphs exist (they would not run on replay).
 
+Compiled (``train.compile`` with ``train.cuda_graphs``): what a bucket captures is the
+decoder compiled by ``torch.compile`` at that bucket's fixed shapes, so one replay launches
+inductor's fused kernels (the norms, activations, residual additions and their backwards in a
+few kernels a layer instead of dozens) without their launch cost. The compilation is paid at
+the bucket's capture (its warm-up passes). Its parameters' gradients are added into ``.grad``
+by autograd's own accumulation, captured with the rest (the accumulating linear layers, a
+custom autograd function writing ``.grad``, are not traced by the compiler).
+
 Memory: each captured bucket keeps its own input, output and output gradient; the
 activations are shared through the pool. :func:`graph_budget`
 bounds the buckets by a share of the device's memory. The pool cannot use the memory the
@@ -63,6 +71,7 @@ from slime_core.trainkit.capture import cuda_graph_capture
 from slime_core.trainkit.shared_prefix import two_pass
 
 GraphMaker = Callable[..., Any]
+Compiler = Callable[[torch.nn.Module], torch.nn.Module]
 
 
 def settings_conflict(train: Any) -> str | None:
@@ -70,8 +79,6 @@ def settings_conflict(train: Any) -> str | None:
     not): what the trainer refuses and what its ``auto`` resolves off for, in one place."""
     if not train.fused_head:
         return "needs train.fused_head = true"
-    if train.compile is True:
-        return "is not combined with train.compile (set one of them to false)"
     if train.gradient_checkpointing:
         return "is not combined with train.gradient_checkpointing"
     if train.routing_replay != "off" or train.moe_aux_loss_coef or train.moe_z_loss_coef:
@@ -231,10 +238,15 @@ class GraphedDecoder:
 
     def __init__(self, decoder: torch.nn.Module, pad_id: int, row_multiple: int = 16,
                  width_multiple: int = 16, max_graphs: int = 8,
-                 make_graphed: GraphMaker | None = None) -> None:
-        """``make_graphed(module, sample_args, pool=...)`` captures (default
-        :func:`capture_accumulating`; tests give a maker that captures nothing)."""
+                 make_graphed: GraphMaker | None = None,
+                 compiler: Compiler | None = None) -> None:
+        """``make_graphed(module, sample_args, pool=..., fuse_linears=...)`` captures (default
+        :func:`capture_accumulating`; tests give a maker that captures nothing).
+        ``compiler``: what each bucket's module goes through before its capture (the trainer's
+        ``torch.compile(module, dynamic=False)`` under ``train.compile``; None: captured as
+        it runs eagerly). Shapes past the buckets run the decoder eagerly, uncompiled."""
         self.decoder, self.pad_id = decoder, int(pad_id)
+        self.compiler = compiler
         self.row_multiple, self.width_multiple = row_multiple, width_multiple
         self.max_graphs = max_graphs
         self._make = make_graphed or capture_accumulating
@@ -317,8 +329,13 @@ class GraphedDecoder:
         if module is None or sample is None:
             module = _Forward(self.decoder)
             sample = (torch.full(shape, self.pad_id, dtype=torch.long, device=device),)
+        if self.compiler is not None:
+            module = self.compiler(module)
         try:
-            graphed = self._make(module, sample, pool=self._pool)
+            # (a compiled module's linear layers accumulate through autograd: the compiler
+            # does not trace the accumulating linears' writes into .grad)
+            graphed = self._make(module, sample, pool=self._pool,
+                                 fuse_linears=self.compiler is None)
         except torch.OutOfMemoryError as e:
             failure = str(e).split("\n")[0][:300]
         except ReplacedGradients:

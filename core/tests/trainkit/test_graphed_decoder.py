@@ -41,9 +41,9 @@ class _Counting:
     def __init__(self) -> None:
         self.shapes: list[tuple[int, ...]] = []
 
-    def __call__(self, module, sample_args, pool=None):
+    def __call__(self, module, sample_args, pool=None, fuse_linears=True):
         self.shapes.append(tuple(sample_args[0].shape))
-        return static_buffer_graphs(module, sample_args, pool)
+        return static_buffer_graphs(module, sample_args, pool, fuse_linears)
 
 
 def test_padded_buckets_give_the_eager_log_probs_and_gradients():
@@ -62,6 +62,38 @@ def test_padded_buckets_give_the_eager_log_probs_and_gradients():
     for n, p in model.named_parameters():
         # (other attention shapes, other rounding: the embedding's gradient, a sum over every
         # position, up to ~5e-5 apart at values up to ~70)
+        torch.testing.assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4, msg=n)
+
+
+def test_a_compiled_bucket_gives_the_eager_log_probs_and_gradients():
+    """``compiler`` (the trainer's ``torch.compile`` under ``train.compile``; here dynamo and
+    AOTAutograd without inductor's code generation, which takes minutes on a CPU): each
+    bucket's module goes through it before the capture, whose linear layers then accumulate
+    through autograd (``fuse_linears=False``: the compiler does not trace their writes into
+    ``.grad``); two micro-batches of the bucket add up to the eager gradients."""
+    model = tiny_decoder("qwen2_gqa_bias").train()
+    compiled: list[torch.nn.Module] = []
+    fused: list[bool] = []
+
+    def compiler(module: torch.nn.Module) -> torch.nn.Module:
+        compiled.append(module)
+        return torch.compile(module, backend="aot_eager", dynamic=False)
+
+    def maker(module, sample_args, pool=None, fuse_linears=True):
+        fused.append(fuse_linears)
+        return static_buffer_graphs(module, sample_args, pool, fuse_linears)
+
+    batches = [_batch(model.config.vocab_size, s) for s in (3, 4)]
+    for tokens, resp in batches:
+        _loss(model, tokens, resp).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    graphed = GraphedDecoder(model.model, PAD, make_graphed=maker, compiler=compiler)
+    graphed.zero_grads(model)
+    for tokens, resp in batches:
+        _loss(model, tokens, resp, graphed).backward()
+    assert len(graphed.buckets) == len(compiled) == 2 and fused == [False, False]
+    assert all(m.decoder is model.model for m in compiled)
+    for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4, msg=n)
 
 
@@ -189,7 +221,7 @@ def test_a_capture_out_of_memory_releases_the_graphs_and_raises():
     calls: list[tuple[int, ...]] = []
     held: list[weakref.ref] = []
 
-    def maker(module, sample_args, pool=None):
+    def maker(module, sample_args, pool=None, fuse_linears=True):
         calls.append(tuple(sample_args[0].shape))
         if len(calls) == 2:
             warm_up = torch.empty(1000)  # what the failed warm-up held

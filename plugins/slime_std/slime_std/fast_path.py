@@ -187,6 +187,9 @@ def _training_graphs(config: Any, accelerator: AcceleratorRecord) -> tuple[bool,
     conflict = graphs_settings_conflict(config.train)
     if conflict is not None:
         return False, f"it {conflict}"
+    if config.train.compile is True:
+        return False, ("beside train.compile only when set to true (each captured shape is "
+                       "compiled first; not yet measured on a device)")
     if config.model.dtype == "float32" and config.run.matmul_precision == "highest":
         return False, ("fp32 products without TF32 are bound by arithmetic, not launches: no "
                        "gain measured; on with run.matmul_precision = \"high\" or bf16 weights")

@@ -71,7 +71,7 @@ def test_training_graphs_where_the_products_use_tensor_cores_and_nothing_exclude
     assert graphs(model={"dtype": "bfloat16"}) is True
     assert graphs(model={"dtype": "float32"}) is False  # FFMA-bound: no gain measured
     assert graphs(model={"dtype": "float32"}, run={"matmul_precision": "high"}) is True
-    assert graphs(train={"compile": True}) is False  # the two exclude each other
+    assert graphs(train={"compile": True}) is False  # beside compile: only when asked
     assert graphs(run={"num_rollouts": TRAIN_COMPILE_MIN_STEPS}) is False  # compile resolved on
     assert graphs(train={"gradient_checkpointing": True}) is False
     assert graphs(train={"fused_head": False}) is False

@@ -108,11 +108,10 @@ class TorchTrainer:
         self.fused_head = bool(config.train.fused_head) and fused_head_unsupported(self.model) is None
         # `is True`: an unresolved "auto" (a config that did not go through slime_configure,
         # where slime_std/fast_path.py resolves it) stays eager
-        if config.train.compile is True:
-            # in place (Module.compile): parameter names, checkpoints and weight export are
-            # unchanged; dynamic shapes, since micro-batch shapes change every step. With the
-            # fused head the decoder is what the trainer calls.
-            cast(Any, self.model.model if self.fused_head else self.model).compile(dynamic=True)
+        # with train.cuda_graphs, the graphs' buckets compile the decoder at their own shapes
+        # (_graphed_decoder); it compiles in place there where the graphs do not apply
+        if config.train.compile is True and config.train.cuda_graphs is not True:
+            self._compile_in_place()
         self.ref_model: torch.nn.Module | None = None
         self.teacher_model: torch.nn.Module | None = None  # [opd] mode = "trainer"
         self.old_actor = OldActor(self.model) if config.train.keep_old_actor else None
@@ -149,6 +148,12 @@ class TorchTrainer:
             fuse_rms_norms(model)
         return model.to(self.device)
 
+    def _compile_in_place(self) -> None:
+        """``train.compile`` without graphs: in place (Module.compile), so parameter names,
+        checkpoints and weight export are unchanged; dynamic shapes, since micro-batch shapes
+        change every step. With the fused head the decoder is what the trainer calls."""
+        cast(Any, self.model.model if self.fused_head else self.model).compile(dynamic=True)
+
     def _graphed_decoder(self) -> GraphedDecoder | None:
         """``train.cuda_graphs``: the training forward's decoder replayed from CUDA graphs.
         Settings it cannot combine with are errors; a model it does not apply to (no fused
@@ -180,8 +185,12 @@ class TorchTrainer:
         if eager is not None:
             warnings.warn(f"train.cuda_graphs: not for this model ({eager}); the training "
                           "forward runs eagerly", stacklevel=2)
+            if t.compile is True:
+                self._compile_in_place()
             return None
-        return GraphedDecoder(decoder, self.pad_id, max_graphs=buckets)
+        # train.compile: each bucket's decoder compiled at its fixed shapes, then captured
+        compiler = _compile_static if t.compile is True else None
+        return GraphedDecoder(decoder, self.pad_id, max_graphs=buckets, compiler=compiler)
 
     def _ref(self) -> torch.nn.Module:
         """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from
@@ -443,6 +452,12 @@ class TorchTrainer:
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             warnings.warn(f"checkpoint {path}: device RNG state not restored ({exc}); the run "
                           "continues with this process's device generators", stacklevel=2)
+
+
+def _compile_static(module: torch.nn.Module) -> torch.nn.Module:
+    """A graph bucket's module compiled for its one shape (no dynamic-shape guards or
+    symbolic sizes: inductor specialises every kernel to the bucket)."""
+    return cast(torch.nn.Module, torch.compile(module, dynamic=False))
 
 
 def _to_device(batch: TrainBatch, device: torch.device) -> None:

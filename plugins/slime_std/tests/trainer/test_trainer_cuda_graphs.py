@@ -13,10 +13,9 @@ from .test_trainer_shared_prefix import _assert_same_steps, _group_batch, _train
 
 @pytest.mark.parametrize("train, why", [
     ({}, "needs a CUDA device (the trainer is on cpu)"),
-    ({"compile": True}, "is not combined with train.compile"),
     ({"gradient_checkpointing": True}, "is not combined with train.gradient_checkpointing"),
     ({"fused_head": False}, "needs train.fused_head = true"),
-], ids=["cpu", "compile", "checkpointing", "no-fused-head"])
+], ids=["cpu", "checkpointing", "no-fused-head"])
 def test_cuda_graphs_refuses_what_it_cannot_replay(tmp_path, train, why):
     with pytest.raises(ValueError, match=r"train\.cuda_graphs " + why.replace("(", r"\(")
                        .replace(")", r"\)")):
@@ -52,6 +51,34 @@ def test_a_model_the_graphs_do_not_apply_to_trains_eagerly(tmp_path, monkeypatch
     else:
         with pytest.warns(UserWarning, match=r"train\.cuda_graphs: not for this model \(" + warning):
             assert trainer._graphed_decoder() is None
+
+
+@pytest.mark.parametrize("model", ["dense", "moe"])
+def test_compile_with_graphs_compiles_each_bucket_or_else_in_place(tmp_path, monkeypatch, model):
+    """``train.compile`` beside ``train.cuda_graphs``: where the graphs apply, the decoder is
+    not compiled in place (dynamic shapes) but each bucket at its own shape before its
+    capture; where they do not (a mixture of experts), it is compiled in place as without
+    graphs. The device is pretended, as above."""
+    import types
+
+    import torch
+    from slime_core.testing import TINY_QWEN3_MOE
+    from slime_std.trainer.torch_trainer import _compile_static
+
+    trainer = _trainer(tmp_path, {"cuda_graphs": False}, **(
+        {"model": {"init_config": TINY_QWEN3_MOE}} if model == "moe" else {}))
+    trainer.config.train.cuda_graphs = trainer.config.train.compile = True
+    monkeypatch.setattr(trainer, "device", torch.device("cuda"))
+    props = types.SimpleNamespace(total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    decoder = trainer.model.model
+    if model == "dense":
+        assert trainer._graphed_decoder().compiler is _compile_static
+        assert getattr(decoder, "_compiled_call_impl", None) is None
+    else:
+        with pytest.warns(UserWarning, match="a mixture-of-experts model"):
+            assert trainer._graphed_decoder() is None
+        assert getattr(decoder, "_compiled_call_impl", None) is not None
 
 
 def test_auto_left_unresolved_stays_off(tmp_path):
@@ -112,7 +139,7 @@ def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
 
     calls = []
 
-    def second_out_of_memory(module, sample_args, pool=None):
+    def second_out_of_memory(module, sample_args, pool=None, fuse_linears=True):
         calls.append(tuple(sample_args[0].shape))
         if len(calls) == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 286.00 MiB.")
