@@ -207,6 +207,11 @@ VARIANTS.update({
     # captured (inductor's fused norms, activations and residual additions, replayed)
     "rollout_pdl_graphs_compiled": _variant("rollout_pdl",
                                             train={"cuda_graphs": True, "compile": True}),
+    "rollout_pdl_graphs_compiled_async": _variant("rollout_pdl",
+                                                  train={"cuda_graphs": True, "compile": True},
+                                                  run={"async_rollout": True},
+                                                  rollout={"engine_stream": True},
+                                                  algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })

@@ -448,13 +448,15 @@ PY
     # wrote the tied embedding twice in one multi-tensor copy, a race; now once); the training
     # graphs' capture of a compiled decoder (gradients against eager, tiny bf16 model); the
     # 0.5B anchor with train.compile beside the graphs (each bucket compiled at its shape,
-    # then captured), then the graphs alone, 5 steps each
+    # then captured), then the graphs alone, then compiled one-step-off (inductor's cache
+    # warm by then), 5 steps each
     timeout 60 python3 -m pytest -x -q -p no:cacheprovider --tb=short \
       plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 \
       | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -25 | cut -c1-300
     timeout 90 python3 bench/train_graphs.py --tiny --dtype bfloat16 --compile --reps 5 2>&1 \
       | grep -E '"what"|Error' | tail -3 | cut -c1-400
-    for v in rollout_pdl_graphs_compiled:${ELEVENTH_COMPILED_S:-300} rollout_pdl_graphs:130; do
+    for v in rollout_pdl_graphs_compiled:${ELEVENTH_COMPILED_S:-300} rollout_pdl_graphs:120 \
+        rollout_pdl_graphs_compiled_async:150; do
       SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
         --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_eleventh.jsonl" 2>&1 \
         | grep -E "^variant|^rollout_pdl|first step|Error|error" | tail -6 | cut -c1-300
