@@ -447,6 +447,7 @@ PY
     # issue 43, one call, no carry (~9 min): the engine-stream GPU test (its weight update
     # wrote the tied embedding twice in one multi-tensor copy, a race; now once); the training
     # graphs' capture of a compiled decoder (gradients against eager, tiny bf16 model); the
+    # training attention by SDPA backend (the profile showed the memory-efficient kernel); the
     # 0.5B anchor with train.compile beside the graphs (each bucket compiled at its shape,
     # then captured), then the graphs alone, then compiled one-step-off (inductor's cache
     # warm by then), 5 steps each
@@ -455,6 +456,8 @@ PY
       | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -25 | cut -c1-300
     timeout 90 python3 bench/train_graphs.py --tiny --dtype bfloat16 --compile --reps 5 2>&1 \
       | grep -E '"what"|Error' | tail -3 | cut -c1-400
+    timeout 60 python3 bench/sdpa_backends.py --reps 10 > "$OUT/sdpa_backends.jsonl" 2>&1
+    tail -3 "$OUT/sdpa_backends.jsonl" | cut -c1-1500
     for v in rollout_pdl_graphs_compiled:${ELEVENTH_COMPILED_S:-300} rollout_pdl_graphs:120 \
         rollout_pdl_graphs_compiled_async:150; do
       SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
