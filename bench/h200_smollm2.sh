@@ -24,6 +24,7 @@
 #   bash bench/h200_smollm2.sh ninth     # no carry: the engine-stream test in full, the anchor
 #   bash bench/h200_smollm2.sh tenth     # no carry: that test alone, the anchor sync / one-step-off, a profile
 #   bash bench/h200_smollm2.sh eleventh  # no carry: that test, the anchor with train.compile beside the graphs
+#   bash bench/h200_smollm2.sh eleventh2 # no carry: the anchor, compile beside the graphs against compile alone
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -472,6 +473,16 @@ for path in sys.argv[1:]:
         if r.get("what") == "variant_failed":
             print("FAILED", r["variant"], r["stderr"][-3000:])
 PY
+    ;;
+  eleventh2)
+    # issue 43, one call, no carry (~7 min): train.compile beside the graphs (each bucket
+    # compiled at its shape) against train.compile alone (in place, dynamic shapes), the 0.5B
+    # anchor 5 steps each: which one train.compile's auto should give a long run
+    for v in rollout_pdl_graphs_compiled:150 fast_mb16k_defaults_pdl:360; do
+      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
+        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_eleventh2.jsonl" 2>&1 \
+        | grep -E "^variant|^rollout_pdl|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
+    done
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
