@@ -212,6 +212,11 @@ VARIANTS.update({
                                                   run={"async_rollout": True},
                                                   rollout={"engine_stream": True},
                                                   algorithm={"is_correction": "tis"}),
+    # train.compile alone (in place, dynamic shapes) one-step-off
+    "fast_mb16k_defaults_pdl_async": _variant("fast_mb16k_defaults_pdl",
+                                              run={"async_rollout": True},
+                                              rollout={"engine_stream": True},
+                                              algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })
