@@ -9,8 +9,8 @@ import pytest
 from slime_core.trainkit.batching import micro_batches
 
 
-def _check(lengths: list[int], budget: int) -> list[list[int]]:
-    mbs = micro_batches(lengths, budget)
+def _check(lengths: list[int], budget: int, row_multiple: int = 1) -> list[list[int]]:
+    mbs = micro_batches(lengths, budget, row_multiple)
     assert sorted(i for mb in mbs for i in mb) == list(range(len(lengths)))
     for mb in mbs:
         assert len(mb) == 1 or max(lengths[i] for i in mb) * len(mb) <= budget
@@ -21,6 +21,31 @@ def test_anchor_shapes_are_balanced():
     lengths = [267 + (i % 3) for i in range(128)]  # 128 samples of 267-269 tokens
     mbs = _check(lengths, 16384)
     assert [len(mb) for mb in mbs] == [43, 43, 42]
+
+
+def test_graph_buckets_cut_the_runs_at_their_row_multiple():
+    """Under train.cuda_graphs a run's rows are padded up to a multiple of 16: the anchor's
+    43 + 43 + 42 rows computed 3 x 48; cut at the multiple they compute 128, none padded."""
+    lengths = [267 + (i % 3) for i in range(128)]
+    mbs = _check(lengths, 16384, 16)
+    assert [len(mb) for mb in mbs] == [48, 48, 32]
+    assert [i for mb in mbs for i in mb] == [i for mb in _check(lengths, 16384) for i in mb]
+    # 100 rows in 2 runs: 7 blocks of 16 (112 padded rows, the least); 64 + 36 would pass the
+    # budget (64 x 269 tokens), 48 + 52 does not
+    assert [len(mb) for mb in _check(lengths[:100], 16384, 16)] == [48, 52]
+    # where the aligned cut overflows the budget, the even one; fewer blocks than runs: even
+    assert [len(mb) for mb in _check(lengths, 12900, 16)] == [43, 43, 42]
+    assert [len(mb) for mb in _check([10] * 5, 20, 16)] == [2, 2, 1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_aligned_runs_keep_the_budget_and_pad_no_more_than_even_ones(seed):
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 300) for _ in range(rng.randint(1, 200))]
+    budget = rng.randint(50, 4000)
+    padded = [sum(-(-len(mb) // 16) * 16 for mb in _check(lengths, budget, m)) for m in (1, 16)]
+    assert padded[1] <= padded[0]
+    assert len(_check(lengths, budget, 16)) == len(_check(lengths, budget))
 
 
 def test_falls_back_to_the_greedy_cut_when_balancing_overflows():

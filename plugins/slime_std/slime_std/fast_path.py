@@ -188,8 +188,10 @@ def _training_graphs(config: Any, accelerator: AcceleratorRecord) -> tuple[bool,
     if conflict is not None:
         return False, f"it {conflict}"
     if config.train.compile is True:
-        return False, ("beside train.compile only when set to true (each captured shape is "
-                       "compiled first; not yet measured on a device)")
+        # 0.5b anchor, H100, one process each: compile alone trained in 0.299 s after a 197 s
+        # first step; compiled graphs 0.325 s after 65-90 s; graphs alone 0.421 s
+        return False, ("beside train.compile only when set to true: compiled graphs warm up "
+                       "in half the time but trained 9% slower than compile alone")
     if config.model.dtype == "float32" and config.run.matmul_precision == "highest":
         return False, ("fp32 products without TF32 are bound by arithmetic, not launches: no "
                        "gain measured; on with run.matmul_precision = \"high\" or bf16 weights")

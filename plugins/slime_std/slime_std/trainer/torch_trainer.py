@@ -270,13 +270,16 @@ class TorchTrainer:
     def _plan(self, tokens: list[torch.Tensor], response_lengths: list[int],
               shared: bool) -> list[list[int]]:
         """Micro-batches of sample indices; with the shared-prefix forward, the plan that
-        computes fewer token rows (``shared_micro_batches``)."""
+        computes fewer token rows (``shared_micro_batches``). Under ``train.cuda_graphs`` the
+        row counts are cut at the graphs' row bucket, which pads them up to it."""
         lengths = [int(len(t)) for t in tokens]
         budget = self.config.train.micro_batch_tokens
+        rows = (self.graphed.row_multiple
+                if self.graphed is not None and self.graphed.given_up is None else 1)
         if shared and (groups := prompt_groups(tokens, response_lengths)) is not None:
             return shared_micro_batches(lengths, [int(r) for r in response_lengths], groups,
-                                        budget)
-        return micro_batches(lengths, budget)
+                                        budget, rows)
+        return micro_batches(lengths, budget, rows)
 
     # -- training --------------------------------------------------------------------------
     def prepare(self, batch: TrainBatch) -> None:

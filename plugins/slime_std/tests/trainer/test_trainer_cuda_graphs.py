@@ -107,6 +107,21 @@ def test_graphed_steps_match_the_one_pass_forward(tmp_path):
     _assert_same_steps(runs[False], runs[True], weight_atol=5e-6)
 
 
+def test_the_plan_cuts_micro_batches_at_the_graphs_row_bucket(tmp_path):
+    """A graph pads a micro-batch's rows up to its row bucket: under the graphs the plan cuts
+    at multiples of it (the last takes what is left), eagerly it cuts evenly."""
+    from slime_core.api import GraphedDecoder
+    from slime_core.testing import static_buffer_graphs
+
+    trainer = _trainer(tmp_path, {"shared_prefix": False, "micro_batch_tokens": 60})
+    batch = _group_batch(0)  # 6 samples of 8-15 tokens
+    eager = [len(mb) for mb in trainer._plan(batch.tokens, batch.response_lengths, False)]
+    trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id, row_multiple=2,
+                                     make_graphed=static_buffer_graphs)
+    graphed = [len(mb) for mb in trainer._plan(batch.tokens, batch.response_lengths, False)]
+    assert (eager, graphed) == ([3, 3], [4, 2])  # padded to 4 + 4 rows against 4 + 2
+
+
 def test_graphed_shared_prefix_steps_match_the_eager_ones(tmp_path):
     """With ``train.shared_prefix`` the graphs replay the two passes (the prompt once per
     group): the same steps as the eager shared-prefix trainer's."""
