@@ -6,7 +6,8 @@ path passes no mask so that SDPA could take flash. transformers calls SDPA with
 ``enable_gqa=True`` and ``is_causal=True`` there (no mask, GQA heads). This times one causal
 call forward + backward per backend, with the grouped key/value heads as given
 (``enable_gqa``) and repeated to every query head, names the kernels the default choice
-launches, and the largest difference from the math backend's output.
+launches (and the operators it runs inside a CUDA graph capture, as the training graphs
+capture it), and the largest difference from the math backend's output.
 
     python bench/sdpa_backends.py [--reps 20]
 """
@@ -97,7 +98,28 @@ def main() -> None:
                                          if any(s in e.name.lower()
                                                 for s in ("fmha", "flash", "attention", "cudnn",
                                                           "sdpa"))})
+        row["captured_kernels"] = _captured_ops(q, k, v, grad)
         print(json.dumps(row), flush=True)
+
+
+def _captured_ops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  grad: torch.Tensor) -> list[str]:
+    """The attention operators the default choice runs inside a CUDA graph capture (as the
+    training graphs capture it): does capturing change the backend?"""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            _call(q, k, v, True).backward(grad)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.cuda.graph(graph):
+            _call(q, k, v, True).backward(grad)
+    graph.replay()
+    torch.cuda.synchronize()
+    return sorted({e.name[:60] for e in prof.events()
+                   if "attention" in e.name.lower() or "fmha" in e.name.lower()})
 
 
 if __name__ == "__main__":

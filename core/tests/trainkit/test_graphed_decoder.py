@@ -251,3 +251,25 @@ def test_a_capture_out_of_memory_releases_the_graphs_and_raises():
         torch.testing.assert_close(graphed(ids), want, atol=1e-5, rtol=1e-5)  # eagerly now
         torch.testing.assert_close(graphed(ids[:2, :5]), want[:2, :5], atol=1e-5, rtol=1e-5)
     assert len(calls) == 2 and graphed.eager_calls == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compiled", [False, True], ids=["captured", "compiled-captured"])
+def test_a_real_capture_gives_the_eager_gradients_on_a_gpu(compiled):
+    """The capture itself (:func:`capture_accumulating`), with and without the trainer's
+    compiler (``torch.compile(dynamic=False)``, inductor): two micro-batches of one bucket add
+    up to the eager gradients (fp32, so the tolerance is rounding's)."""
+    model = tiny_decoder("qwen2_gqa_bias").to("cuda").train()
+    batches = [tuple(_batch(model.config.vocab_size, s)) for s in (5, 6)]
+    batches = [([t.cuda() for t in tokens], resp) for tokens, resp in batches]
+    for tokens, resp in batches:
+        _loss(model, tokens, resp).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    compiler = (lambda m: torch.compile(m, dynamic=False)) if compiled else None
+    graphed = GraphedDecoder(model.model, PAD, compiler=compiler)
+    graphed.zero_grads(model)
+    for tokens, resp in batches:
+        _loss(model, tokens, resp, graphed).backward()
+    assert len(graphed.buckets) >= 1 and graphed.eager_calls == 0
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4, msg=n)
