@@ -98,7 +98,10 @@ def main() -> None:
                                          if any(s in e.name.lower()
                                                 for s in ("fmha", "flash", "attention", "cudnn",
                                                           "sdpa"))})
-        row["captured_kernels"] = _captured_ops(q, k, v, grad)
+        try:
+            row["captured_kernels"] = _captured_ops(q, k, v, grad)
+        except RuntimeError as e:
+            row["captured_kernels"] = [f"capture failed: {str(e).splitlines()[0][:120]}"]
         print(json.dumps(row), flush=True)
 
 
