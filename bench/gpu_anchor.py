@@ -449,7 +449,9 @@ def variant_data(variant: str, work: Path, run_dir: Path, num_rollouts: int,
     data: dict[str, Any] = {
         "run": {"num_rollouts": num_rollouts,
                 "run_dir": str(run_dir), "progress": False, "loggers": ["jsonl"], "seed": SEED,
-                **over.get("run", {})},
+                # no final checkpoint: 7 GB for the 0.5B anchor (fp32 master weights and AdamW
+                # moments) that nobody reads, 20 s or more of a device call a variant
+                "save_at_end": False, **over.get("run", {})},
         "model": model_table,
         "data": {"path": str(prompts)},
         "rollout": {"batch_size": 2 if smoke else PROMPTS, "n_samples_per_prompt": GROUP,

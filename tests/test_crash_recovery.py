@@ -323,3 +323,19 @@ def test_fully_async_kill_and_resume_keep_the_buffer_record(
     returned = [g[0]["group_index"] for g in source["buffer"]]
     accounted = everything + kept + returned
     assert sorted(accounted) == list(range(source["next_group_index"]))
+
+
+# -- run.save_at_end ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("at_end, kept", [(True, ["step_000002", "step_000003"]),
+                                          (False, ["step_000002"])])
+def test_save_at_end_decides_the_last_steps_checkpoint(base_config, run_slime,  # noqa: ANN001
+                                                       at_end: bool, kept: list[str]) -> None:
+    """The last step is checkpointed unless ``run.save_at_end = false``; ``save_interval``'s
+    checkpoints are written either way."""
+    base_config["run"].update(num_rollouts=3, save_interval=2, save_at_end=at_end)
+    base_config["data"].pop("eval_path")
+    run_dir = run_slime(base_config)
+    assert len(read_metrics(run_dir)) == 3
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == kept

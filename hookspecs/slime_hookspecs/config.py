@@ -29,6 +29,7 @@ class RunConfig(Protocol):
     ray_address: str
     accelerator: str
     save_interval: int
+    save_at_end: bool
     keep_checkpoints: int
     required_plugins: list[str]
     plugin_modules: list[str]

@@ -72,6 +72,7 @@ class RunSection:
     ray_address: str = ""  # empty: start a local Ray instance on 127.0.0.1
     accelerator: str = "auto"  # accelerator record name, or auto (highest available priority)
     save_interval: int = 0  # checkpoint every N steps (0: only at the end)
+    save_at_end: bool = True  # checkpoint the last step; false: only every save_interval steps (a benchmark or throwaway run skips writing the model, optimizer and data state; a finished run without a checkpoint of its last step cannot be extended)
     keep_checkpoints: int = 2  # complete checkpoints kept; older ones go once a new one is in place
     required_plugins: list[str] = field(default_factory=list)  # a missing one is fatal
     plugin_modules: list[str] = field(default_factory=list)  # extra plugin modules by import path

@@ -367,7 +367,8 @@ class Driver:
                 bar.close()
             phase = "save"
             last = ckpt.latest_checkpoint(self.run_dir)
-            if cfg.run.num_rollouts and (last is None or last.name != ckpt.step_name(self.step)):
+            if (cfg.run.num_rollouts and cfg.run.save_at_end
+                    and (last is None or last.name != ckpt.step_name(self.step))):
                 self.save()
             status = "completed"
         except KeyboardInterrupt:

@@ -156,6 +156,7 @@ RESUME_MAY_CHANGE = {
     ("run", "num_threads"),
     ("run", "cudnn_attention"),  # attention kernels: same function, other rounding
     ("run", "save_interval"),
+    ("run", "save_at_end"),
     ("run", "keep_checkpoints"),
     ("run", "ray_address"),
     ("run", "compile_cache_dir"),
