@@ -217,6 +217,13 @@ VARIANTS.update({
                                               run={"async_rollout": True},
                                               rollout={"engine_stream": True},
                                               algorithm={"is_correction": "tis"}),
+    # the same with cuDNN attention (the fastest backend at the training shapes standalone,
+    # bench/sdpa_backends.py; the anchor's forced lengths give it few shapes to plan)
+    "fast_mb16k_defaults_pdl_async_cudnn": _variant("fast_mb16k_defaults_pdl",
+                                                    run={"async_rollout": True,
+                                                         "cudnn_attention": True},
+                                                    rollout={"engine_stream": True},
+                                                    algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })

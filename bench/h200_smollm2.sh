@@ -26,6 +26,7 @@
 #   bash bench/h200_smollm2.sh eleventh  # no carry: that test, the anchor with train.compile beside the graphs
 #   bash bench/h200_smollm2.sh eleventh2 # no carry: the anchor, compile beside the graphs against compile alone
 #   bash bench/h200_smollm2.sh twelfth   # no carry: graph captures' gradients, SDPA under capture, the anchor re-cut
+#   bash bench/h200_smollm2.sh twelfth2  # no carry: compile alone one-step-off, without and with cuDNN attention
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -491,7 +492,7 @@ PY
     # tests; the SDPA backends and what a capture runs (the anchor's training profile showed
     # the memory-efficient kernel); the 0.5B anchor's graphs and compiled graphs with
     # micro-batches cut at the row bucket (not measured: eleventh ran them padded 3 x 48),
-    # then compile alone one-step-off (0.674 s on an H100), 5 steps each
+    # 5 steps each
     timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short \
       core/tests/trainkit/test_graphed_decoder.py core/tests/trainkit/test_capture.py \
       plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 \
@@ -499,11 +500,19 @@ PY
     timeout 60 python3 bench/sdpa_backends.py --reps 10 2>/dev/null > "$OUT/sdpa_backends.jsonl"
     cut -c1-400 "$OUT/sdpa_backends.jsonl"
     python3 -c "import json,sys; [print(r['shape'], r['captured_kernels']) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/sdpa_backends.jsonl"
-    for v in rollout_pdl_graphs:100 rollout_pdl_graphs_compiled:200 \
-        fast_mb16k_defaults_pdl_async:240; do
+    for v in rollout_pdl_graphs:100 rollout_pdl_graphs_compiled:200; do
       SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
         --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_twelfth.jsonl" 2>&1 \
         | grep -E "^variant|^rollout_pdl|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
+    done
+    ;;
+  twelfth2)
+    # issue 43, one call, no carry (~8 min): compile alone one-step-off (0.674 s on an H100),
+    # then the same with cuDNN attention, 5 steps each
+    for v in fast_mb16k_defaults_pdl_async:240 fast_mb16k_defaults_pdl_async_cudnn:240; do
+      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
+        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_twelfth2.jsonl" 2>&1 \
+        | grep -E "^variant|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
     done
     ;;
   gputests)
