@@ -82,6 +82,25 @@ old_and_new() {
   done
 }
 
+# anchor_runs FILE VARIANT:SECONDS ...: the 0.5B anchor, 5 timed steps after 1 warm-up, each
+# variant its own process under its own timeout (every thread's stack dumped 10 s before it),
+# rows to FILE; prints each variant's table row and, at the end, any variant's failure
+anchor_runs() {
+  local file=$1 v; shift
+  for v in "$@"; do
+    SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
+      --variants "${v%%:*}" --steps 5 --warmup 1 --out "$file" 2>&1 \
+      | grep -E "^variant|^rollout_pdl|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
+  done
+  [ -f "$file" ] && python3 - "$file" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("what") == "variant_failed":
+        print("FAILED", r["variant"], r["stderr"][-3000:])
+PY
+}
+
 # gpu_tests SECONDS: the GPU tests of the engine's stream, of one capture at a time and of the
 # training graphs (skipped on a CPU)
 gpu_tests() {
@@ -461,30 +480,15 @@ PY
       | grep -E '"what"|Error' | tail -3 | cut -c1-400
     timeout 60 python3 bench/sdpa_backends.py --reps 10 > "$OUT/sdpa_backends.jsonl" 2>&1
     tail -3 "$OUT/sdpa_backends.jsonl" | cut -c1-1500
-    for v in rollout_pdl_graphs_compiled:${ELEVENTH_COMPILED_S:-300} rollout_pdl_graphs:120 \
-        rollout_pdl_graphs_compiled_async:150; do
-      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
-        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_eleventh.jsonl" 2>&1 \
-        | grep -E "^variant|^rollout_pdl|first step|Error|error" | tail -6 | cut -c1-300
-    done
-    python3 - "$OUT"/anchor_eleventh.jsonl <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    for line in open(path):
-        r = json.loads(line)
-        if r.get("what") == "variant_failed":
-            print("FAILED", r["variant"], r["stderr"][-3000:])
-PY
+    anchor_runs "$OUT/anchor_eleventh.jsonl" rollout_pdl_graphs_compiled:${ELEVENTH_COMPILED_S:-300} \
+      rollout_pdl_graphs:120 rollout_pdl_graphs_compiled_async:150
     ;;
   eleventh2)
     # issue 43, one call, no carry (~7 min): train.compile beside the graphs (each bucket
     # compiled at its shape) against train.compile alone (in place, dynamic shapes), the 0.5B
     # anchor 5 steps each: which one train.compile's auto should give a long run
-    for v in rollout_pdl_graphs_compiled:150 fast_mb16k_defaults_pdl:360; do
-      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
-        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_eleventh2.jsonl" 2>&1 \
-        | grep -E "^variant|^rollout_pdl|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
-    done
+    anchor_runs "$OUT/anchor_eleventh2.jsonl" rollout_pdl_graphs_compiled:150 \
+      fast_mb16k_defaults_pdl:360
     ;;
   twelfth)
     # issue 43, one call, no carry (~9 min), for the next session: the training graphs' real
@@ -500,20 +504,13 @@ PY
     timeout 60 python3 bench/sdpa_backends.py --reps 10 2>/dev/null > "$OUT/sdpa_backends.jsonl"
     cut -c1-400 "$OUT/sdpa_backends.jsonl"
     python3 -c "import json,sys; [print(r['shape'], r['captured_kernels']) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/sdpa_backends.jsonl"
-    for v in rollout_pdl_graphs:100 rollout_pdl_graphs_compiled:200; do
-      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
-        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_twelfth.jsonl" 2>&1 \
-        | grep -E "^variant|^rollout_pdl|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
-    done
+    anchor_runs "$OUT/anchor_twelfth.jsonl" rollout_pdl_graphs:100 rollout_pdl_graphs_compiled:200
     ;;
   twelfth2)
     # issue 43, one call, no carry (~8 min): compile alone one-step-off (0.674 s on an H100),
     # then the same with cuDNN attention, 5 steps each
-    for v in fast_mb16k_defaults_pdl_async:240 fast_mb16k_defaults_pdl_async_cudnn:240; do
-      SLIME_BENCH_DUMP_AFTER=$(( ${v#*:} - 10 )) timeout "${v#*:}" python3 bench/gpu_anchor.py \
-        --variants "${v%%:*}" --steps 5 --warmup 1 --out "$OUT/anchor_twelfth2.jsonl" 2>&1 \
-        | grep -E "^variant|^fast_mb|first step|Error|error" | tail -6 | cut -c1-300
-    done
+    anchor_runs "$OUT/anchor_twelfth2.jsonl" fast_mb16k_defaults_pdl_async:240 \
+      fast_mb16k_defaults_pdl_async_cudnn:240
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
