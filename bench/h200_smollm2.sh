@@ -501,6 +501,10 @@ PY
       core/tests/trainkit/test_graphed_decoder.py core/tests/trainkit/test_capture.py \
       plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 \
       | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -20 | cut -c1-300
+    for c in "" --compile; do  # which SDPA backend the training forward takes, eager / graphed
+      timeout 90 python3 bench/train_graphs.py --tiny --dtype bfloat16 --attention-ops --reps 3 \
+        $c 2>&1 | grep -E '"attention_ops"|"result"|Error' | cut -c1-900
+    done
     timeout 60 python3 bench/sdpa_backends.py --reps 10 2>/dev/null > "$OUT/sdpa_backends.jsonl"
     cut -c1-400 "$OUT/sdpa_backends.jsonl"
     python3 -c "import json,sys; [print(r['shape'], r['captured_kernels']) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/sdpa_backends.jsonl"

@@ -12,14 +12,17 @@ responses of 8-32 tokens.
     python bench/train_graphs.py --tiny     # a random 2-layer Llama (plumbing; any device)
     python bench/train_graphs.py --shared-prefix --matmul-precision high   # the two passes, TF32
     python bench/train_graphs.py --tiny --dtype bfloat16 --compile   # each bucket compiled first
+    python bench/train_graphs.py --tiny --dtype bfloat16 --attention-ops  # SDPA backend per path
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -54,6 +57,17 @@ def _batch(vocab: int, seed: int) -> tuple[list[torch.Tensor], list[int]]:
     return tokens, resp
 
 
+@contextlib.contextmanager
+def _ops(out: dict[str, list[str]], name: str, on: bool) -> Iterator[None]:
+    """With ``on``, ``out[name]``: the attention operators run inside (torch's profiler)."""
+    if not on:
+        yield
+        return
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        yield
+    out[name] = sorted({e.name[:70] for e in prof.events() if "attention" in e.name.lower()})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="examples/smollm2/model")
@@ -63,6 +77,9 @@ def main() -> None:
     ap.add_argument("--shared-prefix", action="store_true",
                     help="the shared-prefix forward both ways (two passes, graphed or eager)")
     ap.add_argument("--matmul-precision", default="highest", help="high: TF32 products")
+    ap.add_argument("--attention-ops", action="store_true",
+                    help="name the attention operators of the first eager and the first graphed "
+                         "(capturing) step: which SDPA backend each path takes")
     ap.add_argument("--compile", action="store_true",
                     help="each bucket's decoder compiled at its shape before its capture "
                          "(train.compile beside train.cuda_graphs)")
@@ -101,12 +118,15 @@ def main() -> None:
     # the gradients, eager against graphed, on two batches (the second replays the first's graph
     # when its bucket is the same)
     worst = 0.0
+    ops: dict[str, list[str]] = {}
     for seed in (0, 1):
         tokens, resp = _batch(vocab, seed)
-        want_loss = step(tokens, resp, False)
+        with _ops(ops, "eager", a.attention_ops and seed == 0):
+            want_loss = step(tokens, resp, False)
         want = [p.grad.detach().clone() for p in params]
         t0 = time.perf_counter()
-        got_loss = step(tokens, resp, True)
+        with _ops(ops, "graphed", a.attention_ops and seed == 0):
+            got_loss = step(tokens, resp, True)
         sync()
         first = time.perf_counter() - t0
         for p, w in zip(params, want, strict=True):
@@ -115,6 +135,8 @@ def main() -> None:
         print(json.dumps({"what": "check", "seed": seed, "loss_eager": float(want_loss),
                           "loss_graphed": float(got_loss), "first_call_s": round(first, 3),
                           "buckets": graphed.buckets}), flush=True)
+    if ops:
+        print(json.dumps({"what": "attention_ops", **ops}), flush=True)
     # timing: alternating, same batches
     times: dict[str, list[float]] = {"eager": [], "graphed": []}
     batches = [_batch(vocab, 10 + i) for i in range(4)]
