@@ -509,6 +509,10 @@ PY
     cut -c1-400 "$OUT/sdpa_backends.jsonl"
     python3 -c "import json,sys; [print(r['shape'], r['captured_kernels']) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/sdpa_backends.jsonl"
     anchor_runs "$OUT/anchor_twelfth.jsonl" rollout_pdl_graphs:100 rollout_pdl_graphs_compiled:200
+    # the compiled model body's forward + backward: transformers' attention (mask built, heads
+    # repeated) against causal_attention's (what the fused-head forward now does)
+    timeout 150 python3 bench/train_attention.py --compile --reps 5 2>&1 | grep '"what"' \
+      | cut -c1-700
     ;;
   twelfth2)
     # issue 43, one call, no carry (~8 min): compile alone one-step-off (0.674 s on an H100),

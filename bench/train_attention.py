@@ -7,6 +7,12 @@ milliseconds (median of ``--reps``) and the largest difference of the hidden sta
 real positions.
 
     python bench/train_attention.py [--shape 0.5b|1.5b]
+    python bench/train_attention.py --compile   # the body compiled (dynamic=False)
+
+``causal`` rows: the same forward inside :func:`slime_core.trainkit.causal_attention.causal_attention`
+(what the fused-head training forward does since the eleventh session of 2026-12-07): SDPA
+called causally with the grouped key/value heads, no mask built, also under ``--compile``
+(where transformers builds a mask and repeats the heads).
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--compile", action="store_true", help="the model body torch.compile'd")
     a = ap.parse_args()
+    from slime_core.trainkit.causal_attention import causal_attention
     torch.backends.cuda.enable_cudnn_sdp(False)  # run.cudnn_attention's default
     shape, rows, (lo, hi) = SHAPES[a.shape]
     cfg = Qwen2Config(vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True,
@@ -47,30 +55,39 @@ def main() -> None:
         mask[r, :n] = 1
     real = mask.bool()
 
-    def step(with_mask: bool) -> torch.Tensor:
-        hidden = model.model(input_ids=ids, attention_mask=mask if with_mask else None,
-                             use_cache=False)[0]
+    body = torch.compile(model.model, dynamic=False) if a.compile else model.model
+
+    def step(with_mask: bool, causal: bool = False) -> torch.Tensor:
+        with causal_attention(model.model) if causal else torch.enable_grad():
+            hidden = body(input_ids=ids, attention_mask=mask if with_mask else None,
+                          use_cache=False)[0]
         hidden[real].float().pow(2).mean().backward()
         return hidden.detach()
 
     out = {}
-    for name, with_mask in (("masked", True), ("unmasked", False), ("masked_again", True),
-                            ("unmasked_again", False)):
-        step(with_mask)
+    for name, with_mask, causal in (("masked", True, False), ("unmasked", False, False),
+                                    ("causal", False, True), ("masked_again", True, False),
+                                    ("unmasked_again", False, False),
+                                    ("causal_again", False, True)):
+        step(with_mask, causal)
         times = []
         for _ in range(a.reps):
             model.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
             t = time.perf_counter()
-            step(with_mask)
+            step(with_mask, causal)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
         out[f"{name}_ms"] = statistics.median(times) * 1e3
     with torch.no_grad():
         a_h = model.model(input_ids=ids, attention_mask=mask, use_cache=False)[0][real].float()
         b_h = model.model(input_ids=ids, use_cache=False)[0][real].float()
+        with causal_attention(model.model):
+            c_h = body(input_ids=ids, use_cache=False)[0][real].float()
     print(json.dumps({"what": "train_attention", "shape": a.shape, "rows": rows, "width": width,
-                      **out, "max_abs_hidden_diff": float((a_h - b_h).abs().max()),
+                      "compile": a.compile, **out,
+                      "max_abs_hidden_diff": float((a_h - b_h).abs().max()),
+                      "causal_max_abs_hidden_diff": float((c_h - b_h).abs().max()),
                       "mean_abs_hidden": float(a_h.abs().mean())}), flush=True)
 
 

@@ -52,6 +52,7 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`response_log_probs`, :func:`right_pad`, :func:`response_index`,
   :func:`to_tensor_list`, :func:`lr_schedule`,
   :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`,
+  :func:`causal_sdpa_applies` (a model whose mask is purely causal: SDPA, no sliding window),
   :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
   from CUDA graphs at bucketed shapes), :class:`GraphCaptureOutOfMemory` (a capture that did not
   fit: the graphs are released, redo the micro-batch eagerly), :func:`graph_budget`,
@@ -190,6 +191,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "response_index": ("slime_core.trainkit.batching", "response_index"),
     "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "rms_norm": ("slime_core.trainkit.fused_norm", "rms_norm"),
+    "causal_sdpa_applies": ("slime_core.trainkit.causal_attention", "causal_sdpa_applies"),
     "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
     "GraphCaptureOutOfMemory": ("slime_core.trainkit.graphed_decoder", "CaptureOutOfMemory"),
     "graph_budget": ("slime_core.trainkit.graphed_decoder", "graph_budget"),
@@ -379,6 +381,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.batching import to_tensor_list as to_tensor_list
     from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms
     from slime_core.trainkit.fused_norm import rms_norm as rms_norm
+    from slime_core.trainkit.causal_attention import causal_sdpa_applies as causal_sdpa_applies
     from slime_core.trainkit.graphed_decoder import CaptureOutOfMemory as GraphCaptureOutOfMemory
     from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
     from slime_core.trainkit.graphed_decoder import graph_budget as graph_budget

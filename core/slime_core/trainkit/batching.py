@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from slime_core.moe.routing import RoutingControl
+from slime_core.trainkit.causal_attention import causal_attention
 from slime_core.trainkit.flat import split_samples
 from slime_core.trainkit.logprob_head import head_log_probs
 from slime_core.trainkit.shared_prefix import (
@@ -248,10 +249,11 @@ def response_log_probs(
         # gives the real positions the same values without it. With a padding mask SDPA
         # cannot use its flash kernel (H200, 0.5B anchor: the masked kernel's forward and
         # backward were 48 ms of a 0.31 s training step); the padding rows' outputs are
-        # never read.
-        with routed:
+        # never read. causal_attention: no mask under torch.compile either.
+        body = cast(torch.nn.Module, model.model)
+        with routed, causal_attention(body):
             hidden = (decoder(ids) if decoder is not None
-                      else cast(Any, model.model)(input_ids=ids, use_cache=False)[0])
+                      else cast(Any, body)(input_ids=ids, use_cache=False)[0])
         return _head(model, hidden[rows, cols], target, resp, temperature, with_entropy,
                      entropy_grad, compile_head, head_kernel)
     with routed:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-from slime_core.api import RoutingControl
+from slime_core.api import RoutingControl, causal_sdpa_applies
 
 from slime_std.engine.fused_decoder import FusedDecoder
 from slime_std.engine.kv_cache import buffer_layers
@@ -70,15 +70,9 @@ class Result:
 
 
 def prebuilt_mask_ok(config: Any) -> bool:
-    """True when a 4-D boolean mask may replace the model's own (SDPA, no sliding window)."""
-    if getattr(config, "_attn_implementation", None) != "sdpa":
-        return False
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None:
-        return all(t == "full_attention" for t in layer_types)
-    return getattr(config, "sliding_window", None) is None or not getattr(
-        config, "use_sliding_window", True
-    )
+    """True when a 4-D boolean mask may replace the model's own: SDPA over the full causal
+    mask in every layer, no sliding window (:func:`slime_core.api.causal_sdpa_applies`)."""
+    return causal_sdpa_applies(config)
 
 
 def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor,
