@@ -47,9 +47,13 @@ def causal_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torc
                 scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers attention function: causal SDPA over ``query`` [B, H, L, D] and the
     grouped ``key`` / ``value`` [B, H_kv, L, D]; the output [B, L, H, D]. A call it cannot
-    stand for (a cache, so query and key lengths differ; a position bias) goes to
-    transformers' SDPA function."""
-    if query.shape[2] != key.shape[2] or kwargs.get("position_bias") is not None:
+    stand for (a cache, so query and key lengths differ; a position bias; a layer that is not
+    causal) goes to transformers' SDPA function."""
+    causal = kwargs.get("is_causal")
+    if causal is None:
+        causal = getattr(module, "is_causal", True)
+    if (query.shape[2] != key.shape[2] or kwargs.get("position_bias") is not None
+            or not causal):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask,

@@ -98,3 +98,23 @@ def test_only_purely_causal_sdpa_models_switch():
     eager = tiny_decoder("llama_mha_untied")
     eager.config._attn_implementation = "eager"
     assert not causal_sdpa_applies(eager.config)
+
+
+def test_what_the_causal_call_cannot_stand_for_goes_to_transformers(sdpa_calls):
+    """A key longer than the query (a cache) or a layer that is not causal: transformers' own
+    SDPA function, with the mask it was given."""
+    from slime_core.trainkit.causal_attention import causal_sdpa
+
+    q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    layer = torch.nn.Module()
+    layer.num_key_value_groups = 2
+    layer.is_causal = False
+    causal_sdpa(layer, q, k, k, mask)
+    longer = torch.randn(2, 2, 7, 8)
+    layer.is_causal = True
+    causal_sdpa(layer, q, longer, longer, torch.ones(2, 1, 5, 7, dtype=torch.bool))
+    assert [c[0] for c in sdpa_calls] == [(2, 1, 5, 5), (2, 1, 5, 7)]
+    sdpa_calls.clear()
+    out, _ = causal_sdpa(layer, q, k, k, None)
+    assert sdpa_calls == [(None, True, True, 2)] and out.shape == (2, 5, 4, 8)
