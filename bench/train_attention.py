@@ -9,8 +9,9 @@ real positions.
     python bench/train_attention.py [--shape 0.5b|1.5b]
     python bench/train_attention.py --compile   # the body compiled (dynamic=False)
 
-``causal`` rows: the same forward inside :func:`slime_core.trainkit.causal_attention.causal_attention`
-(what the fused-head training forward does since the eleventh session of 2026-12-07): SDPA
+``causal`` rows: the same forward inside
+:func:`slime_core.trainkit.causal_attention.causal_attention` (what the fused-head training
+forward does since the eleventh session of 2026-12-07): SDPA
 called causally with the grouped key/value heads, no mask built, also under ``--compile``
 (where transformers builds a mask and repeats the heads).
 """
