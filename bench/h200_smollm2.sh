@@ -26,7 +26,8 @@
 #   bash bench/h200_smollm2.sh eleventh  # no carry: that test, the anchor with train.compile beside the graphs
 #   bash bench/h200_smollm2.sh eleventh2 # no carry: the anchor, compile beside the graphs against compile alone
 #   bash bench/h200_smollm2.sh twelfth   # no carry: graph captures' gradients, SDPA under capture, the anchor re-cut
-#   bash bench/h200_smollm2.sh twelfth2  # no carry: compile alone one-step-off, without and with cuDNN attention
+#   bash bench/h200_smollm2.sh twelfth2  # no carry: compile alone one-step-off, compiled graphs re-cut
+#   bash bench/h200_smollm2.sh twelfth3  # no carry: compile alone one-step-off with cuDNN attention
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -491,34 +492,38 @@ PY
       fast_mb16k_defaults_pdl:360
     ;;
   twelfth)
-    # issue 43, one call, no carry (~9 min), for the next session: the training graphs' real
+    # issue 43, one call, no carry (~7 min), for the next session: the training graphs' real
     # captures (plain and compiled) against eager gradients, the engine-stream and capture
-    # tests; the SDPA backends and what a capture runs (the anchor's training profile showed
-    # the memory-efficient kernel); the 0.5B anchor's graphs and compiled graphs with
-    # micro-batches cut at the row bucket (not measured: eleventh ran them padded 3 x 48),
-    # 5 steps each
+    # tests; which SDPA operator the eager, graphed and compiled training forwards run (the
+    # anchor's training profile showed the memory-efficient kernel); the SDPA backends; the
+    # compiled model body with transformers' attention against causal_attention's (the
+    # fused-head forward's since the eleventh session), one process; the 0.5B anchor's graphs
+    # with micro-batches cut at the row bucket (eleventh ran them padded 3 x 48)
     timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short \
       core/tests/trainkit/test_graphed_decoder.py core/tests/trainkit/test_capture.py \
       plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 \
       | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -20 | cut -c1-300
-    for c in "" --compile; do  # which SDPA backend the training forward takes, eager / graphed
+    for c in "" --compile; do
       timeout 90 python3 bench/train_graphs.py --tiny --dtype bfloat16 --attention-ops --reps 3 \
         $c 2>&1 | grep -E '"attention_ops"|"result"|Error' | cut -c1-900
     done
     timeout 60 python3 bench/sdpa_backends.py --reps 10 2>/dev/null > "$OUT/sdpa_backends.jsonl"
     cut -c1-400 "$OUT/sdpa_backends.jsonl"
     python3 -c "import json,sys; [print(r['shape'], r['captured_kernels']) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/sdpa_backends.jsonl"
-    anchor_runs "$OUT/anchor_twelfth.jsonl" rollout_pdl_graphs:100 rollout_pdl_graphs_compiled:200
-    # the compiled model body's forward + backward: transformers' attention (mask built, heads
-    # repeated) against causal_attention's (what the fused-head forward now does)
     timeout 150 python3 bench/train_attention.py --compile --reps 5 2>&1 | grep '"what"' \
       | cut -c1-700
+    anchor_runs "$OUT/anchor_twelfth.jsonl" rollout_pdl_graphs:100
     ;;
   twelfth2)
-    # issue 43, one call, no carry (~8 min): compile alone one-step-off (0.674 s on an H100),
-    # then the same with cuDNN attention, 5 steps each
+    # issue 43, one call, no carry (~8 min): compile alone one-step-off (0.674 s on an H100
+    # with the masked training attention), then the compiled graphs re-cut, 5 steps each
     anchor_runs "$OUT/anchor_twelfth2.jsonl" fast_mb16k_defaults_pdl_async:240 \
-      fast_mb16k_defaults_pdl_async_cudnn:240
+      rollout_pdl_graphs_compiled:220
+    ;;
+  twelfth3)
+    # issue 43, one call, no carry (~5 min): compile alone one-step-off with cuDNN attention
+    # (the fastest backend at the training shapes standalone)
+    anchor_runs "$OUT/anchor_twelfth3.jsonl" fast_mb16k_defaults_pdl_async_cudnn:280
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
