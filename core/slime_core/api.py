@@ -53,6 +53,7 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   :func:`to_tensor_list`, :func:`lr_schedule`,
   :func:`fuse_rms_norms` (``train.fused_norm``), :func:`rms_norm`,
   :func:`causal_sdpa_applies` (a model whose mask is purely causal: SDPA, no sliding window),
+  :func:`attention_implementation` (a model's attention function switched for a block),
   :class:`GraphedDecoder` (``train.cuda_graphs``: the decoder's forward and backward replayed
   from CUDA graphs at bucketed shapes), :class:`GraphCaptureOutOfMemory` (a capture that did not
   fit: the graphs are released, redo the micro-batch eagerly), :func:`graph_budget`,
@@ -192,6 +193,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "fuse_rms_norms": ("slime_core.trainkit.fused_norm", "fuse_rms_norms"),
     "rms_norm": ("slime_core.trainkit.fused_norm", "rms_norm"),
     "causal_sdpa_applies": ("slime_core.trainkit.causal_attention", "causal_sdpa_applies"),
+    "attention_implementation": ("slime_core.trainkit.causal_attention",
+                                 "attention_implementation"),
     "GraphedDecoder": ("slime_core.trainkit.graphed_decoder", "GraphedDecoder"),
     "GraphCaptureOutOfMemory": ("slime_core.trainkit.graphed_decoder", "CaptureOutOfMemory"),
     "graph_budget": ("slime_core.trainkit.graphed_decoder", "graph_budget"),
@@ -382,6 +385,9 @@ if TYPE_CHECKING:
     from slime_core.trainkit.fused_norm import fuse_rms_norms as fuse_rms_norms
     from slime_core.trainkit.fused_norm import rms_norm as rms_norm
     from slime_core.trainkit.causal_attention import causal_sdpa_applies as causal_sdpa_applies
+    from slime_core.trainkit.causal_attention import (
+        attention_implementation as attention_implementation,
+    )
     from slime_core.trainkit.graphed_decoder import CaptureOutOfMemory as GraphCaptureOutOfMemory
     from slime_core.trainkit.graphed_decoder import GraphedDecoder as GraphedDecoder
     from slime_core.trainkit.graphed_decoder import graph_budget as graph_budget

@@ -75,6 +75,19 @@ def _register() -> None:
 
 
 @contextlib.contextmanager
+def attention_implementation(model: Any, name: str) -> Iterator[None]:
+    """``model``'s attention function (its config's ``_attn_implementation``) set to ``name``,
+    registered with transformers, for the forwards inside; restored afterwards."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+@contextlib.contextmanager
 def causal_attention(decoder: torch.nn.Module) -> Iterator[None]:
     """``decoder``'s attention as :func:`causal_sdpa` for the forwards inside (restored after),
     where :func:`causal_sdpa_applies`; a no-op elsewhere. Only for forwards whose mask would be
@@ -84,9 +97,5 @@ def causal_attention(decoder: torch.nn.Module) -> Iterator[None]:
         yield
         return
     _register()
-    before = config._attn_implementation
-    config._attn_implementation = NAME
-    try:
+    with attention_implementation(decoder, NAME):
         yield
-    finally:
-        config._attn_implementation = before

@@ -69,12 +69,6 @@ class Result:
     routes: torch.Tensor | None = None  # with routing: [positions, MoE layers, top_k]
 
 
-def prebuilt_mask_ok(config: Any) -> bool:
-    """True when a 4-D boolean mask may replace the model's own: SDPA over the full causal
-    mask in every layer, no sliding window (:func:`slime_core.api.causal_sdpa_applies`)."""
-    return causal_sdpa_applies(config)
-
-
 def _forward(model: Any, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor,
              cache: Any) -> torch.Tensor:
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
@@ -187,7 +181,9 @@ def decode(
     full_mask = torch.ones((n, width + max_new), dtype=torch.long, device=device)
     full_mask[:, :width] = torch.arange(width, device=device) >= (width - lens_t).unsqueeze(1)
     pos = (full_mask[:, :width].cumsum(-1) - 1).clamp_(min=0)
-    prebuilt = padded and prebuilt_mask_ok(model.config)
+    # a purely causal SDPA model: a prebuilt boolean mask may replace its own
+    causal = causal_sdpa_applies(model.config)
+    prebuilt = padded and causal
     step_mask = full_mask.bool()[:, None, None, :] if prebuilt else full_mask
 
     batch = _Batch(requests, device, max_new)
@@ -199,7 +195,7 @@ def decode(
     fixed = None
     if clock is not None:
         clock.cut("host")
-    if static is not None and prebuilt_mask_ok(model.config):
+    if static is not None and causal:
         fixed = static.get(model, n, width, max_new, fused)
         cache = None
         if clock is not None:

@@ -41,14 +41,12 @@ results are checked against the dynamic-cache loop.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from slime_core.api import cuda_graph_capture, rms_norm
+from slime_core.api import attention_implementation, cuda_graph_capture, rms_norm
 
 from slime_std.engine.fused_decoder import FusedDecoder
 from slime_std.engine.kernels.decode_attention import (  # imports no triton
@@ -109,18 +107,6 @@ def _register_attention() -> None:
 
     AttentionInterface.register(ATTENTION_NAME, grouped_decode_attention)
     AttentionInterface.register(TRITON_ATTENTION_NAME, triton_decode_attention)
-
-
-@contextlib.contextmanager
-def _attention(model: Any, name: str) -> Iterator[None]:
-    """Use attention function ``name`` for the forwards inside (restored afterwards)."""
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = name
-    try:
-        yield
-    finally:
-        config._attn_implementation = before
 
 
 def compile_options(autotune: bool, pdl: bool) -> dict[str, Any]:
@@ -266,14 +252,14 @@ class StaticDecoder:
             k = torch.arange(self.length, device=ids.device)
             causal = k.unsqueeze(0) <= q.unsqueeze(1)  # [W, L]
             mask = causal.unsqueeze(0) & valid.unsqueeze(1)  # [B, W, L]
-            with _attention(self.model, "sdpa"):
+            with attention_implementation(self.model, "sdpa"):
                 return self._forward(ids, mask.unsqueeze(1), pos)
         from transformers import DynamicCache
 
         causal = q.unsqueeze(0) <= q.unsqueeze(1)  # [W, W]
         mask = causal.unsqueeze(0) & valid[:, :width].index_select(0, distinct).unsqueeze(1)
         cache: Any = DynamicCache()
-        with _attention(self.model, "sdpa"):
+        with attention_implementation(self.model, "sdpa"):
             out = self.model(input_ids=ids.index_select(0, distinct), attention_mask=mask.unsqueeze(1),
                              position_ids=pos.index_select(0, distinct), past_key_values=cache,
                              use_cache=True, logits_to_keep=1)
@@ -308,7 +294,7 @@ class StaticDecoder:
         self.mask[..., column] = True
         self.column.fill_(column)
         if not self.capture:
-            with _attention(self.model, self.attention):
+            with attention_implementation(self.model, self.attention):
                 return self._step_forward(self.ids, self.mask, self.pos)
         if self.graph is None:
             self._capture(column)
@@ -321,14 +307,14 @@ class StaticDecoder:
         replay overwrites), rewind the write position, then capture one step."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), _attention(self.model, self.attention):
+        with torch.cuda.stream(stream), attention_implementation(self.model, self.attention):
             for _ in range(2):  # (the first compiles, when compiling)
                 self._set_written(column)
                 self._step_forward(self.ids, self.mask, self.pos)
         torch.cuda.current_stream().wait_stream(stream)
         self._set_written(column)
         graph = torch.cuda.CUDAGraph()
-        with cuda_graph_capture(graph), _attention(self.model, self.attention):
+        with cuda_graph_capture(graph), attention_implementation(self.model, self.attention):
             self.logits = self._step_forward(self.ids, self.mask, self.pos)
         self.graph = graph
 

@@ -47,10 +47,10 @@ def test_log_probs_equal_a_full_forward_with_left_padding(make_engine, params):
 
 
 def test_eager_attention_uses_the_2d_mask_path(make_engine):
-    from slime_std.engine.decoding import prebuilt_mask_ok
+    from slime_core.api import causal_sdpa_applies
 
     engine = make_engine(model={"init_config": dict(TINY_QWEN2, attn_implementation="eager")})
-    assert not prebuilt_mask_ok(engine._model.config)
+    assert not causal_sdpa_applies(engine._model.config)
     params = SamplingParams(temperature=0.8, max_new_tokens=10, ignore_eos=True)
     for prompt, out in zip(PROMPTS, engine.generate(PROMPTS, [params] * 4), strict=True):
         ref = full_forward_log_probs(engine._model, prompt, out.token_ids, 0.8)
