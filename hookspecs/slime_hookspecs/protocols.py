@@ -187,7 +187,11 @@ class WeightTransport(Protocol):
     """Moves trainer weights to engines; reports bytes and seconds."""
 
     def send(self, weights: dict[str, Any], version: int, engines: list[Any]) -> dict[str, float]:
-        """Deliver ``weights`` as ``version`` to every engine; return ``{"bytes", "seconds"}``."""
+        """Deliver ``weights`` as ``version`` to every engine; return ``{"bytes", "seconds"}``.
+
+        ``weights`` holds one name per tensor: of tied names (``lm_head.weight`` sharing
+        ``model.embed_tokens.weight``) only the first is given, since the engine's model is tied
+        the same way and one write updates both."""
         ...
 
 

@@ -27,6 +27,7 @@ from slime_core.observe import setup_parts
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
 from slime_core.rollout.manager import RolloutManager
+from slime_core.weights.tensors import distinct
 
 
 class LocalExecutor:
@@ -74,7 +75,7 @@ class LocalExecutor:
 
     def send_weights(self, version: int) -> dict[str, float]:
         weights = self.trainer.export_weights()
-        stats = self.transport.send(weights, version, self.engines)
+        stats = self.transport.send(distinct(weights), version, self.engines)
         if self.config.weights.verify:
             check_weight_agreement(
                 weights_digest(weights),

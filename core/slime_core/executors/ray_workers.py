@@ -36,6 +36,7 @@ from slime_core.executors.base import build_rollout_side, engine_weights, weight
 from slime_core.pluginmgr import PluginSelection, SlimePluginManager
 from slime_core.rollout.engine_client import EngineLostError
 from slime_core.runtime import process_settings
+from slime_core.weights.tensors import distinct
 
 
 def bootstrap(selection: PluginSelection, config: Any) -> SlimePluginManager:
@@ -512,7 +513,7 @@ class TrainerWorker:
             self.transport = reg.get(self.config.weights.transport).factory(
                 self.config, self.accelerator)
         engines = [RemoteEngine(h, i) for i, h in enumerate(engine_handles)]
-        weights = self.trainer.export_weights()
+        weights = distinct(self.trainer.export_weights())
         stats = dict(self.transport.send(weights, version, engines))
         if self.config.run.fault_tolerance:  # what a restarted engine is re-synced from
             self._resync = list(getattr(self.transport, "last_refs", []) or []) or [
