@@ -28,6 +28,7 @@
 #   bash bench/h200_smollm2.sh twelfth   # no carry: graph captures' gradients, SDPA under capture, the anchor re-cut
 #   bash bench/h200_smollm2.sh twelfth2  # no carry: compile alone one-step-off, compiled graphs re-cut
 #   bash bench/h200_smollm2.sh twelfth3  # no carry: compile alone one-step-off with cuDNN attention
+#   bash bench/h200_smollm2.sh thirteenth  # no carry: the anchor's best variant, the GPU tests, the attention A/B
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -525,6 +526,16 @@ PY
     # (the fastest backend at the training shapes standalone)
     anchor_runs "$OUT/anchor_twelfth3.jsonl" fast_mb16k_defaults_pdl_async_cudnn:280
     ;;
+  thirteenth)
+    # issue 43, one call, no carry (~9 min), for a session with few calls: the 0.5B anchor's
+    # best variant (compile alone, one-step-off: 0.674 s on an H100 with the masked training
+    # attention) with the causal attention and the tied embedding sent once, then the GPU
+    # tests of the graph captures (plain and compiled), then the causal-attention A/B
+    anchor_runs "$OUT/anchor_thirteenth.jsonl" fast_mb16k_defaults_pdl_async:300
+    gpu_tests 140
+    timeout 120 python3 bench/train_attention.py --compile --reps 5 2>&1 | grep '"what"' \
+      | cut -c1-700
+    ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
     # graphs, alone (one short call, no carry)
@@ -549,5 +560,5 @@ PY
     python3 -X importtime -c "import torch; from transformers import AutoTokenizer" 2>&1 \
       | sort -t'|' -k2 -n | tail -15
     ;;
-  *) echo "usage: $0 carry|learn|probe|again|ab|graphs|graphs2|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|anchor_overlap|ninth|tenth|gputests|profile|imports" >&2; exit 2 ;;
+  *) echo "usage: $0 carry|learn|again|probe|ab|graphs|graphs2|profile|record|rdtype|hostops|sixth|seventh|prefix|record2|overlap|eighth|anchor_overlap|ninth|tenth|eleventh|eleventh2|twelfth|twelfth2|twelfth3|thirteenth|gputests|imports" >&2; exit 2 ;;
 esac
