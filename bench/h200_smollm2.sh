@@ -28,7 +28,7 @@
 #   bash bench/h200_smollm2.sh twelfth   # no carry: graph captures' gradients, SDPA under capture, the anchor re-cut
 #   bash bench/h200_smollm2.sh twelfth2  # no carry: compile alone one-step-off, compiled graphs re-cut
 #   bash bench/h200_smollm2.sh twelfth3  # no carry: compile alone one-step-off with cuDNN attention
-#   bash bench/h200_smollm2.sh thirteenth  # no carry: the anchor's best variant, the GPU tests, the attention A/B
+#   bash bench/h200_smollm2.sh thirteenth  # no carry: the anchor's best variant, the GPU tests
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -527,14 +527,12 @@ PY
     anchor_runs "$OUT/anchor_twelfth3.jsonl" fast_mb16k_defaults_pdl_async_cudnn:280
     ;;
   thirteenth)
-    # issue 43, one call, no carry (~9 min), for a session with few calls: the 0.5B anchor's
+    # issue 43, one call, no carry (~7 min), for a session with few calls: the 0.5B anchor's
     # best variant (compile alone, one-step-off: 0.674 s on an H100 with the masked training
     # attention) with the causal attention and the tied embedding sent once, then the GPU
-    # tests of the graph captures (plain and compiled), then the causal-attention A/B
+    # tests of the graph captures (plain and compiled)
     anchor_runs "$OUT/anchor_thirteenth.jsonl" fast_mb16k_defaults_pdl_async:300
     gpu_tests 140
-    timeout 120 python3 bench/train_attention.py --compile --reps 5 2>&1 | grep '"what"' \
-      | cut -c1-700
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
