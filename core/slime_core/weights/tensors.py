@@ -22,12 +22,13 @@ def distinct(state: dict[str, Any]) -> dict[str, Any]:
     ``lm_head.weight`` is ``model.embed_tokens.weight``), the first. What a weight sync sends:
     the engine's model is tied the same way, so writing one name writes both (engines built on
     vLLM or SGLang skip a tied model's ``lm_head`` anyway), and the tied tensor's bytes travel
-    once. A view of part of another tensor keeps its name."""
-    seen: set[tuple[int, tuple[int, ...], tuple[int, ...], Any]] = set()
+    once. A view of part of another tensor keeps its name, and so does an empty tensor (every
+    empty tensor has address 0)."""
+    seen: set[tuple[Any, ...]] = set()
     out = {}
     for k, v in state.items():
-        key = (v.data_ptr(), tuple(v.shape), tuple(v.stride()), v.dtype)
-        if key in seen:
+        key = (v.device, v.data_ptr(), tuple(v.shape), tuple(v.stride()), v.dtype)
+        if v.numel() and key in seen:
             continue
         seen.add(key)
         out[k] = v
