@@ -63,21 +63,11 @@ def causal_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torc
     return out.transpose(1, 2).contiguous(), None
 
 
-_registered: list[bool] = []
-
-
-def _register() -> None:
-    if not _registered:
-        from transformers import AttentionInterface
-
-        AttentionInterface.register(NAME, causal_sdpa)
-        _registered.append(True)
-
-
 @contextlib.contextmanager
 def attention_implementation(model: Any, name: str) -> Iterator[None]:
-    """``model``'s attention function (its config's ``_attn_implementation``) set to ``name``,
-    registered with transformers, for the forwards inside; restored afterwards."""
+    """``model``'s attention function (its config's ``_attn_implementation``) set to ``name``
+    for the forwards inside; restored afterwards. ``name`` must be one transformers knows:
+    built in, or registered with ``transformers.AttentionInterface.register``."""
     config = model.config
     before = config._attn_implementation
     config._attn_implementation = name
@@ -96,6 +86,8 @@ def causal_attention(decoder: torch.nn.Module) -> Iterator[None]:
     if config is None or not causal_sdpa_applies(config):
         yield
         return
-    _register()
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, causal_sdpa)  # a dict entry: registering again is free
     with attention_implementation(decoder, NAME):
         yield
