@@ -104,11 +104,12 @@ PY
 }
 
 # gpu_tests SECONDS: the GPU tests of the engine's stream, of one capture at a time and of the
-# training graphs (skipped on a CPU)
+# training graphs (skipped on a CPU); a failure's short traceback, without the warnings
 gpu_tests() {
-  timeout "$1" python3 -m pytest -q -p no:cacheprovider \
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider --tb=short \
     plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
-    core/tests/trainkit/test_graphed_decoder.py 2>&1 | tail -6 | cut -c1-600
+    core/tests/trainkit/test_graphed_decoder.py 2>&1 \
+    | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -20 | cut -c1-300
 }
 
 case "${1:-}" in
@@ -500,10 +501,7 @@ PY
     # compiled model body with transformers' attention against causal_attention's (the
     # fused-head forward's since the eleventh session), one process; the 0.5B anchor's graphs
     # with micro-batches cut at the row bucket (eleventh ran them padded 3 x 48)
-    timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short \
-      core/tests/trainkit/test_graphed_decoder.py core/tests/trainkit/test_capture.py \
-      plugins/slime_std/tests/engine/test_engine_stream.py 2>&1 \
-      | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -20 | cut -c1-300
+    gpu_tests 150
     for c in "" --compile; do
       timeout 90 python3 bench/train_graphs.py --tiny --dtype bfloat16 --attention-ops --reps 3 \
         $c 2>&1 | grep -E '"attention_ops"|"result"|Error' | cut -c1-900
