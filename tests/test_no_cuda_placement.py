@@ -188,6 +188,11 @@ ALLOWED: list[tuple[str, str, str]] = [
      "on a cuda device the capture runs on"),
     ("core/slime_core/trainkit/graphed_decoder.py", "train.cuda_graphs",
      "the key's name in the capture's messages"),
+    ("core/slime_core/trainkit/graphed_decoder.py", "_cuda_free_bytes",
+     "the free memory after a capture (GraphedDecoder's reserve check), read on the cuda "
+     "device the capture ran on"),
+    ("core/slime_core/trainkit/graphed_decoder.py", "torch.cuda.mem_get_info(device)",
+     "that free memory, from the driver of the capture's cuda device"),
     ("plugins/slime_std/slime_std/trainer/torch_trainer.py", "cuda_graphs",
      "train.cuda_graphs: the key and its messages"),
     ("plugins/slime_std/slime_std/trainer/torch_trainer.py", 'self.device.type != "cuda"',

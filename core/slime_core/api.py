@@ -47,7 +47,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
 * **training steps**: :class:`Accumulation`, :func:`masked_tokens`, :func:`step_indices`,
   :func:`split_samples` / :func:`flat_cat` (per-sample views of one packed tensor, and
   back to it without a copy),
-  :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`refresh_copy`, :class:`WeightVersions`,
+  :func:`rollout_optimizer_steps`, :func:`make_adamw`, :func:`optimizer_step_bytes` (what
+  its next step may allocate), :func:`refresh_copy`, :class:`WeightVersions`,
   :func:`micro_batches`,
   :func:`response_log_probs`, :func:`right_pad`, :func:`response_index`,
   :func:`to_tensor_list`, :func:`lr_schedule`,
@@ -184,6 +185,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "flat_cat": ("slime_core.trainkit.flat", "flat_cat"),
     "rollout_optimizer_steps": ("slime_core.trainkit.accumulate", "rollout_optimizer_steps"),
     "make_adamw": ("slime_core.trainkit.master", "make_adamw"),
+    "optimizer_step_bytes": ("slime_core.trainkit.master", "step_bytes"),
     "refresh_copy": ("slime_core.trainkit.master", "refresh_copy"),
     "WeightVersions": ("slime_core.trainkit.master", "WeightVersions"),
     "micro_batches": ("slime_core.trainkit.batching", "micro_batches"),
@@ -413,6 +415,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
     from slime_core.trainkit.master import WeightVersions as WeightVersions
     from slime_core.trainkit.master import make_adamw as make_adamw
+    from slime_core.trainkit.master import step_bytes as optimizer_step_bytes
     from slime_core.trainkit.master import refresh_copy as refresh_copy
     from slime_core.trainkit.reference import ref_model_config as ref_model_config
     from slime_core.trainkit.reference import ref_update_due as ref_update_due

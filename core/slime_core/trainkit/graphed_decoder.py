@@ -53,7 +53,11 @@ caching allocator keeps for eager tensors, so that cache is returned to the devi
 capture. A capture that still runs out of memory (a large model beside an engine's cache:
 Qwen2-1.5B's anchor on an 80 GB H100, whose one-pass forward at 16 x 1040 tokens alone did not
 fit) ends the graphs: they and their pool are released, :class:`CaptureOutOfMemory` is raised
-for the caller to redo the micro-batch in a form of its own, and later calls run eagerly.
+for the caller to redo the micro-batch in a form of its own, and later calls run eagerly. So
+does a capture that fits but leaves less free than ``reserve`` says the rest of the step needs:
+the pool keeps its activations' memory after the backward, where eager autograd frees it for
+the optimizer, whose first step allocates its moment buffers (Qwen2-1.5B's anchor on an 80 GB
+H100: the pool held 46.8 GB after the first capture, and AdamW's first step ran out of memory).
 """
 
 from __future__ import annotations
@@ -103,6 +107,12 @@ def graph_budget(decoder: torch.nn.Module, device_bytes: int, share: float = 0.1
     conservative: it was sized for :func:`torch.cuda.make_graphed_callables`' buckets."""
     per_bucket = max(trainable_bytes(decoder), 1)
     return max(0, min(most, int(device_bytes * share) // per_bucket))
+
+
+def _cuda_free_bytes(device: torch.device) -> int:
+    """Free memory of the CUDA ``device`` once the caching allocator's free blocks are back."""
+    torch.cuda.empty_cache()
+    return int(torch.cuda.mem_get_info(device)[0])
 
 
 class CaptureOutOfMemory(RuntimeError):
@@ -239,17 +249,26 @@ class GraphedDecoder:
     def __init__(self, decoder: torch.nn.Module, pad_id: int, row_multiple: int = 16,
                  width_multiple: int = 16, max_graphs: int = 8,
                  make_graphed: GraphMaker | None = None,
-                 compiler: Compiler | None = None) -> None:
+                 compiler: Compiler | None = None,
+                 reserve: Callable[[], int] | None = None,
+                 free_bytes: Callable[[torch.device], int] | None = None) -> None:
         """``make_graphed(module, sample_args, pool=..., fuse_linears=...)`` captures (default
         :func:`capture_accumulating`; tests give a maker that captures nothing).
         ``compiler``: what each bucket's module goes through before its capture (the trainer's
         ``torch.compile(module, dynamic=False)`` under ``train.compile``; None: captured as
-        it runs eagerly). Shapes past the buckets run the decoder eagerly, uncompiled."""
+        it runs eagerly). Shapes past the buckets run the decoder eagerly, uncompiled.
+        ``reserve()``: device bytes that must stay free after a capture (the trainer's: what
+        its optimizer's next step allocates), read after each capture; a capture leaving less
+        ends the graphs as one out of memory does. ``free_bytes(device)``: the free device
+        memory then (default: the CUDA driver's, after the caching allocator's free blocks
+        went back to it)."""
         self.decoder, self.pad_id = decoder, int(pad_id)
         self.compiler = compiler
         self.row_multiple, self.width_multiple = row_multiple, width_multiple
         self.max_graphs = max_graphs
         self._make = make_graphed or capture_accumulating
+        self.reserve = reserve
+        self._free_bytes = free_bytes or _cuda_free_bytes
         # (rows, columns) of the one-pass forward; ("prefix", G, W1, R, T) of the two passes
         self._graphs: dict[tuple[Any, ...], Any] = {}
         self._pool: Any = None
@@ -346,12 +365,26 @@ class GraphedDecoder:
                 f"{_shape_text(shape)} failed ({e}); set train.cuda_graphs = false"
             ) from e
         else:
-            self._graphs[shape] = graphed
-            return graphed
+            short = self._short_of_reserve(device)  # (measured with this graph's pool held)
+            if short is None:
+                self._graphs[shape] = graphed
+                return graphed
+            failure = short
+            del graphed
         # outside the handler: the error's traceback holds the warm-up's frames (activations,
         # gradients) in a reference cycle that only a collection frees
         self._give_up(shape, device, failure)
         raise CaptureOutOfMemory(f"train.cuda_graphs: {self.given_up}")
+
+    def _short_of_reserve(self, device: torch.device) -> str | None:
+        """Why the memory left after a capture is too little for ``reserve`` (None: enough)."""
+        if self.reserve is None:
+            return None
+        need, free = int(self.reserve()), int(self._free_bytes(device))
+        if free >= need:
+            return None
+        return (f"the graphs' memory pool leaves {free / 2**30:.1f} GB free, under the "
+                f"{need / 2**30:.1f} GB the optimizer's step needs")
 
     def _give_up(self, shape: tuple[Any, ...], device: torch.device, failure: str) -> None:
         """Drop every captured graph and their pool (the memory goes back to eager tensors)."""
@@ -361,9 +394,10 @@ class GraphedDecoder:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        before = (f"the {len(kept)} graphs captured before ({', '.join(kept)}) are released"
+                  if kept else "no graph is kept")
         self.given_up = (f"capturing the decoder at {_shape_text(shape)} ran out of "
-                         f"device memory ({failure}); the {len(kept)} graphs captured before "
-                         f"({', '.join(kept)}) are released")
+                         f"device memory ({failure}); {before}")
 
     def zero_grads(self, model: torch.nn.Module | None = None) -> None:
         """Every trainable decoder parameter's gradient allocated and zero (see the module

@@ -148,3 +148,22 @@ def make_adamw(params: Iterable[torch.nn.Parameter], master_weights: bool,
     if master_weights and low:
         return MasterAdamW(params, **adamw)
     return torch.optim.AdamW(params, **adamw)
+
+
+def step_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Device bytes an AdamW step of ``optimizer`` (:func:`make_adamw`'s) may allocate beyond
+    what exists when it is asked: the two moment buffers of each parameter that has no state
+    yet (allocated by its first step), the fp32 gradient copies :class:`MasterAdamW` makes every
+    step, and one multi-tensor temporary the size of the parameters. An upper estimate, for a
+    caller that must leave that much free (the training graphs' pool, which eager tensors cannot
+    use)."""
+    total = 0
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            size = int(p.numel()) * int(p.element_size())
+            if not optimizer.state.get(p):
+                total += 2 * size  # exp_avg, exp_avg_sq
+            total += size  # the multi-tensor update's temporaries
+    if isinstance(optimizer, MasterAdamW):
+        total += sum(int(m.numel()) * int(m.element_size()) for m in optimizer.masters)
+    return total

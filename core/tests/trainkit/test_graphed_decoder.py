@@ -253,6 +253,41 @@ def test_a_capture_out_of_memory_releases_the_graphs_and_raises():
     assert len(calls) == 2 and graphed.eager_calls == 2
 
 
+@pytest.mark.parametrize("free, ends", [(10_000, False), (999, True)], ids=["enough", "short"])
+def test_a_capture_that_leaves_less_than_the_reserve_ends_the_graphs(free, ends):
+    """Qwen2-1.5B's anchor on an 80 GB H100: the captures fit, and AdamW's first step then ran
+    out of memory beside their pool (which keeps the activations' memory after the backward).
+    A capture that leaves less free than ``reserve()`` asks ends the graphs as one out of
+    memory does; one that leaves enough is kept. ``reserve`` is read after each capture (the
+    optimizer's need shrinks once its states exist)."""
+    model = tiny_decoder("qwen2_gqa_bias").train()
+    asked: list[torch.device] = []
+
+    def free_bytes(device: torch.device) -> int:
+        asked.append(device)
+        return free
+
+    graphed = GraphedDecoder(model.model, PAD, row_multiple=4, width_multiple=8,
+                             make_graphed=static_buffer_graphs, reserve=lambda: 1000,
+                             free_bytes=free_bytes)
+    graphed.zero_grads()
+    ids = torch.randint(1, model.config.vocab_size, (3, 12))
+    with torch.no_grad():
+        want = model.model(input_ids=ids, use_cache=False)[0]
+        if not ends:
+            torch.testing.assert_close(graphed(ids), want, atol=1e-5, rtol=1e-5)
+            assert graphed.buckets == [(4, 16)] and graphed.given_up is None
+            return
+        with pytest.raises(CaptureOutOfMemory, match=(
+                r"at 4 x 16 tokens ran out of device memory \(the graphs' memory pool leaves "
+                r"0\.0 GB free, under the 0\.0 GB the optimizer's step needs\); no graph is "
+                r"kept")):
+            graphed(ids)
+        assert graphed.buckets == [] and graphed.given_up
+        torch.testing.assert_close(graphed(ids), want, atol=1e-5, rtol=1e-5)  # eagerly now
+    assert asked == [ids.device] and graphed.eager_calls == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("compiled", [False, True], ids=["captured", "compiled-captured"])
 def test_a_real_capture_gives_the_eager_gradients_on_a_gpu(compiled):

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from slime_core.trainkit.master import MasterAdamW, make_adamw
+from slime_core.trainkit.master import MasterAdamW, make_adamw, step_bytes
 
 ADAMW = {"lr": 1e-5, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.01}
 
@@ -132,3 +132,19 @@ def test_a_step_reads_no_unwritten_weight_and_reread_takes_data_writes() -> None
     model.weight.data[0, 1] = 0.25
     opt.reread()
     assert abs(float(opt.masters[0][0, 1]) - 0.25) < 1e-3
+
+
+@pytest.mark.parametrize("master", [False, True], ids=["adamw", "master"])
+def test_step_bytes_counts_the_first_steps_states_then_only_the_temporaries(master) -> None:
+    """What a step may allocate: before the first, the two moment buffers of every parameter
+    (fp32 for the copies of a bf16 model), one multi-tensor temporary, and MasterAdamW's fp32
+    gradient copies; after it, the states exist and only the temporaries are left."""
+    model = torch.nn.Linear(8, 4).to(torch.bfloat16)
+    model.requires_grad_(True)
+    numel = sum(p.numel() for p in model.parameters())
+    opt = make_adamw(model.parameters(), master, lr=1e-3)
+    elem = 4 if master else 2
+    assert step_bytes(opt) == numel * elem * (4 if master else 3)
+    model(torch.ones(2, 8, dtype=torch.bfloat16)).sum().backward()
+    opt.step()
+    assert step_bytes(opt) == numel * elem * (2 if master else 1)

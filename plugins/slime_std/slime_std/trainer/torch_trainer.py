@@ -47,6 +47,7 @@ from slime_core.api import (
     fused_head_unsupported,
     get_manager,
     graph_budget,
+    optimizer_step_bytes,
     graphs_settings_conflict,
     load_causal_lm,
     load_tokenizer,
@@ -190,7 +191,10 @@ class TorchTrainer:
             return None
         # train.compile: each bucket's decoder compiled at its fixed shapes, then captured
         compiler = _compile_static if t.compile is True else None
-        return GraphedDecoder(decoder, self.pad_id, max_graphs=buckets, compiler=compiler)
+        # the pool keeps its activations after the backward, so a capture must leave what the
+        # optimizer's step allocates (its moment buffers at the first step) free
+        return GraphedDecoder(decoder, self.pad_id, max_graphs=buckets, compiler=compiler,
+                              reserve=lambda: optimizer_step_bytes(self.optimizer))
 
     def _ref(self) -> torch.nn.Module:
         """The frozen reference: ``model.ref_path``, else the initial policy rebuilt from

@@ -173,6 +173,55 @@ def test_a_capture_out_of_memory_redoes_the_step_without_graphs(tmp_path):
     _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
 
 
+def test_a_capture_short_of_the_optimizers_memory_redoes_the_step_without_graphs(tmp_path):
+    """The 1.5B anchor on an 80 GB H100 again: the captures fit, and AdamW's first step ran
+    out of memory beside their pool. The trainer's graphs reserve what its optimizer's next
+    step allocates (``optimizer_step_bytes``: the moment buffers until the first step made
+    them); a capture leaving less ends the graphs before any step ran, and the step is redone
+    eagerly, equal to an eager trainer's."""
+    import torch
+    from slime_core.api import GraphedDecoder, optimizer_step_bytes
+    from slime_core.testing import static_buffer_graphs
+
+    runs = {False: _two_steps(tmp_path / "eager", {})}
+    trainer = _trainer(tmp_path / "graphed", {})
+    need = optimizer_step_bytes(trainer.optimizer)
+    params = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+    assert need == 3 * params  # fp32: two moment buffers and a multi-tensor temporary
+    reserved = []
+
+    def reserve() -> int:
+        reserved.append(optimizer_step_bytes(trainer.optimizer))
+        return reserved[-1]
+
+    trainer.graphed = GraphedDecoder(trainer.model.model, trainer.pad_id,
+                                     make_graphed=static_buffer_graphs, reserve=reserve,
+                                     free_bytes=lambda device: need - 1)
+    with pytest.warns(UserWarning, match=r"ran out of device memory \(the graphs' memory pool "
+                                         r"leaves .* GB the optimizer's step needs\); no graph is "
+                                         r"kept; this run trains without them from here"):
+        runs[True] = _two_steps(tmp_path, {}, trainer)
+    assert trainer.graphed is None and reserved == [need]
+    assert optimizer_step_bytes(trainer.optimizer) == params  # the states exist now
+    _assert_same_steps(runs[False], runs[True], weight_atol=1e-6)
+
+
+def test_the_trainers_graphs_reserve_the_optimizers_step(tmp_path, monkeypatch):
+    """``_graphed_decoder`` hands its graphs the trainer's optimizer's next-step bytes."""
+    import types
+
+    import torch
+    from slime_core.api import optimizer_step_bytes
+
+    trainer = _trainer(tmp_path, {"cuda_graphs": False})
+    trainer.config.train.cuda_graphs = True
+    monkeypatch.setattr(trainer, "device", torch.device("cuda"))
+    props = types.SimpleNamespace(total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    graphed = trainer._graphed_decoder()
+    assert graphed.reserve() == optimizer_step_bytes(trainer.optimizer) > 0
+
+
 def test_no_micro_batch_graph_lives_into_the_next_forward(tmp_path, monkeypatch):
     """A micro-batch's loss and its autograd graph are gone when the next one's
     forward begins: a graph still alive keeps the parameters' gradient accumulators of the
