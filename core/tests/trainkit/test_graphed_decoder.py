@@ -308,3 +308,24 @@ def test_a_real_capture_gives_the_eager_gradients_on_a_gpu(compiled):
     assert len(graphed.buckets) >= 1 and graphed.eager_calls == 0
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[n], atol=1e-4, rtol=1e-4, msg=n)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_reserve_is_held_against_the_devices_free_memory_on_a_gpu():
+    """A real capture, then the driver's free memory against ``reserve()``: a reserve of the
+    whole device ends the graphs (eager from then), one of a byte keeps them."""
+    model = tiny_decoder("qwen2_gqa_bias").to("cuda").train()
+    ids = torch.randint(1, model.config.vocab_size, (3, 12), device="cuda")
+    total = torch.cuda.get_device_properties(0).total_memory
+    for reserve, kept in ((1, True), (total, False)):
+        graphed = GraphedDecoder(model.model, PAD, reserve=lambda r=reserve: r)
+        graphed.zero_grads(model)
+        if kept:
+            graphed(ids).sum().backward()
+            assert graphed.buckets == [(16, 16)] and graphed.given_up is None
+            continue
+        with pytest.raises(CaptureOutOfMemory, match=r"the optimizer's step needs\); no graph"):
+            graphed(ids)
+        assert graphed.buckets == [] and graphed.eager_calls == 0
+        graphed(ids).sum().backward()  # eagerly
+        assert graphed.eager_calls == 1
