@@ -142,12 +142,44 @@ def make_adamw(params: Iterable[torch.nn.Parameter], master_weights: bool,
                **adamw: Any) -> torch.optim.Optimizer:
     """AdamW over ``params``: :class:`MasterAdamW` when ``master_weights`` is set and some
     trainable parameter is not fp32 (bf16 / fp16 models), torch's AdamW otherwise (an fp32
-    model needs no copies)."""
+    model needs no copies). Its state exists from the start (:func:`init_adamw_state`)."""
     params = list(params)
     low = any(p.requires_grad and p.dtype != torch.float32 for p in params)
-    if master_weights and low:
-        return MasterAdamW(params, **adamw)
-    return torch.optim.AdamW(params, **adamw)
+    opt = (MasterAdamW(params, **adamw) if master_weights and low
+           else torch.optim.AdamW(params, **adamw))
+    init_adamw_state(opt)
+    return opt
+
+
+def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give every parameter of an Adam / AdamW ``optimizer`` that has no state yet the state
+    its first step would create: step 0 and zeroed moments (and ``max_exp_avg_sq`` with
+    ``amsgrad``), in the parameter's dtype and layout, the step counter where torch keeps it
+    (on the parameter's device for ``fused`` and ``capturable`` groups). The updates are the
+    lazy state's, bit for bit (``test_master_weights.py`` holds this against torch).
+
+    Why before the first step: torch allocates the moments inside it, after that step's
+    backward freed its activations, so on the CPU (glibc's heap) twice the trained parameters'
+    bytes settle among the freed activations and the second step's activations no longer fit
+    in what is left: the heap grows again and every new page is a page fault (SmolLM2 on 2
+    cores: the second step's training 300,000 -> 49,000 faults, 7.5 -> 5.6 s; 270,000 fewer
+    over the first three steps). Allocated before any activation, they sit below them."""
+    if not isinstance(optimizer, torch.optim.Adam):  # AdamW is one
+        raise TypeError(f"init_adamw_state: {type(optimizer).__name__} is not torch's Adam "
+                        "or AdamW")
+    # torch keeps a host step counter in float64 where that is the default dtype
+    host_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    for group in optimizer.param_groups:
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            if optimizer.state.get(p):
+                continue
+            state = optimizer.state[p]
+            state["step"] = (torch.zeros((), dtype=torch.float32, device=p.device) if on_device
+                             else torch.tensor(0.0, dtype=host_dtype))
+            names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+            for name in names:
+                state[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def step_bytes(optimizer: torch.optim.Optimizer) -> int:

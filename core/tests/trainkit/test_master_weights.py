@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from slime_core.trainkit.master import MasterAdamW, make_adamw, step_bytes
+from slime_core.trainkit.master import MasterAdamW, init_adamw_state, make_adamw, step_bytes
 
 ADAMW = {"lr": 1e-5, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.01}
 
@@ -136,15 +136,66 @@ def test_a_step_reads_no_unwritten_weight_and_reread_takes_data_writes() -> None
 
 @pytest.mark.parametrize("master", [False, True], ids=["adamw", "master"])
 def test_step_bytes_counts_the_first_steps_states_then_only_the_temporaries(master) -> None:
-    """What a step may allocate: before the first, the two moment buffers of every parameter
-    (fp32 for the copies of a bf16 model), one multi-tensor temporary, and MasterAdamW's fp32
-    gradient copies; after it, the states exist and only the temporaries are left."""
+    """What a step may allocate: before the first (an optimizer without state), the two
+    moment buffers of every parameter (fp32 for the copies of a bf16 model), one multi-tensor
+    temporary, and MasterAdamW's fp32 gradient copies; once the states exist (make_adamw
+    creates them), only the temporaries are left."""
     model = torch.nn.Linear(8, 4).to(torch.bfloat16)
     model.requires_grad_(True)
     numel = sum(p.numel() for p in model.parameters())
-    opt = make_adamw(model.parameters(), master, lr=1e-3)
     elem = 4 if master else 2
-    assert step_bytes(opt) == numel * elem * (4 if master else 3)
+    lazy = (MasterAdamW(model.parameters(), lr=1e-3) if master
+            else torch.optim.AdamW(model.parameters(), lr=1e-3))
+    assert step_bytes(lazy) == numel * elem * (4 if master else 3)
     model(torch.ones(2, 8, dtype=torch.bfloat16)).sum().backward()
-    opt.step()
-    assert step_bytes(opt) == numel * elem * (2 if master else 1)
+    lazy.step()
+    assert step_bytes(lazy) == numel * elem * (2 if master else 1)
+    assert step_bytes(make_adamw(model.parameters(), master, lr=1e-3)) == step_bytes(lazy)
+
+
+_STATE_CASES = {
+    "adamw": ({}, torch.float32, False),
+    "foreach": ({"foreach": True}, torch.float32, False),
+    "fused": ({"fused": True}, torch.float32, False),
+    "amsgrad": ({"amsgrad": True}, torch.float32, False),
+    "master": ({}, torch.bfloat16, True),
+}
+
+
+@pytest.mark.parametrize("case", list(_STATE_CASES))
+def test_state_made_before_the_first_step_gives_the_lazy_states_updates(case) -> None:
+    """make_adamw's optimizer (state created at once) steps a model bit for bit as torch's
+    lazily initialized one does, over steps where one parameter has no gradient at first;
+    and the state it makes is the one torch makes (keys, dtypes, devices)."""
+    options, dtype, master = _STATE_CASES[case]
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4)).to(dtype)
+    models = [copy.deepcopy(base) for _ in range(2)]
+    early = make_adamw(models[0].parameters(), master, **ADAMW, **options)
+    assert all(early.state[p] for g in early.param_groups for p in g["params"])
+    lazy_cls = MasterAdamW if master else torch.optim.AdamW
+    lazy = lazy_cls(models[1].parameters(), **ADAMW, **options)
+    for step in range(4):
+        for model, opt in zip(models, (early, lazy), strict=True):
+            opt.zero_grad(set_to_none=True)
+            torch.manual_seed(100 + step)
+            out = model(torch.randn(8, 16, dtype=dtype)).float().pow(2).mean()
+            out.backward()
+            if step == 0:  # the first layer's bias takes no part in the first step
+                model[0].bias.grad = None
+            opt.step()
+        for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+            assert torch.equal(a, b), (case, step)
+    for pa, pb in zip(early.param_groups[0]["params"], lazy.param_groups[0]["params"],
+                      strict=True):
+        sa, sb = early.state[pa], lazy.state[pb]
+        assert sorted(sa) == sorted(sb)
+        for key in sa:
+            assert (sa[key].dtype, sa[key].device) == (sb[key].dtype, sb[key].device), key
+            assert torch.equal(sa[key], sb[key]), (case, key)
+
+
+def test_init_adamw_state_refuses_another_optimizer() -> None:
+    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(TypeError, match="SGD is not torch's Adam"):
+        init_adamw_state(opt)
