@@ -18,9 +18,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import resource
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,24 @@ def plugin_selection(extra: tuple[str, ...] = ()) -> Any:
         meta = tomllib.loads(std.read_text(encoding="utf-8"))
         modules += list(meta["project"]["entry-points"]["slime.defaults"].values())
     return PluginSelection(plugins=[n for n in names if n in installed], modules=modules)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_mib() -> float | None:
+    """glibc malloc's memory taken from the system (its heaps plus its own mappings), MiB, or
+    None where the C library has no ``mallinfo2`` (not glibc >= 2.33): how far the host heap
+    has grown, each new page of it a page fault."""
+    fn = getattr(ctypes.CDLL(None), "mallinfo2", None) if sys.platform.startswith("linux") else None
+    if fn is None:
+        return None
+    fn.restype = _MallInfo2
+    info = fn()
+    return (info.arena + info.hblkhd) / 2**20
 
 
 def digit_share(text: str) -> float:
@@ -95,6 +115,7 @@ class BenchPlugin:
         # page faults, i.e. memory the allocator handed back to the OS and touched again
         self.phase_sys: dict[str, list[float]] = {k: [] for k in self.phases}
         self.phase_faults: dict[str, list[int]] = {k: [] for k in self.phases}
+        self.phase_heap: dict[str, list[float]] = {k: [] for k in self.phases}
         self._r0: dict[str, tuple[float, int]] = {}
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
@@ -138,6 +159,9 @@ class BenchPlugin:
         usage, (sys0, faults0) = resource.getrusage(resource.RUSAGE_SELF), self._r0.pop(phase)
         self.phase_sys[phase].append(usage.ru_stime - sys0)
         self.phase_faults[phase].append(usage.ru_minflt - faults0)
+        heap = heap_mib()
+        if heap is not None:
+            self.phase_heap[phase].append(heap)
         if self.cuda:
             now, before = self._alloc_counts(), self._a0.pop(phase)
             delta = {k: now[k] - before[k] for k in now}

@@ -164,6 +164,7 @@ def run_slime(model: Path, prompts: Path, w: dict[str, Any], threads: int,
         "gc_s": bench.phase_gc,
         "sys_s": bench.phase_sys,
         "minor_faults": bench.phase_faults,
+        "heap_mib": bench.phase_heap,  # glibc's heap after each phase (bench_plugin.heap_mib)
         "response_tokens": bench.response_tokens,
     }
 
