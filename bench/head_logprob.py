@@ -37,10 +37,11 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--chunk-bytes", type=int, default=0,
-                    help="override logprob_head.CHUNK_BYTES (rows per chunk = this / (4 V))")
+                    help="override logprob_head.CHUNK_BYTES and CPU_CHUNK_BYTES (rows per "
+                         "chunk = this / (4 V))")
     a = ap.parse_args()
     if a.chunk_bytes:
-        logprob_head.CHUNK_BYTES = a.chunk_bytes
+        logprob_head.CHUNK_BYTES = logprob_head.CPU_CHUNK_BYTES = a.chunk_bytes
     dev = torch.device(a.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -75,7 +76,8 @@ def main() -> None:
     r = rows.numel()
     head_flops = 6 * r * a.hidden * a.vocab  # at response positions only
     out = {"device": str(dev), "rows": a.rows, "width": a.width, "response_tokens": r,
-           "chunk_bytes": logprob_head.CHUNK_BYTES}
+           "chunk_bytes": logprob_head.CPU_CHUNK_BYTES if dev.type == "cpu"
+           else logprob_head.CHUNK_BYTES}
     names = ["model_forward", "fused_eager", "fused_compiled"]
     if dev.type == "cuda":
         names.append("fused_triton")  # train.head_kernel = "triton"

@@ -41,6 +41,11 @@ CAUSAL_LMS = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Mistr
               "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM",
               "MixtralForCausalLM"}
 CHUNK_BYTES = 1 << 28  # fp32 bytes of one chunk's [rows, V] temporaries (eager)
+# On the CPU, chunks of ~16 MiB: each temporary is a block the heap already holds, not a fresh
+# [rows, V] region (192 MiB at SmolLM2's 1,024 response rows, page-faulted while the heap
+# grows), and a chunk's passes find it in cache: SmolLM2's statistics with entropy 110 ->
+# 42 ms (with the row dot products below), its gradient 66 -> 58 ms (2 cores)
+CPU_CHUNK_BYTES = 1 << 24
 
 
 def unsupported(model: Any) -> str | None:
@@ -61,8 +66,9 @@ def unsupported(model: Any) -> str | None:
     return None
 
 
-def _chunk_rows(vocab: int) -> int:
-    return max(1, CHUNK_BYTES // (4 * vocab))
+def _chunk_rows(vocab: int, device: torch.device) -> int:
+    limit = CPU_CHUNK_BYTES if device.type == "cpu" else CHUNK_BYTES
+    return max(1, limit // (4 * vocab))
 
 
 # Two forms of the same per-chunk math. The first is written for inductor, which fuses it
@@ -98,11 +104,6 @@ def _grad(logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, ent: to
     return (dz * inv_temp).to(logits.dtype)
 
 
-def _dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Row-wise dot products of two [rows, V] tensors without an elementwise product tensor."""
-    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
-
-
 def _stats_eager(logits: torch.Tensor, target: torch.Tensor, inv_temp: float,
                  entropy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     z = logits.float()
@@ -113,7 +114,9 @@ def _stats_eager(logits: torch.Tensor, target: torch.Tensor, inv_temp: float,
     lp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     del z
     if entropy:
-        ent = -_dot_rows(logp.exp(), logp)
+        # the product into exp's own buffer: one pass, no second [rows, V] tensor (a batched
+        # [1, V] x [V, 1] product per row took 2.5x as long on the CPU)
+        ent = -logp.exp().mul_(logp).sum(-1)
     else:
         ent = torch.zeros_like(lse)
     return lp, lse, ent
@@ -160,7 +163,7 @@ def _forward_stats(logits: torch.Tensor, target: torch.Tensor, inv_temp: float, 
 
         return logprob_stats.stats(logits, target, inv_temp, entropy)
     stats, _ = _kernels(compile)
-    step = _chunk_rows(logits.shape[-1])
+    step = _chunk_rows(logits.shape[-1], logits.device)
     parts = [stats(logits[s:s + step], target[s:s + step], inv_temp, entropy)
              for s in range(0, logits.shape[0], step)]
     if not parts:
@@ -203,7 +206,7 @@ class _HeadLogProbs(torch.autograd.Function):
             logprob_stats.grad_(grad, target, lse, ent, g_lp, g_ent, ctx.inv_temp)
         else:
             _, grad_fn = _kernels(ctx.compile)
-            step = _chunk_rows(grad.shape[-1])
+            step = _chunk_rows(grad.shape[-1], grad.device)
             for s in range(0, grad.shape[0], step):
                 e = s + step
                 grad[s:e] = grad_fn(grad[s:e], target[s:e], lse[s:e], ent[s:e], g_lp[s:e],

@@ -43,7 +43,8 @@ def _grads(head, hidden):
 @pytest.mark.parametrize("entropy_grad", [False, True])
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_values_and_gradients_over_chunks(monkeypatch, bias, entropy_grad, temperature):
-    monkeypatch.setattr(logprob_head, "CHUNK_BYTES", 4 * 300 * 8)  # 8 rows a chunk: 5 chunks
+    for name in ("CHUNK_BYTES", "CPU_CHUNK_BYTES"):  # 8 rows a chunk: 5 chunks
+        monkeypatch.setattr(logprob_head, name, 4 * 300 * 8)
     head, hidden, target, (a, b) = _inputs(bias)
     lp, ent = head_log_probs(hidden, head, target, temperature, entropy=True,
                              entropy_grad=entropy_grad)
