@@ -154,11 +154,15 @@ def test_step_bytes_counts_the_first_steps_states_then_only_the_temporaries(mast
 
 
 _STATE_CASES = {
-    "adamw": ({}, torch.float32, False),
-    "foreach": ({"foreach": True}, torch.float32, False),
-    "fused": ({"fused": True}, torch.float32, False),
-    "amsgrad": ({"amsgrad": True}, torch.float32, False),
-    "master": ({}, torch.bfloat16, True),
+    "adamw": ({}, torch.float32, False, "cpu"),
+    "foreach": ({"foreach": True}, torch.float32, False, "cpu"),
+    "fused": ({"fused": True}, torch.float32, False, "cpu"),
+    "amsgrad": ({"amsgrad": True}, torch.float32, False, "cpu"),
+    "master": ({}, torch.bfloat16, True, "cpu"),
+    # the step counter on the device (fused, capturable), as the CUDA trainers run it
+    "cuda-fused": ({"fused": True}, torch.float32, False, "cuda"),
+    "cuda-capturable": ({"capturable": True, "foreach": True}, torch.float32, False, "cuda"),
+    "cuda-master-fused": ({"fused": True}, torch.bfloat16, True, "cuda"),
 }
 
 
@@ -167,9 +171,11 @@ def test_state_made_before_the_first_step_gives_the_lazy_states_updates(case) ->
     """make_adamw's optimizer (state created at once) steps a model bit for bit as torch's
     lazily initialized one does, over steps where one parameter has no gradient at first;
     and the state it makes is the one torch makes (keys, dtypes, devices)."""
-    options, dtype, master = _STATE_CASES[case]
+    options, dtype, master, device = _STATE_CASES[case]
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
     torch.manual_seed(0)
-    base = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4)).to(dtype)
+    base = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4)).to(device, dtype)
     models = [copy.deepcopy(base) for _ in range(2)]
     early = make_adamw(models[0].parameters(), master, **ADAMW, **options)
     assert all(early.state[p] for g in early.param_groups for p in g["params"])
@@ -179,7 +185,7 @@ def test_state_made_before_the_first_step_gives_the_lazy_states_updates(case) ->
         for model, opt in zip(models, (early, lazy), strict=True):
             opt.zero_grad(set_to_none=True)
             torch.manual_seed(100 + step)
-            out = model(torch.randn(8, 16, dtype=dtype)).float().pow(2).mean()
+            out = model(torch.randn(8, 16, dtype=dtype).to(device)).float().pow(2).mean()
             out.backward()
             if step == 0:  # the first layer's bias takes no part in the first step
                 model[0].bias.grad = None

@@ -24,7 +24,8 @@ def _group_batch(seed: int):
 
 def _trainer(tmp_path, train: dict, model: dict | None = None):
     """The ``torch`` trainer of the tiny Qwen2 (or ``model``'s settings; GRPO) with
-    ``train`` settings."""
+    ``train`` settings, on the CPU on any host (these tests pretend a device where they need
+    one; on a GPU host the trainer would otherwise take the GPU)."""
     from slime_core.context import set_manager
     from slime_core.pluginmgr import PluginSelection
     from slime_core.session import resolve
@@ -36,6 +37,7 @@ def _trainer(tmp_path, train: dict, model: dict | None = None):
         "model": {"init_config": TINY_QWEN2, "tokenizer": str(tok), **(model or {})},
         "train": {"micro_batch_tokens": 40, "lr": 1e-3, **train},
         "algorithm": {"entropy_coef": 0.01},
+        "run": {"accelerator": "cpu"},
     })
     set_manager(manager)
     return TorchTrainer(config)
