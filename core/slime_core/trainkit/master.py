@@ -153,10 +153,11 @@ def make_adamw(params: Iterable[torch.nn.Parameter], master_weights: bool,
 
 def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
     """Give every parameter of an Adam / AdamW ``optimizer`` that has no state yet the state
-    its first step would create: step 0 and zeroed moments (and ``max_exp_avg_sq`` with
-    ``amsgrad``), in the parameter's dtype and layout, the step counter where torch keeps it
-    (on the parameter's device for ``fused`` and ``capturable`` groups). The updates are the
-    lazy state's, bit for bit (``test_master_weights.py`` holds this against torch).
+    its first step would create (frozen parameters get none): step 0 and zeroed moments (and
+    ``max_exp_avg_sq`` with ``amsgrad``), in the parameter's dtype and layout, the step
+    counter where torch keeps it (on the parameter's device for ``fused`` and ``capturable``
+    groups). The updates are the lazy state's, bit for bit (``test_master_weights.py`` holds
+    this against torch).
 
     Why before the first step: torch allocates the moments inside it, after that step's
     backward freed its activations, so on the CPU (glibc's heap) twice the trained parameters'
@@ -169,10 +170,13 @@ def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
                         "or AdamW")
     # torch keeps a host step counter in float64 where that is the default dtype
     host_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    # MasterAdamW's copies take gradients without requiring them; elsewhere a frozen
+    # parameter never gets a gradient, so torch would never give it state either
+    copies = isinstance(optimizer, MasterAdamW)
     for group in optimizer.param_groups:
         on_device = bool(group.get("fused") or group.get("capturable"))
         for p in group["params"]:
-            if optimizer.state.get(p):
+            if optimizer.state.get(p) or not (p.requires_grad or copies):
                 continue
             state = optimizer.state[p]
             state["step"] = (torch.zeros((), dtype=torch.float32, device=p.device) if on_device

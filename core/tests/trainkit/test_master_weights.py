@@ -201,6 +201,16 @@ def test_state_made_before_the_first_step_gives_the_lazy_states_updates(case) ->
             assert torch.equal(sa[key], sb[key]), (case, key)
 
 
+def test_a_frozen_parameter_gets_no_state() -> None:
+    """Handed every parameter (as the Megatron backend does), make_adamw gives a frozen one
+    no moments: torch would never make them, since it never gets a gradient."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    model[0].requires_grad_(False)
+    opt = make_adamw(model.parameters(), False, lr=1e-3)
+    assert not any(opt.state.get(p) for p in model[0].parameters())
+    assert all(opt.state[p] for p in model[1].parameters())
+
+
 def test_init_adamw_state_refuses_another_optimizer() -> None:
     opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
     with pytest.raises(TypeError, match="SGD is not torch's Adam"):
