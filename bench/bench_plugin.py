@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import resource
 import shutil
@@ -66,14 +67,22 @@ class _MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
+@functools.cache
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2``, bound once, or None (not Linux, or not glibc >= 2.33)."""
+    fn = getattr(ctypes.CDLL(None), "mallinfo2", None) if sys.platform.startswith("linux") else None
+    if fn is not None:
+        fn.restype = _MallInfo2
+    return fn
+
+
 def heap_mib() -> float | None:
     """glibc malloc's memory taken from the system (its heaps plus its own mappings), MiB, or
     None where the C library has no ``mallinfo2`` (not glibc >= 2.33): how far the host heap
     has grown, each new page of it a page fault."""
-    fn = getattr(ctypes.CDLL(None), "mallinfo2", None) if sys.platform.startswith("linux") else None
+    fn = _mallinfo2()
     if fn is None:
         return None
-    fn.restype = _MallInfo2
     info = fn()
     return (info.arena + info.hblkhd) / 2**20
 

@@ -415,8 +415,8 @@ if TYPE_CHECKING:
     from slime_core.trainkit.logprob_head import unsupported as fused_head_unsupported  # noqa: F401
     from slime_core.trainkit.master import WeightVersions as WeightVersions
     from slime_core.trainkit.master import make_adamw as make_adamw
-    from slime_core.trainkit.master import step_bytes as optimizer_step_bytes
     from slime_core.trainkit.master import refresh_copy as refresh_copy
+    from slime_core.trainkit.master import step_bytes as optimizer_step_bytes
     from slime_core.trainkit.reference import ref_model_config as ref_model_config
     from slime_core.trainkit.reference import ref_update_due as ref_update_due
     from slime_core.trainkit.schedule import lr_schedule as lr_schedule

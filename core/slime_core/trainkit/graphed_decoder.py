@@ -56,8 +56,8 @@ fit) ends the graphs: they and their pool are released, :class:`CaptureOutOfMemo
 for the caller to redo the micro-batch in a form of its own, and later calls run eagerly. So
 does a capture that fits but leaves less free than ``reserve`` says the rest of the step needs:
 the pool keeps its activations' memory after the backward, where eager autograd frees it for
-the optimizer, whose first step allocates its moment buffers (Qwen2-1.5B's anchor on an 80 GB
-H100: the pool held 46.8 GB after the first capture, and AdamW's first step ran out of memory).
+the optimizer's step (Qwen2-1.5B's anchor on an 80 GB H100: the pool held 46.8 GB after the
+first capture, and AdamW's first step, which then made its moment buffers, ran out of memory).
 """
 
 from __future__ import annotations

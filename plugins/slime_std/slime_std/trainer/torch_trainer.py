@@ -47,7 +47,6 @@ from slime_core.api import (
     fused_head_unsupported,
     get_manager,
     graph_budget,
-    optimizer_step_bytes,
     graphs_settings_conflict,
     load_causal_lm,
     load_tokenizer,
@@ -56,6 +55,7 @@ from slime_core.api import (
     masked_tokens,
     micro_batches,
     needs_ref,
+    optimizer_step_bytes,
     prepare_batch,
     prompt_groups,
     ref_model_config,
@@ -192,7 +192,8 @@ class TorchTrainer:
         # train.compile: each bucket's decoder compiled at its fixed shapes, then captured
         compiler = _compile_static if t.compile is True else None
         # the pool keeps its activations after the backward, so a capture must leave what the
-        # optimizer's step allocates (its moment buffers at the first step) free
+        # optimizer's step allocates free (its temporaries and fp32 gradient copies; make_adamw
+        # made the moment buffers before any capture)
         return GraphedDecoder(decoder, self.pad_id, max_graphs=buckets, compiler=compiler,
                               reserve=lambda: optimizer_step_bytes(self.optimizer))
 
