@@ -89,7 +89,8 @@ it); ``docs/plugin_api.md`` says which module of the kit each name comes from.
   the trainer's forward: :func:`fused_head_unsupported` (why a model's log-probs cannot take the fused
   head), :func:`shared_micro_batches` and :func:`prompt_groups` (``train.shared_prefix``),
   :func:`full_masks_supported` (whether ``train.cuda_graphs`` can replay its two passes);
-  checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes).
+  checkpoints: :func:`untie` (a state dict without shared storage, as safetensors writes),
+  :func:`distinct` (one name per tensor: a tied head written once).
 * **data sources and optional dependencies** (what slime-std's sources and rewards build on):
   :class:`PromptDataSource` (the prompt buffer: epochs, seeded shuffle, return buffer, resume,
   prompt templating and length filter; a source implements ``_num_rows`` and ``_row``),
@@ -240,6 +241,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "prompt_groups": ("slime_core.trainkit.shared_prefix", "prompt_groups"),
     "full_masks_supported": ("slime_core.trainkit.shared_prefix", "full_masks_supported"),
     "untie": ("slime_core.weights.tensors", "untie"),
+    "distinct": ("slime_core.weights.tensors", "distinct"),
     # slime_std: rewards and data
     "PromptDataSource": ("slime_core.data.base", "PromptDataSource"),
     "PromptRow": ("slime_core.data.base", "PromptRow"),
@@ -425,6 +427,7 @@ if TYPE_CHECKING:
     from slime_core.trainkit.whiten import WHITEN_EPS as WHITEN_EPS
     from slime_core.trainkit.whiten import AllSum as AllSum
     from slime_core.trainkit.whiten import whiten as whiten
+    from slime_core.weights.tensors import distinct as distinct
     from slime_core.weights.tensors import untie as untie
 
     # slime_std: weights, observe, accelerators

@@ -25,6 +25,7 @@ import os
 import random
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
@@ -40,6 +41,7 @@ from slime_core.api import (
     check_finite_weights,
     compute_loss,
     config_moe_shape,
+    distinct,
     dp_active,
     flat_cat,
     fuse_rms_norms,
@@ -434,14 +436,11 @@ class TorchTrainer:
         self.pm.hook.slime_trainer_save(config=self.config, path=path, rank=self.rank)
 
     def load(self, path: str) -> None:
-        from safetensors.torch import load_file
-
-        state = load_file(os.path.join(path, "model.safetensors"))
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected:
-            raise ValueError(f"checkpoint {path} has unknown tensors: {unexpected[:5]}")
+        _load_weights(self.model, os.path.join(path, "model.safetensors"),
+                      self.export_weights())
         if os.path.isfile(os.path.join(path, REF_FILE)):
-            self._ref().load_state_dict(load_file(os.path.join(path, REF_FILE)), strict=False)
+            ref = self._ref()
+            _load_weights(ref, os.path.join(path, REF_FILE), ref.state_dict())
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
         self.optimizer.load_state_dict(extra["optimizer"])
         self.scheduler.load_state_dict(extra["scheduler"])
@@ -497,10 +496,34 @@ def _detached(values: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _save_weights(tensors: dict[str, torch.Tensor], file: str) -> None:
-    """A model's tensors as one safetensors file (tied tensors given their own copies)."""
+    """A model's tensors as one safetensors file. A tensor under several names (a tied output
+    head) is written once, under its first name, as transformers writes it: loading fills the
+    others through the tie (:func:`_load_weights`)."""
     from safetensors.torch import save_file
 
-
-    state = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in distinct(tensors).items()}
     check_finite_weights(state.items(), file)
-    save_file(untie(state), file)
+    save_file(untie(state), file)  # views of one storage that distinct keeps still share it
+
+
+def _load_weights(module: torch.nn.Module, file: str, expected: Mapping[str, Any]) -> None:
+    """Load ``file`` (:func:`_save_weights`) into ``module``. Each name of ``expected`` (what
+    the save wrote: the trainer's weights, a LoRA run's adapters) must be in the file or share
+    its tensor with a name that is (a tied head). A name the module does not have, or one the
+    file lacks, is refused naming the file: a checkpoint of another model."""
+    from safetensors.torch import load_file
+
+    state = load_file(file)
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if unexpected:
+        raise ValueError(f"checkpoint {file} has tensors this model does not: {unexpected[:5]}")
+    own = module.state_dict()
+    written = {_storage_key(own[k]) for k in state}
+    lacking = [k for k in missing if k in expected and _storage_key(own[k]) not in written]
+    if lacking:
+        raise ValueError(f"checkpoint {file} lacks {len(lacking)} of this model's tensors "
+                         f"(e.g. {lacking[:5]}): it was written for another model")
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, tuple[int, ...]]:
+    return t.data_ptr(), tuple(t.shape)
