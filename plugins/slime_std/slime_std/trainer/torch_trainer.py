@@ -514,15 +514,18 @@ def _load_weights(module: torch.nn.Module, file: str, expected: Mapping[str, Any
     from safetensors.torch import load_file
 
     state = load_file(file)
-    missing, unexpected = module.load_state_dict(state, strict=False)
+    own = module.state_dict()
+    # checked before anything is copied: a refused checkpoint leaves the module as it was, for
+    # the resume's fallback to the previous one
+    unexpected = [k for k in state if k not in own]
     if unexpected:
         raise ValueError(f"checkpoint {file} has tensors this model does not: {unexpected[:5]}")
-    own = module.state_dict()
     written = {_storage_key(own[k]) for k in state}
-    lacking = [k for k in missing if k in expected and _storage_key(own[k]) not in written]
+    lacking = [k for k in expected if k not in state and _storage_key(own[k]) not in written]
     if lacking:
         raise ValueError(f"checkpoint {file} lacks {len(lacking)} of this model's tensors "
                          f"(e.g. {lacking[:5]}): it was written for another model")
+    module.load_state_dict(state, strict=False)  # the names it lacks are the tied or the frozen
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, tuple[int, ...]]:

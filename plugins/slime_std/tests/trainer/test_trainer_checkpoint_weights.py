@@ -65,15 +65,21 @@ def test_a_checkpoint_with_the_head_written_twice_still_loads(tmp_path: Path) ->
 
 def test_a_checkpoint_that_lacks_a_tensor_is_refused_naming_the_file(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    TorchTrainer(config).save(str(tmp_path / "ck"))
+    saved = TorchTrainer(config)
+    _moved(saved)
+    saved.save(str(tmp_path / "ck"))
     file = tmp_path / "ck" / "model.safetensors"
     state = load_file(str(file))
     del state["model.norm.weight"]
     save_file(state, str(file))
+    trainer = TorchTrainer(config)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     with pytest.raises(ValueError, match=r"lacks 1 of this model's tensors.*model\.norm\.weight"
                        ) as err:
-        TorchTrainer(config).load(str(tmp_path / "ck"))
+        trainer.load(str(tmp_path / "ck"))
     assert str(file) in str(err.value)
+    # nothing copied: a resume falls back to the previous checkpoint from an untouched model
+    assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items())
 
 
 def test_a_checkpoint_with_a_tensor_the_model_lacks_is_refused(tmp_path: Path) -> None:
