@@ -19,27 +19,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from cpu_packed_weights import _median  # a warm-up call, then the median of reps
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = {"qkv": (960, 576), "gate_up": (3072, 576), "o": (576, 576), "down": (576, 1536),
           "head": (49152, 576)}  # SmolLM2-135M's projections, [N, K]
-
-
-def _median(fn: Callable[[], Any], reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def generate_parts(model: str, rounds: int) -> None:

@@ -32,12 +32,19 @@ def _moved(trainer: TorchTrainer) -> None:
             p.add_(torch.randn_like(p))
 
 
+def _saved(config: Any, where: Path) -> tuple[TorchTrainer, Path, dict[str, torch.Tensor]]:
+    """A trainer with moved weights, its checkpoint in ``where``, the weights file and what it
+    holds."""
+    trainer = TorchTrainer(config)
+    _moved(trainer)
+    trainer.save(str(where))
+    file = where / "model.safetensors"
+    return trainer, file, load_file(str(file))
+
+
 def test_a_tied_head_is_written_once_and_comes_back_through_the_tie(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    saved = TorchTrainer(config)
-    _moved(saved)
-    saved.save(str(tmp_path / "ck"))
-    written = load_file(str(tmp_path / "ck" / "model.safetensors"))
+    saved, _, written = _saved(config, tmp_path / "ck")
     assert EMBED in written and HEAD not in written
     assert sorted(written) == sorted(set(saved.model.state_dict()) - {HEAD})
 
@@ -46,17 +53,14 @@ def test_a_tied_head_is_written_once_and_comes_back_through_the_tie(tmp_path: Pa
     state = loaded.model.state_dict()
     for name, tensor in saved.model.state_dict().items():
         assert torch.equal(state[name], tensor), name
-    assert loaded.model.get_output_embeddings().weight is loaded.model.get_input_embeddings().weight
+    model: Any = loaded.model  # a transformers model: still tied after the load
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
 
 
 def test_a_checkpoint_with_the_head_written_twice_still_loads(tmp_path: Path) -> None:
     """Checkpoints written before the head was written once hold both names."""
     config = _config(tmp_path)
-    saved = TorchTrainer(config)
-    _moved(saved)
-    saved.save(str(tmp_path / "ck"))
-    file = tmp_path / "ck" / "model.safetensors"
-    state = load_file(str(file))
+    saved, file, state = _saved(config, tmp_path / "ck")
     save_file({**state, HEAD: state[EMBED].clone()}, str(file))
     loaded = TorchTrainer(config)
     loaded.load(str(tmp_path / "ck"))
@@ -65,11 +69,7 @@ def test_a_checkpoint_with_the_head_written_twice_still_loads(tmp_path: Path) ->
 
 def test_a_checkpoint_that_lacks_a_tensor_is_refused_naming_the_file(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    saved = TorchTrainer(config)
-    _moved(saved)
-    saved.save(str(tmp_path / "ck"))
-    file = tmp_path / "ck" / "model.safetensors"
-    state = load_file(str(file))
+    _, file, state = _saved(config, tmp_path / "ck")
     del state["model.norm.weight"]
     save_file(state, str(file))
     trainer = TorchTrainer(config)
