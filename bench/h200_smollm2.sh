@@ -244,7 +244,7 @@ case "${1:-}" in
     mkdir -p "$OUT/record"
     timeout "${LEARN_TIMEOUT:-300}" python3 bench/smollm2_vs_trl.py --precision "${PREC:-tf32}" \
       --out "$OUT/record/smollm2_${PREC:-tf32}" 2>&1 | grep -E "^slime|^trl|^time to|startup|exit"
-    [ "${ANCHOR:-1}" = 1 ] && anchor_15b
+    if [ "${ANCHOR:-1}" = 1 ]; then anchor_15b; fi
     ;;
   rdtype)
     # issue 43, device call 2' (after carry, carry .mdl/b and .whl): rollout.dtype = bfloat16
