@@ -520,13 +520,13 @@ def _load_weights(module: torch.nn.Module, file: str, expected: Mapping[str, Any
     unexpected = [k for k in state if k not in own]
     if unexpected:
         raise ValueError(f"checkpoint {file} has tensors this model does not: {unexpected[:5]}")
-    written = {_storage_key(own[k]) for k in state}
-    lacking = [k for k in expected if k not in state and _storage_key(own[k]) not in written]
+    present = {k: own[k] for k in state}
+    absent = {k: own[k] for k in expected if k not in state}
+    # distinct keeps each tensor's first name: an absent name that shares a present one's
+    # tensor (the tied head) drops out, what is left the file truly lacks
+    lacking = [k for k in distinct({**present, **absent}) if k not in state]
     if lacking:
         raise ValueError(f"checkpoint {file} lacks {len(lacking)} of this model's tensors "
                          f"(e.g. {lacking[:5]}): it was written for another model")
     module.load_state_dict(state, strict=False)  # the names it lacks are the tied or the frozen
 
-
-def _storage_key(t: torch.Tensor) -> tuple[int, tuple[int, ...]]:
-    return t.data_ptr(), tuple(t.shape)
