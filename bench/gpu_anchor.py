@@ -231,6 +231,9 @@ VARIANTS.update({
                                               train={"micro_batch_tokens": 49152},
                                               rollout={"engine_stream": True},
                                               algorithm={"is_correction": "tis"}),
+    # the defaults (synchronous) with the rollout's 128 rows trained in one micro-batch
+    "fast_mb48k_defaults_pdl": _variant("fast_mb16k_defaults_pdl",
+                                        train={"micro_batch_tokens": 49152}),
     # the same A/B without any compile warm-up (beside eager_defaults)
     "eager_defaults_graphs": _variant("eager_defaults", train={"cuda_graphs": True}),
 })
