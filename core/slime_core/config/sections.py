@@ -183,6 +183,7 @@ class RolloutSection:
     generate_batch_size: int = 0  # requests per engine call (0: everything at once)
     fused_decoder: bool = True  # local engine: Llama/Qwen2/Qwen3/Mistral decode without transformers' modeling code (same logits, far fewer operations); other models always use transformers
     cuda_graphs: bool | str = "auto"  # local engine on CUDA: static KV cache, decode steps replay a CUDA graph; "auto": true where the accelerator record has graph_capture (cuda), resolved at start and written to config.toml
+    prefill_graphs: bool = False  # with cuda_graphs and the fused decoder: a prompt shape (distinct prompts x width) seen before is prefilled by replaying a CUDA graph captured at its second sight (up to 8 shapes an engine batch shape; one launch instead of ~25 operations a layer, which bound a small model's prefill by the host)
     compile_decode: bool | str = "auto"  # with cuda_graphs: torch.compile the decode step before capture, and the full-vocabulary sampler; "auto": true when num_rollouts x max_new_tokens >= 25000 (the warm-up pays; slime_std.fast_path)
     compile_autotune: bool = False  # with compile_decode: inductor's max-autotune-no-cudagraphs for the decode step (Triton templates benchmarked against cuBLAS for each product, elementwise work fused into the chosen one; H200 anchor: rollout 0.392 -> 0.443 s, warm-up 21 -> 72 s)
     compile_pdl: bool = True  # with compile_decode: inductor's kernels of the decode step launch with programmatic dependent launch (CUDA compute capability 9 and newer, a torch whose inductor has it; a kernel's start overlaps the end of the one before; H200 anchor rollout 0.413 -> 0.392 s)
@@ -265,7 +266,7 @@ class TrainSection:
     adam_eps: float = 1e-8  # AdamW epsilon
     master_weights: bool = True  # a bf16/fp16 model: AdamW steps fp32 copies of the weights and writes them back (stepping bf16 weights rounds lr-1e-6 updates away); no effect on an fp32 model
     grad_clip: float = 1.0  # gradient-norm clip (0: off)
-    micro_batch_tokens: int = 16384  # token budget of one micro-batch: rows x its longest row (right-padded, rows sorted by length, even row counts); a small model's GPU step is bound by kernel launches, so fewer micro-batches pay (SmolLM2 on an H100: training 0.45 -> 0.27 s from 8192; the 0.5b anchor 0.76 -> 0.62 s), as verl's ppo_max_token_len_per_gpu default
+    micro_batch_tokens: int = 16384  # token budget of one micro-batch: rows x its longest row (right-padded, rows sorted by length, even row counts); a small model's GPU step is bound by kernel launches, so fewer micro-batches pay (SmolLM2 on an H100: training 0.45 -> 0.27 s from 8192; the 0.5b anchor 0.76 -> 0.62 s), as verl's ppo_max_token_len_per_gpu default; larger budgets trade memory for speed (0.5b anchor, H100, 49152: step 0.725 -> 0.691 s, peak memory 22.9 -> 48.9 GB)
     num_steps_per_rollout: int = 1  # optimizer steps per rollout (mini-batches)
     max_consecutive_skipped_steps: int = 3  # a step with a non-finite reward, advantage, loss or gradient norm is skipped (no optimizer step, no weight sync; train/skipped_steps); this many skipped steps in a row stop the run with an error naming the first
     num_ranks: int = 1  # data-parallel trainer ranks

@@ -201,7 +201,7 @@ class LocalEngine:
                 decode_attention="triton" if triton else "sdpa",
                 splits=int(config.rollout.decode_attention_splits) or None,
                 fuse_rope=bool(config.rollout.decode_fuse_rope),
-                options=options)
+                options=options, prefill_graphs=bool(config.rollout.prefill_graphs))
         # with a compiled decode step, the full-vocabulary sampler is compiled too
         self._compile_sampler = self._static is not None and self._static.compile_step
         # rollout.sample_kernel: the full-vocabulary race as one Triton pass, where the

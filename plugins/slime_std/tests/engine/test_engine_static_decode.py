@@ -1,9 +1,10 @@
 """The static-cache decode path (``rollout.cuda_graphs``), run eagerly on the CPU.
 
 On CUDA the same steps are captured once and replayed; capture itself needs a GPU and is
-exercised by ``bench/gpu_anchor.py`` (it is not run here). What is checked here: the static
-cache, the growing decode mask, the grouped-query decode attention and the fixed batch give
-the dynamic-cache loop's tokens and log-probs.
+exercised by ``bench/gpu_anchor.py`` and by the last test here, which runs on a CUDA device
+only (``bench/h200_smollm2.sh gputests``). What is checked on the CPU: the static cache, the
+growing decode mask, the grouped-query decode attention and the fixed batch give the
+dynamic-cache loop's tokens and log-probs.
 """
 
 from __future__ import annotations
@@ -252,3 +253,49 @@ def test_the_triton_attentions_head_dims_and_a_models_head_dim():
                                      head_dim=128)) == 128
     assert _head_dim(SimpleNamespace(**TINY_QWEN2)) == (
         TINY_QWEN2["hidden_size"] // TINY_QWEN2["num_attention_heads"])
+
+
+def _cuda_engine(engine_config, **rollout):
+    from slime_std.accelerators.devices import TorchAccelerator
+    from slime_std.engine.local_engine import LocalEngine
+
+    config = engine_config(rollout={"cuda_graphs": True, **rollout})
+    return LocalEngine(config, 0, TorchAccelerator("cuda", fused_optimizer=True))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct", "groups"])
+def test_a_prompt_shape_seen_before_replays_its_prefill_graph(engine_config, shared):
+    """``rollout.prefill_graphs`` (run on the device by ``bench/h200_smollm2.sh gputests``):
+    the first sight of a prompt shape prefills eagerly, the second captures, the third
+    replays; every call gives the eager engine's tokens and log-probs, other prompts of the
+    same shape too, and a weight update reaches the replayed prefill."""
+    prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[0]]
+    if shared:
+        prompts = [p for p in prompts for _ in range(2)]
+    others = [list(reversed(p)) for p in prompts]  # same widths, other tokens
+    params = [SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)] * len(prompts)
+    eager = _cuda_engine(engine_config, prefill_graphs=False)
+    graphed = _cuda_engine(engine_config)
+    width = max(len(p) for p in prompts)
+    decoder = graphed._static.get(graphed._model, len(prompts), width, 8, graphed._fused)
+
+    def same(batch):
+        want, got = eager.generate(batch, params), graphed.generate(batch, params)
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        torch.testing.assert_close(torch.tensor([g.log_probs for g in got]),
+                                   torch.tensor([w.log_probs for w in want]), atol=1e-5, rtol=0)
+        return want
+
+    first = same(prompts)
+    assert not decoder._prefills  # seen once: eager
+    same(others)
+    assert len(decoder._prefills) == 1  # seen twice: captured
+    assert [o.token_ids for o in same(prompts)] == [o.token_ids for o in first]  # replayed
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    new = {k: v + 0.5 * torch.randn(v.shape, device=v.device, generator=gen)
+           for k, v in eager.state_dict().items()}
+    for engine in (eager, graphed):
+        engine.update_weights(new, 1)
+    assert [o.token_ids for o in same(prompts)] != [o.token_ids for o in first]
+    assert len(decoder._prefills) == 1
