@@ -276,7 +276,7 @@ def test_a_prompt_shape_seen_before_replays_its_prefill_graph(engine_config, sha
     others = [list(reversed(p)) for p in prompts]  # same widths, other tokens
     params = [SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)] * len(prompts)
     eager = _cuda_engine(engine_config, prefill_graphs=False)
-    graphed = _cuda_engine(engine_config)
+    graphed = _cuda_engine(engine_config, prefill_graphs=True)
     width = max(len(p) for p in prompts)
     decoder = graphed._static.get(graphed._model, len(prompts), width, 8, graphed._fused)
 
