@@ -45,6 +45,7 @@ results are checked against the dynamic-cache loop.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -177,7 +178,8 @@ class StaticDecoder:
         self.mask = torch.zeros((batch, 1, 1, length), dtype=torch.bool, device=device)
         self.graph: Any = None
         self.logits: torch.Tensor | None = None
-        self.prefill_graphs = prefill_graphs and capture and fused is not None
+        # (the engine asks for them only where it captures)
+        self.prefill_graphs = prefill_graphs and fused is not None
         self._prefills: dict[tuple[int, int, bool], _PrefillGraph] = {}
         self._prefill_seen: set[tuple[int, int, bool]] = set()
 
@@ -329,19 +331,18 @@ class StaticDecoder:
 
     def _capture_prefill(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
                          rows: torch.Tensor | None) -> _PrefillGraph:
-        """Inputs copied into buffers of their own, one warm-up on a side stream (it writes
-        the same cache entries the replay then writes again), then the capture."""
+        """Inputs copied into buffers of their own, then :meth:`_PrefillGraph.capture` of
+        :meth:`_prefill_body` over them; its warm-up advances each layer's write position,
+        which is put back before the capture (the replay advances it again)."""
         graph = _PrefillGraph(ids, valid, pos, rows)
         written = [layer.cumulative_length.clone() for layer in self._layers()]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows)
-        torch.cuda.current_stream().wait_stream(stream)
-        for layer, n in zip(self._layers(), written, strict=True):
-            layer.cumulative_length.copy_(n)  # the warm-up advanced the write position
-        with cuda_graph_capture(graph.graph):
-            graph.logits = self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows)
+
+        def rewind() -> None:
+            for layer, n in zip(self._layers(), written, strict=True):
+                layer.cumulative_length.copy_(n)
+
+        graph.capture(lambda: self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows),
+                      rewind)
         return graph
 
     def step(self, next_ids: torch.Tensor, pos: torch.Tensor, column: int) -> torch.Tensor:
@@ -384,8 +385,21 @@ class _PrefillGraph:
                  rows: torch.Tensor | None) -> None:
         self.ids, self.valid, self.pos = ids.clone(), valid.clone(), pos.clone()
         self.rows = None if rows is None else rows.clone()
-        self.graph = torch.cuda.CUDAGraph()
+        self.graph: Any = None
         self.logits: torch.Tensor | None = None
+
+    def capture(self, body: Callable[[], torch.Tensor], rewind: Callable[[], None]) -> None:
+        """``body()`` (the prefill over this object's buffers) once on a side stream, which
+        also writes the cache entries the replay writes again; ``rewind()``; then captured."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            body()
+        torch.cuda.current_stream().wait_stream(stream)
+        rewind()
+        self.graph = torch.cuda.CUDAGraph()
+        with cuda_graph_capture(self.graph):
+            self.logits = body()
 
     def replay(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
                rows: torch.Tensor | None) -> torch.Tensor:
@@ -414,7 +428,7 @@ class StaticDecoders:
         ``options``: inductor options of compiled steps (:func:`compile_options`);
         ``prefill_graphs``: fused prefills of a shape seen before replayed from a graph."""
         self.capture = capture
-        self.prefill_graphs = prefill_graphs
+        self.prefill_graphs = prefill_graphs and capture
         self.options = dict(options or {})
         self.splits = splits
         self.fuse_rope = fuse_rope

@@ -255,6 +255,70 @@ def test_the_triton_attentions_head_dims_and_a_models_head_dim():
         TINY_QWEN2["hidden_size"] // TINY_QWEN2["num_attention_heads"])
 
 
+class _StandInGraph:
+    """A CPU stand-in for a captured prefill: replay runs the captured function again and
+    writes its logits into the tensor the capture returned, as a replay writes a graph's
+    output in place."""
+
+    def __init__(self, body):
+        self.body = body
+        self.replays = 0
+
+    def replay(self):
+        self.replays += 1
+        self.logits.copy_(self.body())
+
+
+def _stand_in_capture(prefill_graph, body, rewind):
+    body()  # the warm-up: it advances the write positions, which rewind puts back
+    rewind()
+    prefill_graph.graph = _StandInGraph(body)
+    prefill_graph.logits = prefill_graph.graph.logits = body()
+    rewind()  # a capture runs nothing: the replay that follows makes the writes
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct", "groups"])
+def test_the_prefill_graphs_bookkeeping_on_the_cpu(make_engine, monkeypatch, shared):
+    """The prefill graphs' logic, with a stand-in for the capture (the real one needs CUDA,
+    below): a shape is prefilled eagerly at its first sight, captured at its second and
+    replayed from then on, the replay reading the new prompts from its buffers; every call
+    gives the eager engine's tokens and log-probs; at most PREFILL_GRAPHS shapes are kept."""
+    from slime_std.engine import static_decode
+
+    monkeypatch.setattr(static_decode._PrefillGraph, "capture", _stand_in_capture)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5, ignore_eos=True)
+    prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[0]]
+    if shared:
+        prompts = [p for p in prompts for _ in range(2)]
+    others = [[(t * 7) % 60 + 3 for t in p] for p in prompts]  # same widths, other tokens
+    eager, graphed = _static(make_engine()), _static(make_engine())
+    decoder = graphed._static.get(graphed._model, len(prompts), len(PROMPTS[2]), 6,
+                                  graphed._fused)
+    decoder.prefill_graphs = True  # as a capturing engine's decoders have it
+    runs, replays = [], []
+    for batch in (prompts, others, prompts, others):
+        want = eager.generate(batch, [params] * len(batch))
+        got = graphed.generate(batch, [params] * len(batch))
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        torch.testing.assert_close(torch.tensor([g.log_probs for g in got]),
+                                   torch.tensor([w.log_probs for w in want]), atol=1e-6, rtol=0)
+        runs.append([g.token_ids for g in got])
+        (graph,) = decoder._prefills.values() if decoder._prefills else (None,)
+        replays.append(None if graph is None else graph.graph.replays)
+    assert replays == [None, 1, 2, 3]  # eager, captured (and replayed), replayed twice
+    assert runs[0] != runs[1] and runs[2] == runs[0] and runs[3] == runs[1]
+    assert list(decoder._prefills) == [(3, len(PROMPTS[2]), shared)]
+    # a new shape of the same decoder: eager at its first sight, and with the set of shapes
+    # full, eager from then on
+    wider = [p + [4] for p in prompts]
+    graphed.generate(wider, [params] * len(wider))
+    assert len(decoder._prefills) == 1 and list(graphed._static._by_shape.values()) == [decoder]
+    monkeypatch.setattr(static_decode, "PREFILL_GRAPHS", 1)
+    for _ in range(2):
+        graphed.generate(wider, [params] * len(wider))
+    assert len(decoder._prefills) == 1
+
+
 def _cuda_engine(engine_config, **rollout):
     from slime_std.accelerators.devices import TorchAccelerator
     from slime_std.engine.local_engine import LocalEngine
