@@ -122,6 +122,7 @@ class RolloutConfig(Protocol):
     decode_attention_splits: int
     dtype: str
     dtype_rounding: str
+    common_prefix: bool | str
     packed_weights: bool | str
     engine_stream: bool
     async_threads: int

@@ -6,7 +6,7 @@ stay off. What the device can do comes from its accelerator record (``graph_capt
 whether the Triton kernels run there (``slime_core.api.choose_kernel``), never from the
 device's name. The keys are the local engine's (``rollout.cuda_graphs``,
 ``rollout.compile_decode``, ``rollout.decode_attention``, ``rollout.sample_kernel``,
-``rollout.packed_weights``) and the
+``rollout.packed_weights``, ``rollout.common_prefix``) and the
 torch trainer's (``train.compile``, ``train.head_kernel``, ``train.cuda_graphs``,
 ``run.retain_host_memory``), and
 ``rollout.reward_processes`` for the built-in rewards: the default plugins ``local_engine``,
@@ -114,6 +114,14 @@ def resolve_engine(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
                f"{head}")
         choose("rollout.sample_kernel", "triton" if triton else "torch", why)
         choose("rollout.packed_weights", *_packed_weights(config, accelerator))
+        if accelerator.device_type == "cpu":
+            choose("rollout.common_prefix", True,
+                   "a CPU's prefill is bound by its arithmetic: the prompts' common first "
+                   "tokens are computed once")
+        else:
+            choose("rollout.common_prefix", False,
+                   f"a small model's prefill on {accelerator.name} is bound by the host's "
+                   "launches, which a pass of its own for the common prefix adds to")
     return choices
 
 

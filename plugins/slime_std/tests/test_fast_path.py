@@ -220,3 +220,10 @@ def test_a_head_dim_the_decode_attention_cannot_take_resolves_to_sdpa(monkeypatc
     assert chosen["rollout.decode_attention"] == "triton"
     _, chosen = _resolved("cuda", model={"path": str(tmp_path / "missing")})
     assert chosen["rollout.decode_attention"] == "triton"
+
+
+def test_the_common_prefix_is_computed_apart_on_a_cpu():
+    config, chosen = _resolved("cpu")
+    assert chosen["rollout.common_prefix"] is True and config.rollout.common_prefix is True
+    assert _resolved("cuda")[1]["rollout.common_prefix"] is False
+    assert "rollout.common_prefix" not in _resolved("cpu", rollout={"common_prefix": False})[1]

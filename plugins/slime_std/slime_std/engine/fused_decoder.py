@@ -28,10 +28,15 @@ forward. Same inputs give the logits of the transformers forward up to float rou
 
 Shared prompts: the samples of a group arrive as rows with the same prompt; the prefill
 computes each distinct prompt once and copies its keys and values to every row holding it.
+A common prefix (a chat template's system turn, the same for every prompt of a batch) is
+computed once too, when the caller lays the prompts out with their first ``prefix`` columns
+equal: one row of ``prefix`` tokens, its keys and values copied to every row, then the rest
+of each prompt attending to them (``rollout.common_prefix``).
 
-Padding: prompts are left-padded; the caller passes position ids that skip padding and a
-key mask. In the prefill each query also attends to itself, so a padding query (which has no
-valid key) stays finite; real queries never see padding keys.
+Padding: prompts are left-padded (with a common prefix, padded between the prefix and the
+rest); the caller passes position ids that skip padding and a key mask. In the prefill each
+query also attends to itself, so a padding query (which has no valid key) stays finite; real
+queries never see padding keys.
 """
 
 from __future__ import annotations
@@ -266,14 +271,15 @@ class FusedDecoder:
     # -- forward ---------------------------------------------------------------------------
     def prefill(self, ids: torch.Tensor, pos: torch.Tensor,
                 distinct: torch.Tensor | None = None,
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+                rows: torch.Tensor | None = None, prefix: int = 0) -> torch.Tensor:
         """``ids`` [B, T] left-padded prompts, ``pos`` [B, T] -> logits [B, V] of the last
         position. With ``distinct`` [U] (one batch row per distinct prompt) and ``rows`` [B]
         (batch row i holds the prompt of ``distinct[rows[i]]``), only the distinct prompts
         are computed and their keys and values copied to every row holding them (the samples
-        of a group share their prompt)."""
+        of a group share their prompt). ``prefix`` > 0: the first ``prefix`` columns of every
+        row are the same tokens (the padding between them and the rest), computed once."""
         if distinct is None or rows is None:
-            return self._logits(self._prefill(ids, pos, self.key_mask)[:, -1])
+            return self._logits(self._prefill(ids, pos, self.key_mask, prefix)[:, -1])
         t = ids.shape[1]
         full_k, full_v = self.k, self.v
         shape = (distinct.numel(), self.hkv, t, self.d)
@@ -282,7 +288,7 @@ class FusedDecoder:
         mask = None if self.key_mask is None else self.key_mask.index_select(0, distinct)
         try:
             last = self._prefill(ids.index_select(0, distinct), pos.index_select(0, distinct),
-                                 mask)[:, -1]
+                                 mask, prefix)[:, -1]
             for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
                 big[:, :, :t] = small.index_select(0, rows)
         finally:
@@ -290,29 +296,53 @@ class FusedDecoder:
         return self._logits(last).index_select(0, rows)
 
     def prompt_cache(self, ids: torch.Tensor, pos: torch.Tensor,
-                     key_mask: torch.Tensor | None
+                     key_mask: torch.Tensor | None, prefix: int = 0
                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """The prompts' last-position logits [B, V] and each layer's keys and values
         [B, H_kv, T, D], for a caller that keeps its own cache (the static decode path);
         ``ids`` [B, T] left-padded, ``key_mask`` [B, T] (True = a real token; None: none
-        padded). Leaves no batch started."""
+        padded), ``prefix`` as :meth:`prefill`'s. Leaves no batch started."""
         b, t = ids.shape
         self.start(b, t, ids.device, self.embed.weight.dtype, key_mask)
         try:
-            logits = self._logits(self._prefill(ids, pos, key_mask)[:, -1])
+            logits = self._logits(self._prefill(ids, pos, key_mask, prefix)[:, -1])
             return logits, self.k, self.v
         finally:
             self.release()
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor,
-                 key_mask: torch.Tensor | None) -> torch.Tensor:
+                 key_mask: torch.Tensor | None, prefix: int = 0) -> torch.Tensor:
+        """Hidden states [B, T - prefix, hidden] of the columns after ``prefix``, whose keys
+        and values are computed once (:meth:`_common_prefix`)."""
+        if prefix:
+            self._common_prefix(ids[:1, :prefix], pos[:1, :prefix])
+            ids, pos = ids[:, prefix:], pos[:, prefix:]
         b, t = ids.shape
         causal = torch.ones((t, t), dtype=torch.bool, device=ids.device).tril()
         mask = causal.expand(b, 1, t, t)
         if key_mask is not None:
             eye = torch.eye(t, dtype=torch.bool, device=ids.device)
-            mask = (causal & key_mask[:, None, None, :t]) | eye
+            mask = (causal & key_mask[:, None, None, prefix:prefix + t]) | eye
+        if prefix:  # every row sees the whole prefix
+            seen = torch.ones((b, 1, t, prefix), dtype=torch.bool, device=ids.device)
+            mask = torch.cat((seen, mask.expand(b, 1, t, t)), -1)
         return self._forward(ids, pos, mask)
+
+    def _common_prefix(self, ids: torch.Tensor, pos: torch.Tensor) -> None:
+        """The keys and values of the tokens ``ids`` [1, P] every row starts with: computed
+        for one row, written to the first P columns of every row's cache."""
+        p = ids.shape[1]
+        full_k, full_v = self.k, self.v
+        shape = (1, self.hkv, p, self.d)
+        self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
+        self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
+        try:
+            causal = torch.ones((p, p), dtype=torch.bool, device=ids.device).tril()
+            self._forward(ids, pos, causal.expand(1, 1, p, p))
+            for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
+                big[:, :, :p] = small
+        finally:
+            self.k, self.v = full_k, full_v
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``ids`` [B, 1], ``pos`` [B, 1] -> logits [B, V]."""

@@ -216,6 +216,9 @@ class LocalEngine:
         if config.rollout.fused_decoder:
             self.fused_unsupported = unsupported(model)
             self._fuse()
+        # rollout.common_prefix: the prompts' common first tokens computed once (`is True`:
+        # an unresolved "auto" stays off)
+        self._common_prefix = config.rollout.common_prefix is True
         # rollout.packed_weights: the fused decoder's CPU products read weights packed for
         # oneDNN (`is True`: an unresolved "auto" stays off, as cuda_graphs)
         self._packed = False
@@ -317,7 +320,8 @@ class LocalEngine:
                 aborted: Any, clock: PhaseClock | None = None) -> list[Any]:
         if self._routing is None:
             return decode(model, requests, self.pad_token_id, aborted, self._new_cache,
-                          self._static, self._fused, clock=clock)
+                          self._static, self._fused, clock=clock,
+                          common_prefix=self._common_prefix)
         with self._routing.recording():
             return decode(model, requests, self.pad_token_id, aborted, self._new_cache,
                           None, None, routing=self._routing, clock=clock)

@@ -180,8 +180,8 @@ class StaticDecoder:
         self.logits: torch.Tensor | None = None
         # (the engine asks for them only where it captures)
         self.prefill_graphs = prefill_graphs and fused is not None
-        self._prefills: dict[tuple[int, int, bool], _PrefillGraph] = {}
-        self._prefill_seen: set[tuple[int, int, bool]] = set()
+        self._prefills: dict[tuple[int, int, bool, int], _PrefillGraph] = {}
+        self._prefill_seen: set[tuple[int, int, bool, int]] = set()
 
     def _layers(self) -> list[Any]:
         return list(self.cache.layers)
@@ -244,7 +244,7 @@ class StaticDecoder:
 
     def prefill(self, ids: torch.Tensor, prompt_mask: torch.Tensor, pos: torch.Tensor,
                 distinct: torch.Tensor | None = None,
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+                rows: torch.Tensor | None = None, prefix: int = 0) -> torch.Tensor:
         """Write the left-padded prompts ``ids`` [B, W] (``prompt_mask`` [B, W], 1 = token).
 
         With ``distinct`` [U] (one batch row per distinct prompt) and ``rows`` [B] (batch row
@@ -258,7 +258,7 @@ class StaticDecoder:
         valid[:, :width] = prompt_mask.bool()
         self.mask.copy_(valid[:, None, None, :])
         if self.fused is not None:
-            return self._fused_prefill(ids, valid[:, :width], pos, distinct, rows)
+            return self._fused_prefill(ids, valid[:, :width], pos, distinct, rows, prefix)
         q = torch.arange(width, device=ids.device)
         if distinct is None or rows is None:
             k = torch.arange(self.length, device=ids.device)
@@ -282,8 +282,8 @@ class StaticDecoder:
         return out.logits[:, -1, :].index_select(0, rows)
 
     def _fused_prefill(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
-                       distinct: torch.Tensor | None,
-                       rows: torch.Tensor | None) -> torch.Tensor:
+                       distinct: torch.Tensor | None, rows: torch.Tensor | None,
+                       prefix: int = 0) -> torch.Tensor:
         """:meth:`prefill` through the fused projections: transformers' forward cost the
         SmolLM2 example's prefill ~30 ms of host time a rollout (H100 profile, 2026-12-06),
         several times the fused layers' launches."""
@@ -293,17 +293,18 @@ class StaticDecoder:
         else:
             rows = None
         if self.prefill_graphs:
-            return self._graphed_prefill(ids, valid, pos, rows)
-        return self._prefill_body(ids, valid, pos, rows)
+            return self._graphed_prefill(ids, valid, pos, rows, prefix)
+        return self._prefill_body(ids, valid, pos, rows, prefix)
 
     def _prefill_body(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
-                      rows: torch.Tensor | None) -> torch.Tensor:
+                      rows: torch.Tensor | None, prefix: int = 0) -> torch.Tensor:
         """The fused prefill of ``ids`` [U, W] into the static cache (rows ``rows`` [B] of
-        the U computed ones; None: U = B): the last position's logits [B, V]. Nothing in it
-        syncs with the host, so it can be captured."""
+        the U computed ones; None: U = B; the first ``prefix`` columns computed once): the
+        last position's logits [B, V]. Nothing in it syncs with the host, so it can be
+        captured."""
         assert self.fused is not None
         # the mask always (an unpadded batch's is all true): asking would sync with the host
-        logits, keys, values = self.fused.prompt_cache(ids, pos, valid)
+        logits, keys, values = self.fused.prompt_cache(ids, pos, valid, prefix)
         for static, k, v in zip(self._layers(), keys, values, strict=True):
             if rows is not None:
                 k, v = k.index_select(0, rows), v.index_select(0, rows)
@@ -311,26 +312,26 @@ class StaticDecoder:
         return logits if rows is None else logits.index_select(0, rows)
 
     def _graphed_prefill(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
-                         rows: torch.Tensor | None) -> torch.Tensor:
+                         rows: torch.Tensor | None, prefix: int = 0) -> torch.Tensor:
         """:meth:`_prefill_body` replayed from a CUDA graph of its shape (U prompts, width W,
         shared or not). A shape runs eagerly at its first sight (which also allocates the
         static cache), is captured at its second and replayed from then on, up to
         ``PREFILL_GRAPHS`` shapes; the rest stay eager. The eager prefill of the SmolLM2
         example (16 prompts of ~50 tokens, 30 layers) was ~25 operations a layer, ~20 ms of
         an H100 host's time against ~2 ms of kernels."""
-        key = (ids.shape[0], ids.shape[1], rows is not None)
+        key = (ids.shape[0], ids.shape[1], rows is not None, prefix)
         graph = self._prefills.get(key)
         if graph is None:
             ready = all(getattr(layer, "is_initialized", False) for layer in self._layers())
             if key not in self._prefill_seen or not ready or len(self._prefills) >= PREFILL_GRAPHS:
                 self._prefill_seen.add(key)
-                return self._prefill_body(ids, valid, pos, rows)
-            graph = self._capture_prefill(ids, valid, pos, rows)
+                return self._prefill_body(ids, valid, pos, rows, prefix)
+            graph = self._capture_prefill(ids, valid, pos, rows, prefix)
             self._prefills[key] = graph
         return graph.replay(ids, valid, pos, rows)
 
     def _capture_prefill(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
-                         rows: torch.Tensor | None) -> _PrefillGraph:
+                         rows: torch.Tensor | None, prefix: int) -> _PrefillGraph:
         """Inputs copied into buffers of their own, then :meth:`_PrefillGraph.capture` of
         :meth:`_prefill_body` over them; its warm-up advances each layer's write position,
         which is put back before the capture (the replay advances it again)."""
@@ -341,8 +342,8 @@ class StaticDecoder:
             for layer, n in zip(self._layers(), written, strict=True):
                 layer.cumulative_length.copy_(n)
 
-        graph.capture(lambda: self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows),
-                      rewind)
+        graph.capture(lambda: self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows,
+                                                 prefix), rewind)
         return graph
 
     def step(self, next_ids: torch.Tensor, pos: torch.Tensor, column: int) -> torch.Tensor:

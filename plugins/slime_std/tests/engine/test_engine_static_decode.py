@@ -307,7 +307,7 @@ def test_the_prefill_graphs_bookkeeping_on_the_cpu(make_engine, monkeypatch, sha
         replays.append(None if graph is None else graph.graph.replays)
     assert replays == [None, 1, 2, 3]  # eager, captured (and replayed), replayed twice
     assert runs[0] != runs[1] and runs[2] == runs[0] and runs[3] == runs[1]
-    assert list(decoder._prefills) == [(3, len(PROMPTS[2]), shared)]
+    assert list(decoder._prefills) == [(3, len(PROMPTS[2]), shared, 0)]
     # a new shape of the same decoder: eager at its first sight, and with the set of shapes
     # full, eager from then on
     wider = [p + [4] for p in prompts]

@@ -212,3 +212,73 @@ def test_fused_decoder_on_cuda_matches_transformers(dtype):
         for s, step_logits in enumerate(got):
             expected = refs[i][len(prompt) - 1 + s]
             assert (step_logits[i] - expected).abs().max() <= tol * max(1.0, float(expected.abs().max()))
+
+
+def _request(prompt):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(prompt=prompt)  # all common_prefix_length reads of a Request
+
+
+def test_common_prefix_length(monkeypatch):
+    from slime_std.engine import decoding
+    from slime_std.engine.decoding import common_prefix_length
+
+    pre = list(range(10, 20))
+    prompts = [pre + [1, 2], pre + [3], pre + [4, 5, 6]]
+    monkeypatch.setattr(decoding, "MIN_PREFIX_SAVING", 20)  # (3 - 1) x 10 saves 20 tokens
+    assert common_prefix_length([_request(p) for p in prompts]) == 10
+    assert common_prefix_length([_request(p) for p in prompts[:2]]) == 0  # saves 10 < 20
+    monkeypatch.setattr(decoding, "MIN_PREFIX_SAVING", 1)
+    # every prompt keeps a token after the prefix; one prompt alone (a group) has none apart
+    assert common_prefix_length([_request(p) for p in [pre, pre + [1], pre + [2]]]) == 9
+    assert common_prefix_length([_request(pre + [1])] * 4) == 0
+    assert common_prefix_length([_request([1] + pre), _request([2] + pre)]) == 0
+    assert common_prefix_length([]) == 0
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic-cache", "static-cache"])
+def test_a_common_prefix_is_computed_once_with_the_same_result(make_engine, monkeypatch,
+                                                              static):
+    """``rollout.common_prefix``: the prompts' common first tokens go through the model once
+    (one row), then each distinct prompt's rest; the tokens and log-probs are transformers'
+    (left padding, every row whole) and a full forward's."""
+    from slime_std.engine import decoding
+    from slime_std.engine.static_decode import StaticDecoders
+
+    monkeypatch.setattr(decoding, "MIN_PREFIX_SAVING", 1)
+    pre = [20, 21, 22, 23, 24]
+    prompts = [pre + PROMPTS[2], pre + PROMPTS[1], pre + PROMPTS[2], pre + PROMPTS[3],
+               pre + PROMPTS[0]]  # of different lengths, one of them twice (a group)
+    params = [SamplingParams(temperature=1.0, max_new_tokens=6, seed=8, ignore_eos=True)]
+    engine = make_engine(rollout={"common_prefix": True})
+    if static:
+        engine._static = StaticDecoders(capture=False)
+    plain = make_engine(rollout={"fused_decoder": False})
+    widths: list[tuple[int, ...]] = []
+    hook = engine._model.get_input_embeddings().register_forward_pre_hook(
+        lambda _m, args: widths.append(tuple(args[0].shape)))
+    try:
+        got = engine.generate(prompts, params * len(prompts))
+    finally:
+        hook.remove()
+    want = plain.generate(prompts, params * len(prompts))
+    width = max(len(p) for p in prompts)
+    # the prefix for one row, then the four distinct prompts' rest, then decode steps
+    assert widths[:2] == [(1, len(pre)), (4, width - len(pre))]
+    assert all(w[1] == 1 for w in widths[2:])
+    for prompt, g, w in zip(prompts, got, want, strict=True):
+        assert g.token_ids == w.token_ids
+        ref = full_forward_log_probs(plain._model, prompt, g.token_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(g.log_probs), ref, atol=1e-5, rtol=0)
+    # off (or below the saving), the prefill is whole
+    widths.clear()
+    hook = engine._model.get_input_embeddings().register_forward_pre_hook(
+        lambda _m, args: widths.append(tuple(args[0].shape)))
+    monkeypatch.setattr(decoding, "MIN_PREFIX_SAVING", 10**6)
+    try:
+        again = engine.generate(prompts, params * len(prompts))
+    finally:
+        hook.remove()
+    assert widths[0] == (4, width)
+    assert [a.token_ids for a in again] == [g.token_ids for g in got]
