@@ -332,17 +332,20 @@ class FusedDecoder:
         """The keys and values of the tokens ``ids`` [1, P] every row starts with: computed
         for one row, written to the first P columns of every row's cache."""
         p = ids.shape[1]
-        full_k, full_v = self.k, self.v
+        full_k, full_v, bias = self.k, self.v, self.bias
         shape = (1, self.hkv, p, self.d)
         self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
         self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
+        # the prefix holds no padding; the rows' decode mask would not fit its one row (a
+        # one-token prefix, a BOS, takes the decode attention's path)
+        self.bias = None
         try:
             causal = torch.ones((p, p), dtype=torch.bool, device=ids.device).tril()
             self._forward(ids, pos, causal.expand(1, 1, p, p))
             for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
                 big[:, :, :p] = small
         finally:
-            self.k, self.v = full_k, full_v
+            self.k, self.v, self.bias = full_k, full_v, bias
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One new token per row: ``ids`` [B, 1], ``pos`` [B, 1] -> logits [B, V]."""

@@ -238,16 +238,17 @@ def test_common_prefix_length(monkeypatch):
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic-cache", "static-cache"])
+@pytest.mark.parametrize("pre", [[20, 21, 22, 23, 24], [20]], ids=["5-tokens", "1-token"])
 def test_a_common_prefix_is_computed_once_with_the_same_result(make_engine, monkeypatch,
-                                                              static):
+                                                              static, pre):
     """``rollout.common_prefix``: the prompts' common first tokens go through the model once
     (one row), then each distinct prompt's rest; the tokens and log-probs are transformers'
-    (left padding, every row whole) and a full forward's."""
+    (left padding, every row whole) and a full forward's. A one-token prefix (a BOS) is a
+    one-token forward, which takes the decode attention's path."""
     from slime_std.engine import decoding
     from slime_std.engine.static_decode import StaticDecoders
 
     monkeypatch.setattr(decoding, "MIN_PREFIX_SAVING", 1)
-    pre = [20, 21, 22, 23, 24]
     prompts = [pre + PROMPTS[2], pre + PROMPTS[1], pre + PROMPTS[2], pre + PROMPTS[3],
                pre + PROMPTS[0]]  # of different lengths, one of them twice (a group)
     params = [SamplingParams(temperature=1.0, max_new_tokens=6, seed=8, ignore_eos=True)]
