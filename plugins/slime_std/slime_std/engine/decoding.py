@@ -226,7 +226,7 @@ def decode(
     if routes is not None:
         routes.prefill()
     if clock is not None:
-        clock.prefill([r.prompt for r in requests], width)
+        clock.prefill([r.prompt for r in requests], width, prefix)
     pos = lens_t.unsqueeze(1)  # next position of each row (padding does not count)
 
     for step in range(max_new):

@@ -40,14 +40,18 @@ class ModelCost:
     attn_flops_per_pair: int  # 4 * layers * heads * head_dim: one query against one key
     vocab: int
 
-    def prefill(self, lengths: list[int], distinct: list[int]) -> tuple[float, float]:
+    def prefill(self, lengths: list[int], distinct: list[int],
+                prefix: int = 0) -> tuple[float, float]:
         """(bytes, FLOPs) of a prefill of prompts of ``lengths`` tokens (each row's keys and
         values written) of which the ``distinct`` lengths' must be computed (a group's rows
-        share a prompt): padding is no work a floor needs, nor is a prompt computed twice.
-        Logits of the last position only."""
-        pairs = sum(n * (n + 1) / 2 for n in distinct)  # causal: position i sees i + 1 keys
-        flops = (2 * self.layer_params * sum(distinct) + 2 * self.head_params * len(distinct)
-                 + self.attn_flops_per_pair * pairs)
+        share a prompt), their first ``prefix`` tokens once for all (a common prefix):
+        padding is no work a floor needs, nor is a token computed twice. Logits of the last
+        position only."""
+        rest = [n - prefix for n in distinct]
+        # causal: position i sees i + 1 keys; the rest of a prompt sees the prefix too
+        pairs = prefix * (prefix + 1) / 2 + sum(n * prefix + n * (n + 1) / 2 for n in rest)
+        flops = (2 * self.layer_params * (prefix + sum(rest))
+                 + 2 * self.head_params * len(distinct) + self.attn_flops_per_pair * pairs)
         return float(self.weight_bytes + sum(lengths) * self.kv_bytes_per_token), float(flops)
 
     def decode(self, rows: int, context: int) -> tuple[float, float]:

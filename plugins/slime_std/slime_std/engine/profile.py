@@ -201,14 +201,15 @@ class PhaseClock:
         self.totals[name] += now - self.last
         self.last = now
 
-    def prefill(self, prompts: list[list[int]], width: int) -> None:
-        """The prefill of ``prompts`` (left-padded to ``width``) ends now."""
+    def prefill(self, prompts: list[list[int]], width: int, prefix: int = 0) -> None:
+        """The prefill of ``prompts`` (padded to ``width``; their first ``prefix`` tokens,
+        common to all, computed once) ends now."""
         cost = self.profile.cost
         lengths = [len(p) for p in prompts]
         floor = None
         if cost is not None:
             distinct = [len(p) for p in {tuple(p): p for p in prompts}.values()]
-            floor = cost.prefill(lengths, distinct)
+            floor = cost.prefill(lengths, distinct, prefix)
         self.cut("prefill", floor, rows=len(prompts), width=width, tokens=sum(lengths))
 
     def begin_step(self, step: int, rows: int) -> None:

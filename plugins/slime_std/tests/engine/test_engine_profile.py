@@ -174,6 +174,13 @@ def test_model_cost_counts_the_tiny_model_by_hand(tokenizer_dir: Path) -> None:
     assert nbytes == total + 11 * cost.kv_bytes_per_token
     assert flops == (2 * cost.layer_params * 7 + 2 * vocab * hidden * 2
                      + cost.attn_flops_per_pair * (4 * 5 / 2 + 3 * 4 / 2))
+    # their first 2 tokens common (rollout.common_prefix): computed once; each prompt's rest
+    # (2 and 1 tokens) attends to them and to itself
+    nbytes, flops = cost.prefill(lengths=[4, 4, 3], distinct=[4, 3], prefix=2)
+    assert nbytes == total + 11 * cost.kv_bytes_per_token
+    assert flops == (2 * cost.layer_params * 5 + 2 * vocab * hidden * 2
+                     + cost.attn_flops_per_pair * (2 * 3 / 2 + (2 * 2 + 2 * 3 / 2)
+                                                   + (1 * 2 + 1 * 2 / 2)))
 
 
 def test_calibrate_measures_positive_rates() -> None:
