@@ -92,6 +92,17 @@ def digit_share(text: str) -> float:
     return sum(c.isdigit() for c in text) / max(1, len(text))
 
 
+def report(row: dict[str, Any], out: Path | None) -> None:
+    """Print ``row`` as one JSON line, and append it to ``out`` when given."""
+    import json
+
+    line = json.dumps(row)
+    print(line)
+    if out is not None:
+        with out.open("a") as f:
+            f.write(line + "\n")
+
+
 def prompt_texts(n: int = 512) -> list[str]:
     return [f"Question {i}: what is {i % 97} plus {(i * 7) % 13}? Answer:" for i in range(n)]
 

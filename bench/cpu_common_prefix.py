@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_plugin import report
 from slime_core.testing import build_test_config
 from slime_hookspecs import SamplingParams
 from slime_std.engine.local_engine import LocalEngine
@@ -65,10 +66,7 @@ def main() -> None:
     for key, xs in sorted(times.items()):
         row[f"{key}_median_s"] = round(statistics.median(xs), 2)
         row[f"{key}_s"] = [round(x, 2) for x in xs]
-    print(json.dumps(row))
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+    report(row, args.out)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ one process (GPU). The SmolLM2-135M shape with seeded weights: no model to carry
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_plugin import report
 from slime_core.testing import build_test_config, write_char_tokenizer
 from slime_hookspecs import SamplingParams
 from slime_std.accelerators.devices import TorchAccelerator
@@ -86,10 +86,7 @@ def main() -> None:
     static = engines[True]._static
     assert static is not None  # cuda_graphs on a CUDA device
     row["prefill_graphs_held"] = sum(len(d._prefills) for d in static._by_shape.values())
-    print(json.dumps(row))
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+    report(row, args.out)
 
 
 if __name__ == "__main__":
