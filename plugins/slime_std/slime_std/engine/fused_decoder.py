@@ -41,7 +41,8 @@ queries never see padding keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 import torch
@@ -280,19 +281,11 @@ class FusedDecoder:
         row are the same tokens (the padding between them and the rest), computed once."""
         if distinct is None or rows is None:
             return self._logits(self._prefill(ids, pos, self.key_mask, prefix)[:, -1])
-        t = ids.shape[1]
-        full_k, full_v = self.k, self.v
-        shape = (distinct.numel(), self.hkv, t, self.d)
-        self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
-        self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
         mask = None if self.key_mask is None else self.key_mask.index_select(0, distinct)
-        try:
+        with self._rows_apart(distinct.numel(), ids.shape[1], ids.device,
+                              lambda small: small.index_select(0, rows)):
             last = self._prefill(ids.index_select(0, distinct), pos.index_select(0, distinct),
                                  mask, prefix)[:, -1]
-            for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
-                big[:, :, :t] = small.index_select(0, rows)
-        finally:
-            self.k, self.v = full_k, full_v
         return self._logits(last).index_select(0, rows)
 
     def prompt_cache(self, ids: torch.Tensor, pos: torch.Tensor,
@@ -332,18 +325,29 @@ class FusedDecoder:
         """The keys and values of the tokens ``ids`` [1, P] every row starts with: computed
         for one row, written to the first P columns of every row's cache."""
         p = ids.shape[1]
-        full_k, full_v, bias = self.k, self.v, self.bias
-        shape = (1, self.hkv, p, self.d)
-        self.k = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_k]
-        self.v = [torch.empty(shape, device=ids.device, dtype=c.dtype) for c in full_v]
-        # the prefix holds no padding; the rows' decode mask would not fit its one row (a
-        # one-token prefix, a BOS, takes the decode attention's path)
-        self.bias = None
-        try:
+        # (the copy into every row broadcasts the one row)
+        with self._rows_apart(1, p, ids.device, lambda small: small):
             causal = torch.ones((p, p), dtype=torch.bool, device=ids.device).tril()
             self._forward(ids, pos, causal.expand(1, 1, p, p))
+
+    @contextlib.contextmanager
+    def _rows_apart(self, rows: int, width: int, device: torch.device,
+                    spread: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+        """The forwards inside run over key/value caches of ``rows`` rows and ``width``
+        columns of their own, then ``spread(cache)`` of each is written to the first
+        ``width`` columns of the batch's caches (a distinct prompt to every row holding it,
+        the common prefix to every row). Without the batch's decode mask: its rows do not fit
+        (a one-token forward, such as a one-token prefix, takes the decode attention's path),
+        and a prefill's own mask covers the padding."""
+        full_k, full_v, bias = self.k, self.v, self.bias
+        shape = (rows, self.hkv, width, self.d)
+        self.k = [torch.empty(shape, device=device, dtype=c.dtype) for c in full_k]
+        self.v = [torch.empty(shape, device=device, dtype=c.dtype) for c in full_v]
+        self.bias = None
+        try:
+            yield
             for big, small in zip(full_k + full_v, self.k + self.v, strict=True):
-                big[:, :, :p] = small
+                big[:, :, :width] = spread(small)
         finally:
             self.k, self.v, self.bias = full_k, full_v, bias
 
