@@ -32,6 +32,7 @@
 #   bash bench/h200_smollm2.sh fourteenth  # call 1, carry [".mdl/a"]: part a, the anchor: cuDNN, one micro-batch
 #   bash bench/h200_smollm2.sh fifteenth   # call 1, carry [".mdl/a"]: part a, the 1.5B anchor; then ANCHOR=0 ... record
 #   bash bench/h200_smollm2.sh sixteenth   # no carry: the GPU tests, rollout.prefill_graphs off and on
+#   bash bench/h200_smollm2.sh seventeenth # after carry (.mdl/b, .whl): the example, graphs off/on
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -571,6 +572,20 @@ PY
     gpu_tests 200
     timeout 240 python3 bench/prefill_graphs.py --rounds 12 --precision high \
       --out "$OUT/prefill_graphs.jsonl" 2>&1 | grep -v "Warning\|warn" | tail -5 | cut -c1-1500
+    ;;
+  seventeenth)
+    # issue 43 (after carry; carry .mdl/b and .whl): rollout.prefill_graphs off and on in the
+    # example (12 steps a variant, alternating, two rounds), then the 40-step record against
+    # TRL with the graphs on
+    smollm2_model || exit 1
+    for round in 1 2; do
+      variants pg "off$round run.matmul_precision=high" \
+               "on$round run.matmul_precision=high rollout.prefill_graphs=true"
+    done
+    mkdir -p "$OUT/record"
+    timeout "${LEARN_TIMEOUT:-300}" python3 bench/smollm2_vs_trl.py --precision tf32 \
+      --slime-set rollout.prefill_graphs=true --out "$OUT/record/smollm2_tf32_pg" 2>&1 \
+      | grep -E "^slime|^trl|^time to|startup|exit"
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training

@@ -319,6 +319,28 @@ def test_the_prefill_graphs_bookkeeping_on_the_cpu(make_engine, monkeypatch, sha
     assert len(decoder._prefills) == 1
 
 
+def test_a_prefill_above_the_token_cap_stays_eager(make_engine, monkeypatch):
+    """A prompt shape of more than PREFILL_GRAPH_TOKENS tokens (prompts x width) is never
+    captured, however often it comes; one at the cap is, at its second sight."""
+    from slime_std.engine import static_decode
+
+    monkeypatch.setattr(static_decode._PrefillGraph, "capture", _stand_in_capture)
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=5, ignore_eos=True)
+    prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[0]]
+    tokens = len(prompts) * len(PROMPTS[2])
+    graphed = _static(make_engine())
+    decoder = graphed._static.get(graphed._model, len(prompts), len(PROMPTS[2]), 4,
+                                  graphed._fused)
+    decoder.prefill_graphs = True
+    monkeypatch.setattr(static_decode, "PREFILL_GRAPH_TOKENS", tokens - 1)
+    for _ in range(3):
+        graphed.generate(prompts, [params] * len(prompts))
+    assert not decoder._prefills
+    monkeypatch.setattr(static_decode, "PREFILL_GRAPH_TOKENS", tokens)
+    graphed.generate(prompts, [params] * len(prompts))
+    assert list(decoder._prefills) == [(3, len(PROMPTS[2]), False, 0)]
+
+
 def _cuda_engine(engine_config, **rollout):
     from slime_std.accelerators.devices import TorchAccelerator
     from slime_std.engine.local_engine import LocalEngine
