@@ -33,6 +33,7 @@
 #   bash bench/h200_smollm2.sh fifteenth   # call 1, carry [".mdl/a"]: part a, the 1.5B anchor; then ANCHOR=0 ... record
 #   bash bench/h200_smollm2.sh sixteenth   # no carry: the GPU tests, rollout.prefill_graphs off and on
 #   bash bench/h200_smollm2.sh seventeenth # after carry (.mdl/b, .whl): the example, graphs off/on
+#   bash bench/h200_smollm2.sh anchors17   # no carry: both anchors with the prefill graphs on
 #
 # .whl holds the peer's and the task's wheels (the image has neither):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -586,6 +587,13 @@ PY
     timeout "${LEARN_TIMEOUT:-300}" python3 bench/smollm2_vs_trl.py --precision tf32 \
       --slime-set rollout.prefill_graphs=true --out "$OUT/record/smollm2_tf32_pg" 2>&1 \
       | grep -E "^slime|^trl|^time to|startup|exit"
+    ;;
+  anchors17)
+    # issue 43 (no carry, ~9.5 min): both anchors at the defaults with rollout.prefill_graphs
+    # (now on): the 1.5B (peak 76.7 GB before: does it still fit?) and the 0.5B one-step-off
+    # with one micro-batch (0.653 s before)
+    anchor_15b
+    anchor_runs "$OUT/anchor_0.5b.jsonl" fast_mb48k_defaults_pdl_async:280
     ;;
   gputests)
     # the GPU tests of the engine's stream, of one capture at a time and of the training
