@@ -69,3 +69,18 @@ def make_engine(engine_config: Any) -> Any:
         return LocalEngine(engine_config(**sections), engine_index, None)
 
     return build
+
+
+@pytest.fixture
+def make_cuda_engine(engine_config: Any) -> Any:
+    """``make_cuda_engine(rollout={...}, run={...})`` -> a fresh ``LocalEngine`` (index 0) on
+    CUDA with ``rollout.cuda_graphs`` on, as the GPU-only tests build it."""
+    from slime_std.accelerators.devices import TorchAccelerator
+    from slime_std.engine.local_engine import LocalEngine
+
+    def build(**sections: dict[str, Any]) -> Any:
+        sections["rollout"] = {"cuda_graphs": True, **sections.get("rollout", {})}
+        config = engine_config(**sections)
+        return LocalEngine(config, 0, TorchAccelerator("cuda", fused_optimizer=True))
+
+    return build

@@ -341,17 +341,9 @@ def test_a_prefill_above_the_token_cap_stays_eager(make_engine, monkeypatch):
     assert list(decoder._prefills) == [(3, len(PROMPTS[2]), False, 0)]
 
 
-def _cuda_engine(engine_config, **rollout):
-    from slime_std.accelerators.devices import TorchAccelerator
-    from slime_std.engine.local_engine import LocalEngine
-
-    config = engine_config(rollout={"cuda_graphs": True, **rollout})
-    return LocalEngine(config, 0, TorchAccelerator("cuda", fused_optimizer=True))
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("shared", [False, True], ids=["distinct", "groups"])
-def test_a_prompt_shape_seen_before_replays_its_prefill_graph(engine_config, shared):
+def test_a_prompt_shape_seen_before_replays_its_prefill_graph(make_cuda_engine, shared):
     """``rollout.prefill_graphs`` (run on the device by ``bench/h200_smollm2.sh gputests``):
     the first sight of a prompt shape prefills eagerly, the second captures, the third
     replays; every call gives the eager engine's tokens and log-probs, other prompts of the
@@ -361,8 +353,8 @@ def test_a_prompt_shape_seen_before_replays_its_prefill_graph(engine_config, sha
         prompts = [p for p in prompts for _ in range(2)]
     others = [list(reversed(p)) for p in prompts]  # same widths, other tokens
     params = [SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)] * len(prompts)
-    eager = _cuda_engine(engine_config, prefill_graphs=False)
-    graphed = _cuda_engine(engine_config, prefill_graphs=True)
+    eager = make_cuda_engine(rollout={"prefill_graphs": False})
+    graphed = make_cuda_engine(rollout={"prefill_graphs": True})
     width = max(len(p) for p in prompts)
     decoder = graphed._static.get(graphed._model, len(prompts), width, 8, graphed._fused)
 

@@ -21,12 +21,8 @@ PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _cuda_engine(engine_config, **run):
-    from slime_std.accelerators.devices import TorchAccelerator
-    from slime_std.engine.local_engine import LocalEngine
-
-    config = engine_config(run=run, rollout={"cuda_graphs": True, "engine_stream": True})
-    return LocalEngine(config, 0, TorchAccelerator("cuda", fused_optimizer=True))
+def _streamed(make_cuda_engine, **run):
+    return make_cuda_engine(run=run, rollout={"engine_stream": True})
 
 
 def test_the_cpu_and_the_synchronous_schedule_keep_the_callers_stream(make_engine):
@@ -60,17 +56,17 @@ def _generate_on_a_worker(engine, busy=None, x=None):
 
 
 @cuda
-def test_only_an_overlapping_schedule_gets_a_stream(engine_config):
-    assert _cuda_engine(engine_config)._stream is None
-    stream = _cuda_engine(engine_config, async_rollout=True)._stream
+def test_only_an_overlapping_schedule_gets_a_stream(make_cuda_engine):
+    assert _streamed(make_cuda_engine)._stream is None
+    stream = _streamed(make_cuda_engine, async_rollout=True)._stream
     assert stream is not None and stream.priority < 0  # above the default stream's 0
-    assert _cuda_engine(engine_config, rollout_mode="one_step_off")._stream is not None
+    assert _streamed(make_cuda_engine, rollout_mode="one_step_off")._stream is not None
 
 
 @cuda
-def test_a_worker_generate_beside_busy_training_matches_the_serial_calls(engine_config):
-    serial = _cuda_engine(engine_config)
-    engine = _cuda_engine(engine_config, async_rollout=True)
+def test_a_worker_generate_beside_busy_training_matches_the_serial_calls(make_cuda_engine):
+    serial = _streamed(make_cuda_engine)
+    engine = _streamed(make_cuda_engine, async_rollout=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     new = {k: v + 0.5 * torch.randn(v.shape, device=v.device, generator=gen)
            for k, v in serial.state_dict().items()}
