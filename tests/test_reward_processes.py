@@ -211,3 +211,43 @@ def test_the_run_end_stops_the_reward_workers(tmp_path, tokenizer_dir, monkeypat
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["rollout/reward_mean"] for r in rows if "rollout/reward_mean" in r] == [1.0]
     assert len(pools) == 1 and pools[0] is not None and pools[0]._pool is None
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["runs", "data_fails"])
+def test_the_local_executor_starts_the_workers_before_its_set_up(tmp_path, tokenizer_dir,
+                                                                 monkeypatch, fails) -> None:
+    """The workers start importing their checkers first in the local executor's set-up,
+    beside the data's and the models' loading (not after them, where the first evaluation
+    waited for the workers' imports); a set-up that fails after they started stops them."""
+    from slime_core.executors import local
+    from slime_core.pluginmgr import PluginSelection
+    from slime_core.runner.driver import run_training
+    from slime_core.session import resolve
+
+    warmed: list[RewardProcesses] = []
+    seen_at_data: list[bool] = []
+    warm, make = RewardProcesses.warm, local.make_data_source
+
+    def spy_warm(self: RewardProcesses, fns: list) -> list:
+        warmed.append(self)
+        return warm(self, fns)
+
+    def spy_data(*args, **kwargs):
+        seen_at_data.append(bool(warmed) and warmed[0]._pool is not None)
+        if fails:
+            raise ValueError("data.path: a bad file")
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(RewardProcesses, "warm", spy_warm)
+    monkeypatch.setattr(local, "make_data_source", spy_data)
+    data = tiny_run(tmp_path, tokenizer_dir, run={"plugin_modules": ["tests.reward_workers"],
+                                                  "num_rollouts": 1},
+                    rollout={"reward": "pid_pure", "reward_processes": 2}, eval={"interval": 0})
+    manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data=data)
+    if fails:
+        with pytest.raises(ValueError, match="a bad file"):
+            run_training(manager, config)
+    else:
+        run_training(manager, config)
+    assert seen_at_data[0] is True and len(warmed) == 1
+    assert warmed[0]._pool is None  # stopped: at the run's end, or when the set-up failed

@@ -26,7 +26,8 @@ from slime_core.executors.base import (
 from slime_core.observe import setup_parts
 from slime_core.pluginmgr import SlimePluginManager
 from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
-from slime_core.rollout.manager import RolloutManager
+from slime_core.rewards.routing import RewardFunctions
+from slime_core.rollout.manager import RolloutManager, start_rewards
 from slime_core.weights.tensors import distinct
 
 
@@ -36,8 +37,22 @@ class LocalExecutor:
         self.config = config
         reg = manager.registries
         self.accelerator = accel_record.factory()
-        # the data first: a bad file or a prompt longer than the context fails in a second,
-        # not after the models have loaded
+        # the rewards first, so that their worker processes import their checkers beside the
+        # rest of the set-up; then the data: a bad file or a prompt longer than the context
+        # fails in a second, not after the models have loaded
+        rewards = start_rewards(manager, config, has_eval(config, manager))
+        try:
+            self._setup(manager, config, accel_record, rewards)
+        except BaseException:
+            rewards.close()
+            raise
+        self._pool: ThreadPoolExecutor | None = None
+        self._registries = reg
+        self._sides: dict[str, Any] = {}  # rollout schedule name -> its rollout side
+
+    def _setup(self, manager: SlimePluginManager, config: Any, accel_record: AcceleratorRecord,
+               rewards: RewardFunctions) -> None:
+        reg = manager.registries
         with setup_parts.part("data"):
             self.train_source = make_data_source(manager, config, "train")
             self.eval_source = (make_data_source(manager, config, "eval")
@@ -68,10 +83,8 @@ class LocalExecutor:
                             for i in range(config.rollout.num_engines)]
             self.transport = reg.weight_transport.get(config.weights.transport).factory(
                 config, self.accelerator)
-        self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source)
-        self._pool: ThreadPoolExecutor | None = None
-        self._registries = reg
-        self._sides: dict[str, Any] = {}  # rollout schedule name -> its rollout side
+        self.rollouts = RolloutManager(config, self.engines, self.train_source, self.eval_source,
+                                       rewards)
 
     def send_weights(self, version: int) -> dict[str, float]:
         weights = self.trainer.export_weights()

@@ -126,11 +126,33 @@ class _DefaultRollout:
         return self._manager.default_rollout(rollout_id, data_source, evaluation)
 
 
+def start_rewards(manager: Any, config: Any, evaluation: bool) -> RewardFunctions:
+    """The run's reward functions, built: ``rollout.reward``, with ``evaluation`` also
+    ``eval.reward``, and each evaluation dataset's; then their worker processes
+    (``rollout.reward_processes``) started, each importing what its checkers import.
+
+    An unknown reward name fails here, once, before anything is generated (raised later by
+    every concurrent group task it ended runs with hundreds of asyncio warnings). Called
+    first in an executor's set-up, the workers' start (spawned interpreters importing
+    math-verify: 2.4-3.5 s on an H100 host, paid by the first evaluation when they started
+    after the models) overlaps the driver's own imports and loading."""
+    rewards = RewardFunctions(manager, config)
+    names = [config.rollout.reward]
+    if evaluation:
+        names.append(config.eval.reward or config.rollout.reward)
+    for name in names + [spec.reward for spec in EvalSettings(config).specs.values()]:
+        rewards.get(name)  # (no worker has started yet: nothing to stop when one fails)
+    rewards.warm()
+    return rewards
+
+
 class RolloutManager:
     """Owns the data sources, the engine clients, the reward function and the filters."""
 
     def __init__(self, config: Any, engines: list[Any], train_source: DataSource,
-                 eval_source: DataSource | None) -> None:
+                 eval_source: DataSource | None, rewards: RewardFunctions | None = None) -> None:
+        """``rewards``: the run's reward functions from :func:`start_rewards`, when the
+        executor started them before the rest of its set-up; None: built here."""
         self.config = config
         self.manager = get_manager()
         # one rollout manager per plugin manager: the newest one's default serves
@@ -145,20 +167,12 @@ class RolloutManager:
         self.train_source = train_source
         self.eval_source = eval_source
         self._next_engine = 0
-        self._rewards = RewardFunctions(self.manager, config)
+        self._rewards = rewards if rewards is not None else start_rewards(
+            self.manager, config, evaluation=eval_source is not None)
         self._hook_calls: tuple[FirstAnswer, FirstAnswer] | None = None
-        # an unknown reward name fails here, once, before anything is generated (raised later
-        # by every concurrent group task it ended runs with hundreds of asyncio warnings)
-        self.reward_fn(False)
-        if eval_source is not None:
-            self.reward_fn(True)
         self._eval_sets = EvalSettings(config)
         # [opd] mode = "engine": a teacher engine scores the student's tokens after each rollout
         self._teacher = build_teacher_engine(self.manager, config) if teacher_in_engine(config) else None
-        for spec in self._eval_sets.specs.values():
-            self._rewards.get(spec.reward)  # a dataset's unknown reward fails here too
-        # reward workers start importing their checkers while the run is still setting up
-        self._rewards.warm()
         reg = self.manager.registries
         self._ds_filter = (
             reg.filter.get(config.rollout.dynamic_sampling_filter).factory(config)
