@@ -61,9 +61,10 @@ from slime_std.engine.kernels.decode_attention import (  # imports no triton
 ATTENTION_NAME = "slime_grouped_decode_sdpa"
 TRITON_ATTENTION_NAME = "slime_grouped_decode_triton"
 BUCKET = 64
-PREFILL_GRAPHS = 8  # captured prefill shapes a decoder keeps (each holds its own memory pool)
-# the largest prefill (prompts x width) captured: a graph's pool keeps its activations and
-# every layer's keys and values, and a prefill this large has kernels that outlast its launches
+PREFILL_GRAPHS = 8  # captured prefill shapes a decoder keeps
+# the largest prefill (prompts x width) captured: the engine's pool of prefill graphs keeps
+# the largest one's activations and keys and values, and a prefill this large has kernels that
+# outlast its launches
 PREFILL_GRAPH_TOKENS = 16384
 _log = logging.getLogger(__name__)
 
@@ -153,10 +154,12 @@ class StaticDecoder:
                  compile_step: bool = False, attention: str = ATTENTION_NAME,
                  fused: FusedDecoder | None = None, splits: int | None = None,
                  fuse_rope: bool = False, options: dict[str, Any] | None = None,
-                 prefill_graphs: bool = False) -> None:
+                 prefill_graphs: bool = False,
+                 prefill_pool: Callable[[], Any] | None = None) -> None:
         """``options``: inductor options of the compiled step (:func:`compile_options`);
         ``prefill_graphs``: with ``capture`` and ``fused``, replay the fused prefill of a
-        prompt shape seen before from a graph (:meth:`_graphed_prefill`)."""
+        prompt shape seen before from a graph (:meth:`_graphed_prefill`), captured into the
+        memory pool ``prefill_pool()`` returns (None: a pool of each graph's own)."""
         from transformers import StaticCache
 
         self.model, self.batch, self.length = model, batch, length
@@ -184,6 +187,7 @@ class StaticDecoder:
         # (the engine asks for them only where it captures)
         self.prefill_graphs = prefill_graphs and fused is not None
         self._prefills: dict[tuple[int, int, bool, int], _PrefillGraph] = {}
+        self._prefill_pool = prefill_pool
         self._prefill_seen: set[tuple[int, int, bool, int]] = set()
 
     def _layers(self) -> list[Any]:
@@ -348,7 +352,8 @@ class StaticDecoder:
                 layer.cumulative_length.copy_(n)
 
         graph.capture(lambda: self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows,
-                                                 prefix), rewind)
+                                                 prefix), rewind,
+                      None if self._prefill_pool is None else self._prefill_pool())
         return graph
 
     def step(self, next_ids: torch.Tensor, pos: torch.Tensor, column: int) -> torch.Tensor:
@@ -394,9 +399,11 @@ class _PrefillGraph:
         self.graph: Any = None
         self.logits: torch.Tensor | None = None
 
-    def capture(self, body: Callable[[], torch.Tensor], rewind: Callable[[], None]) -> None:
+    def capture(self, body: Callable[[], torch.Tensor], rewind: Callable[[], None],
+                pool: Any = None) -> None:
         """``body()`` (the prefill over this object's buffers) once on a side stream, which
-        also writes the cache entries the replay writes again; ``rewind()``; then captured."""
+        also writes the cache entries the replay writes again; ``rewind()``; then captured
+        into memory pool ``pool`` (None: one of its own)."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -404,7 +411,7 @@ class _PrefillGraph:
         torch.cuda.current_stream().wait_stream(stream)
         rewind()
         self.graph = torch.cuda.CUDAGraph()
-        with cuda_graph_capture(self.graph):
+        with cuda_graph_capture(self.graph, pool):
             self.logits = body()
 
     def replay(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
@@ -435,6 +442,12 @@ class StaticDecoders:
         ``prefill_graphs``: fused prefills of a shape seen before replayed from a graph."""
         self.capture = capture
         self.prefill_graphs = prefill_graphs and capture
+        # one memory pool for every prefill graph of the engine: its generate calls run one
+        # at a time (the engine's lock) and a replayed prefill's one output read outside the
+        # graph, its logits, is read before the next prefill replays (keys and values go to
+        # the static caches, outside the pool), so the shapes' graphs may reuse each other's
+        # memory: the engine holds its largest prefill's activations once, not each shape's
+        self._prefill_pool: Any = None
         self.options = dict(options or {})
         self.splits = splits
         self.fuse_rope = fuse_rope
@@ -452,11 +465,19 @@ class StaticDecoders:
         if dec is None or dec.model is not model or dec.fused is not fused:
             dec = StaticDecoder(model, key[0], key[1], self.capture, self.compile_step,
                                 self.attention, fused, self.splits, self.fuse_rope,
-                                self.options, self.prefill_graphs)
+                                self.options, self.prefill_graphs, self.prefill_pool)
             self._by_shape[key] = dec
         return dec
 
+    def prefill_pool(self) -> Any:
+        """The memory pool the prefill graphs of this engine are captured into (made at the
+        first capture)."""
+        if self._prefill_pool is None:
+            self._prefill_pool = torch.cuda.graph_pool_handle()
+        return self._prefill_pool
+
     def clear(self) -> None:
         self._by_shape.clear()
+        self._prefill_pool = None
         if self.capture and torch.cuda.is_available():
             torch.cuda.empty_cache()

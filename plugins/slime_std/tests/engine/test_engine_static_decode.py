@@ -269,9 +269,10 @@ class _StandInGraph:
         self.logits.copy_(self.body())
 
 
-def _stand_in_capture(prefill_graph, body, rewind):
+def _stand_in_capture(prefill_graph, body, rewind, pool=None):
     body()  # the warm-up: it advances the write positions, which rewind puts back
     rewind()
+    prefill_graph.pool = pool
     prefill_graph.graph = _StandInGraph(body)
     prefill_graph.logits = prefill_graph.graph.logits = body()
     rewind()  # a capture runs nothing: the replay that follows makes the writes
@@ -286,6 +287,7 @@ def test_the_prefill_graphs_bookkeeping_on_the_cpu(make_engine, monkeypatch, sha
     from slime_std.engine import static_decode
 
     monkeypatch.setattr(static_decode._PrefillGraph, "capture", _stand_in_capture)
+    monkeypatch.setattr(static_decode.torch.cuda, "graph_pool_handle", object)
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5, ignore_eos=True)
     prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[0]]
     if shared:
@@ -321,10 +323,12 @@ def test_the_prefill_graphs_bookkeeping_on_the_cpu(make_engine, monkeypatch, sha
 
 def test_a_prefill_above_the_token_cap_stays_eager(make_engine, monkeypatch):
     """A prompt shape of more than PREFILL_GRAPH_TOKENS tokens (prompts x width) is never
-    captured, however often it comes; one at the cap is, at its second sight."""
+    captured, however often it comes; one at the cap is, at its second sight. The shapes'
+    graphs are captured into one memory pool of the engine, a new one after a clear."""
     from slime_std.engine import static_decode
 
     monkeypatch.setattr(static_decode._PrefillGraph, "capture", _stand_in_capture)
+    monkeypatch.setattr(static_decode.torch.cuda, "graph_pool_handle", object)
     params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=5, ignore_eos=True)
     prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[0]]
     tokens = len(prompts) * len(PROMPTS[2])
@@ -339,6 +343,15 @@ def test_a_prefill_above_the_token_cap_stays_eager(make_engine, monkeypatch):
     monkeypatch.setattr(static_decode, "PREFILL_GRAPH_TOKENS", tokens)
     graphed.generate(prompts, [params] * len(prompts))
     assert list(decoder._prefills) == [(3, len(PROMPTS[2]), False, 0)]
+    monkeypatch.setattr(static_decode, "PREFILL_GRAPH_TOKENS", 2 * tokens)
+    wider = [p + [4] for p in prompts]  # another width, the same decoder (cache length)
+    for _ in range(2):
+        graphed.generate(wider, [params] * len(wider))
+    assert len(decoder._prefills) == 2
+    pools = {id(g.pool) for g in decoder._prefills.values()}
+    assert pools == {id(graphed._static.prefill_pool())}
+    graphed._static.clear()
+    assert graphed._static.prefill_pool() is not next(iter(decoder._prefills.values())).pool
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -347,7 +360,8 @@ def test_a_prompt_shape_seen_before_replays_its_prefill_graph(make_cuda_engine, 
     """``rollout.prefill_graphs`` (run on the device by ``bench/h200_smollm2.sh gputests``):
     the first sight of a prompt shape prefills eagerly, the second captures, the third
     replays; every call gives the eager engine's tokens and log-probs, other prompts of the
-    same shape too, and a weight update reaches the replayed prefill."""
+    same shape too, and a weight update reaches the replayed prefill; a second shape's graph,
+    in the same memory pool, replays in turn with the first."""
     prompts = [PROMPTS[2], PROMPTS[1], PROMPTS[0]]
     if shared:
         prompts = [p for p in prompts for _ in range(2)]
@@ -377,3 +391,10 @@ def test_a_prompt_shape_seen_before_replays_its_prefill_graph(make_cuda_engine, 
         engine.update_weights(new, 1)
     assert [o.token_ids for o in same(prompts)] != [o.token_ids for o in first]
     assert len(decoder._prefills) == 1
+    # a second shape captured into the same pool; the two replayed in turn, each as eager
+    wider = [p + [4] for p in prompts]
+    same(wider)
+    same(wider)
+    assert len(decoder._prefills) == 2
+    for batch in (prompts, wider, others, wider):
+        same(batch)
