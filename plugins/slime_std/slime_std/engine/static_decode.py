@@ -45,6 +45,7 @@ results are checked against the dynamic-cache loop.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -335,9 +336,26 @@ class StaticDecoder:
             if key not in self._prefill_seen or not ready or not kept:
                 self._prefill_seen.add(key)
                 return self._prefill_body(ids, valid, pos, rows, prefix)
-            graph = self._capture_prefill(ids, valid, pos, rows, prefix)
+            try:
+                graph = self._capture_prefill(ids, valid, pos, rows, prefix)
+            except torch.OutOfMemoryError as e:
+                self._stop_prefill_graphs(f"{ids.shape[0]} x {ids.shape[1]}", e)
+                return self._prefill_body(ids, valid, pos, rows, prefix)
             self._prefills[key] = graph
         return graph.replay(ids, valid, pos, rows)
+
+    def _stop_prefill_graphs(self, shape: str, error: torch.OutOfMemoryError) -> None:
+        """A capture that ran out of device memory ends this decoder's prefill graphs: the
+        graphs are released and its prefills run eagerly from here (a rollout is never lost
+        to an optimisation), with a warning."""
+        self.prefill_graphs = False
+        self._prefills.clear()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        first = str(error).split("\n")[0][:300]
+        warnings.warn(f"rollout.prefill_graphs: capturing the prefill of {shape} prompt tokens "
+                      f"ran out of device memory ({first}); this batch shape's prefills run "
+                      "eagerly from here", stacklevel=4)
 
     def _capture_prefill(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor,
                          rows: torch.Tensor | None, prefix: int) -> _PrefillGraph:
@@ -351,9 +369,13 @@ class StaticDecoder:
             for layer, n in zip(self._layers(), written, strict=True):
                 layer.cumulative_length.copy_(n)
 
-        graph.capture(lambda: self._prefill_body(graph.ids, graph.valid, graph.pos, graph.rows,
-                                                 prefix), rewind,
-                      None if self._prefill_pool is None else self._prefill_pool())
+        try:
+            graph.capture(lambda: self._prefill_body(graph.ids, graph.valid, graph.pos,
+                                                     graph.rows, prefix), rewind,
+                          None if self._prefill_pool is None else self._prefill_pool())
+        except torch.OutOfMemoryError:
+            rewind()  # (the warm-up may have advanced the write positions)
+            raise
         return graph
 
     def step(self, next_ids: torch.Tensor, pos: torch.Tensor, column: int) -> torch.Tensor:

@@ -354,6 +354,42 @@ def test_a_prefill_above_the_token_cap_stays_eager(make_engine, monkeypatch):
     assert graphed._static.prefill_pool() is not next(iter(decoder._prefills.values())).pool
 
 
+def test_a_prefill_capture_out_of_memory_goes_on_eagerly(make_engine, monkeypatch):
+    """A prefill capture that runs out of device memory (after its warm-up wrote the cache)
+    costs nothing but the graphs: that generate and every later one give the eager
+    engine's tokens and log-probs, with one warning, and the decoder captures no more."""
+    from slime_std.engine import static_decode
+
+    attempts = []
+
+    def out_of_memory(prefill_graph, body, rewind, pool=None):
+        attempts.append(1)
+        body()  # the warm-up ran, and advanced the write positions
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(static_decode._PrefillGraph, "capture", out_of_memory)
+    monkeypatch.setattr(static_decode.torch.cuda, "graph_pool_handle", object)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5, ignore_eos=True)
+    # 40-token prompts in a 64-column cache: a second prefill written after the warm-up's,
+    # without its write positions put back, would run past the cache's end
+    prompts = [(p * 40)[:n] for p, n in ((PROMPTS[2], 40), (PROMPTS[1], 37), (PROMPTS[0], 40))]
+    eager, graphed = _static(make_engine()), _static(make_engine())
+    decoder = graphed._static.get(graphed._model, len(prompts), 40, 6, graphed._fused)
+    assert decoder.length == 64
+    decoder.prefill_graphs = True
+    for call in range(3):
+        want = eager.generate(prompts, [params] * len(prompts))
+        if call == 1:
+            with pytest.warns(UserWarning, match="ran out of device memory"):
+                got = graphed.generate(prompts, [params] * len(prompts))
+        else:
+            got = graphed.generate(prompts, [params] * len(prompts))
+        assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        torch.testing.assert_close(torch.tensor([g.log_probs for g in got]),
+                                   torch.tensor([w.log_probs for w in want]), atol=1e-6, rtol=0)
+    assert attempts == [1] and not decoder._prefills and decoder.prefill_graphs is False
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("shared", [False, True], ids=["distinct", "groups"])
 def test_a_prompt_shape_seen_before_replays_its_prefill_graph(make_cuda_engine, shared):
