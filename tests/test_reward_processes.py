@@ -251,3 +251,42 @@ def test_the_local_executor_starts_the_workers_before_its_set_up(tmp_path, token
         run_training(manager, config)
     assert seen_at_data[0] is True and len(warmed) == 1
     assert warmed[0]._pool is None  # stopped: at the run's end, or when the set-up failed
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["runs", "data_fails"])
+def test_the_ray_rollout_worker_starts_the_workers_before_its_data(tmp_path, tokenizer_dir,
+                                                                   monkeypatch, fails) -> None:
+    """The Ray executor's rollout-manager actor (its class, built here without Ray) starts
+    the reward workers before it reads the data, as the local executor; a data failure
+    stops them."""
+    from slime_core.executors.ray_workers import RolloutManagerWorker
+    from slime_core.pluginmgr import PluginSelection
+    from slime_core.rollout import components
+    from slime_core.session import resolve
+
+    warmed: list[RewardProcesses] = []
+    seen_at_data: list[bool] = []
+    warm, make = RewardProcesses.warm, components.make_data_source
+
+    def spy_warm(self: RewardProcesses, fns: list) -> list:
+        warmed.append(self)
+        return warm(self, fns)
+
+    def spy_data(*args, **kwargs):
+        seen_at_data.append(bool(warmed) and warmed[0]._pool is not None)
+        if fails:
+            raise ValueError("data.path: a bad file")
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(RewardProcesses, "warm", spy_warm)
+    monkeypatch.setattr(components, "make_data_source", spy_data)
+    data = tiny_run(tmp_path, tokenizer_dir, run={"plugin_modules": ["tests.reward_workers"]},
+                    rollout={"reward": "pid_pure", "reward_processes": 2}, eval={"interval": 0})
+    manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data=data)
+    if fails:
+        with pytest.raises(ValueError, match="a bad file"):
+            RolloutManagerWorker(manager.snapshot(), config, [])
+    else:
+        RolloutManagerWorker(manager.snapshot(), config, []).rollouts.close()
+    assert seen_at_data == [True] and len(warmed) == 1
+    assert warmed[0]._pool is None

@@ -364,7 +364,7 @@ class EngineSupervisor:
 class RolloutManagerWorker:
     def __init__(self, selection: PluginSelection, config: Any, engine_handles: list[Any]) -> None:
         from slime_core.rollout.components import attach_buffer_filter, has_eval, make_data_source
-        from slime_core.rollout.manager import RolloutManager
+        from slime_core.rollout.manager import RolloutManager, start_rewards
 
         manager = bootstrap(selection, config)
         self.manager, self.config = manager, config
@@ -372,12 +372,18 @@ class RolloutManagerWorker:
         self._restarts_taken = 0  # supervisor restarts already reported by a rollout side
         self.supervisor = EngineSupervisor(config, engine_handles) if config.run.fault_tolerance else None
         self.engines = [RemoteEngine(h, i, self.supervisor) for i, h in enumerate(engine_handles)]
-        self.sources = {"train": make_data_source(manager, config, "train")}
-        if has_eval(config):
-            self.sources["eval"] = make_data_source(manager, config, "eval")
-        attach_buffer_filter(manager, config, self.sources["train"])
-        self.rollouts = RolloutManager(config, self.engines, self.sources["train"],
-                                       self.sources.get("eval"))
+        # the reward workers first: their imports overlap the data's (as the local executor)
+        rewards = start_rewards(manager, config, has_eval(config))
+        try:
+            self.sources = {"train": make_data_source(manager, config, "train")}
+            if has_eval(config):
+                self.sources["eval"] = make_data_source(manager, config, "eval")
+            attach_buffer_filter(manager, config, self.sources["train"])
+            self.rollouts = RolloutManager(config, self.engines, self.sources["train"],
+                                           self.sources.get("eval"), rewards)
+        except BaseException:
+            rewards.close()
+            raise
         if self.supervisor is not None:
             self.supervisor.start()
 
