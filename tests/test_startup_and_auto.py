@@ -44,7 +44,7 @@ def test_cpu_run_writes_resolved_auto_keys_and_startup_time(
     # the set-up's break-down: where the process's time went before its first step
     parts = {k: v for k, v in first.items() if k.startswith("perf/setup_") and k != "perf/setup_time"}
     assert set(parts) == {f"perf/setup_{p}_time" for p in
-                          ("start", "data", "trainer", "engines", "first_sync")}, parts
+                          ("start", "rewards", "data", "trainer", "engines", "first_sync")}, parts
     assert all(v >= 0 for v in parts.values())
     # the parts are disjoint pieces of the set-up (the rest: run files, loggers, hooks)
     assert sum(parts.values()) <= first["perf/setup_time"] + 1e-6

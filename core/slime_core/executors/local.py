@@ -40,7 +40,8 @@ class LocalExecutor:
         # the rewards first, so that their worker processes import their checkers beside the
         # rest of the set-up; then the data: a bad file or a prompt longer than the context
         # fails in a second, not after the models have loaded
-        rewards = start_rewards(manager, config, has_eval(config, manager))
+        with setup_parts.part("rewards"):
+            rewards = start_rewards(manager, config, has_eval(config, manager))
         try:
             self._setup(manager, config, accel_record, rewards)
         except BaseException:
