@@ -213,20 +213,14 @@ def test_the_run_end_stops_the_reward_workers(tmp_path, tokenizer_dir, monkeypat
     assert len(pools) == 1 and pools[0] is not None and pools[0]._pool is None
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["runs", "data_fails"])
-def test_the_local_executor_starts_the_workers_before_its_set_up(tmp_path, tokenizer_dir,
-                                                                 monkeypatch, fails) -> None:
-    """The workers start importing their checkers first in the local executor's set-up,
-    beside the data's and the models' loading (not after them, where the first evaluation
-    waited for the workers' imports); a set-up that fails after they started stops them."""
-    from slime_core.executors import local
-    from slime_core.pluginmgr import PluginSelection
-    from slime_core.runner.driver import run_training
-    from slime_core.session import resolve
-
+def _spy_start_order(monkeypatch, module, fails: bool
+                     ) -> tuple[list[RewardProcesses], list[bool]]:
+    """Spies on the reward pools warmed and on ``module.make_data_source``: the lists get
+    each warmed pool, and for each data source made whether a warmed pool had started by
+    then; with ``fails`` making a data source raises."""
     warmed: list[RewardProcesses] = []
     seen_at_data: list[bool] = []
-    warm, make = RewardProcesses.warm, local.make_data_source
+    warm, make = RewardProcesses.warm, module.make_data_source
 
     def spy_warm(self: RewardProcesses, fns: list) -> list:
         warmed.append(self)
@@ -239,7 +233,22 @@ def test_the_local_executor_starts_the_workers_before_its_set_up(tmp_path, token
         return make(*args, **kwargs)
 
     monkeypatch.setattr(RewardProcesses, "warm", spy_warm)
-    monkeypatch.setattr(local, "make_data_source", spy_data)
+    monkeypatch.setattr(module, "make_data_source", spy_data)
+    return warmed, seen_at_data
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["runs", "data_fails"])
+def test_the_local_executor_starts_the_workers_before_its_set_up(tmp_path, tokenizer_dir,
+                                                                 monkeypatch, fails) -> None:
+    """The workers start importing their checkers first in the local executor's set-up,
+    beside the data's and the models' loading (not after them, where the first evaluation
+    waited for the workers' imports); a set-up that fails after they started stops them."""
+    from slime_core.executors import local
+    from slime_core.pluginmgr import PluginSelection
+    from slime_core.runner.driver import run_training
+    from slime_core.session import resolve
+
+    warmed, seen_at_data = _spy_start_order(monkeypatch, local, fails)
     data = tiny_run(tmp_path, tokenizer_dir, run={"plugin_modules": ["tests.reward_workers"],
                                                   "num_rollouts": 1},
                     rollout={"reward": "pid_pure", "reward_processes": 2}, eval={"interval": 0})
@@ -264,22 +273,7 @@ def test_the_ray_rollout_worker_starts_the_workers_before_its_data(tmp_path, tok
     from slime_core.rollout import components
     from slime_core.session import resolve
 
-    warmed: list[RewardProcesses] = []
-    seen_at_data: list[bool] = []
-    warm, make = RewardProcesses.warm, components.make_data_source
-
-    def spy_warm(self: RewardProcesses, fns: list) -> list:
-        warmed.append(self)
-        return warm(self, fns)
-
-    def spy_data(*args, **kwargs):
-        seen_at_data.append(bool(warmed) and warmed[0]._pool is not None)
-        if fails:
-            raise ValueError("data.path: a bad file")
-        return make(*args, **kwargs)
-
-    monkeypatch.setattr(RewardProcesses, "warm", spy_warm)
-    monkeypatch.setattr(components, "make_data_source", spy_data)
+    warmed, seen_at_data = _spy_start_order(monkeypatch, components, fails)
     data = tiny_run(tmp_path, tokenizer_dir, run={"plugin_modules": ["tests.reward_workers"]},
                     rollout={"reward": "pid_pure", "reward_processes": 2}, eval={"interval": 0})
     manager, config = resolve(PluginSelection(plugins=["slime_grpo"]), data=data)
