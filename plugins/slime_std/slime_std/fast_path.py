@@ -120,8 +120,9 @@ def resolve_engine(config: Any, accelerator: AcceleratorRecord) -> list[Choice]:
                    "tokens are computed once")
         else:
             choose("rollout.common_prefix", False,
-                   f"a small model's prefill on {accelerator.name} is bound by the host's "
-                   "launches, which a pass of its own for the common prefix adds to")
+                   f"not measured on {accelerator.name}, where a small model's prefill is "
+                   "bound by the host's launches (replayed from graphs: "
+                   "rollout.prefill_graphs), not by its arithmetic")
     return choices
 
 
